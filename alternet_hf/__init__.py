@@ -1,0 +1,33 @@
+"""alternet-hf: the model zoo of "How Do Vision Transformers Work?" (Park & Kim, ICLR 2022).
+
+Importing the package registers AlterNet and the CIFAR ResNet with transformers' Auto classes;
+ViT is transformers' own `ViTForImageClassification`.
+"""
+
+from transformers import AutoConfig, AutoModel, AutoModelForImageClassification
+
+from .blocks import BLOCK_KINDS, block_kinds, block_states
+from .configuration_alternet import AlterNetConfig
+from .configuration_cifar_resnet import CifarResNetConfig
+from .convert import convert_original_checkpoint
+from .modeling_alternet import AlterNetForImageClassification, AlterNetModel, AlterNetPreTrainedModel
+from .modeling_cifar_resnet import CifarResNetForImageClassification, CifarResNetModel, CifarResNetPreTrainedModel
+from .modeling_common import build_image_processor
+from .presets import DATASETS, create_config, create_model, list_models
+
+__version__ = "0.1.0"
+
+for _config, _model, _classifier in (
+    (AlterNetConfig, AlterNetModel, AlterNetForImageClassification),
+    (CifarResNetConfig, CifarResNetModel, CifarResNetForImageClassification),
+):
+    AutoConfig.register(_config.model_type, _config, exist_ok=True)
+    AutoModel.register(_config, _model, exist_ok=True)
+    AutoModelForImageClassification.register(_config, _classifier, exist_ok=True)
+
+__all__ = [
+    "AlterNetConfig", "AlterNetModel", "AlterNetForImageClassification", "AlterNetPreTrainedModel",
+    "CifarResNetConfig", "CifarResNetModel", "CifarResNetForImageClassification", "CifarResNetPreTrainedModel",
+    "BLOCK_KINDS", "block_kinds", "block_states", "build_image_processor", "convert_original_checkpoint",
+    "DATASETS", "create_config", "create_model", "list_models",
+]

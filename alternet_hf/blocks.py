@@ -1,0 +1,59 @@
+"""Every zoo model as a sequence of tagged blocks, the view all of the paper's analyses take.
+
+One state per block: the stem output, every residual block's output, the head input. AlterNet and
+the CIFAR ResNet return these as `output_hidden_states` and name their kinds with `block_kinds()`;
+for transformers' ViT each layer is two blocks (the attention residual, then the MLP residual),
+read with hooks because its hidden states only hold whole layers.
+"""
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel, ViTForImageClassification, ViTModel
+
+BLOCK_KINDS = ("stem", "conv", "msa", "mlp", "pool", "head")
+
+
+def _vit_backbone(model: nn.Module) -> ViTModel | None:
+    if isinstance(model, ViTForImageClassification):
+        return model.vit
+    return model if isinstance(model, ViTModel) else None
+
+
+def block_kinds(model: PreTrainedModel) -> list[str]:
+    """The kind of each block (one of `BLOCK_KINDS`), aligned with `block_states`."""
+    vit = _vit_backbone(model)
+    if vit is not None:
+        return ["stem"] + ["msa", "mlp"] * vit.config.num_hidden_layers + ["head"]
+    if hasattr(model, "block_kinds"):
+        return model.block_kinds()
+    raise TypeError(f"{type(model).__name__} is not a zoo model: no block kinds known for it")
+
+
+def block_states(model: PreTrainedModel, pixel_values: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Run `model` once; return the output of every block (see `block_kinds`) and the logits.
+
+    ViT states keep the CLS token: `(batch, 1 + patches, hidden)`; conv models give `(batch, C, H, W)`.
+    """
+    vit = _vit_backbone(model)
+    if vit is None:
+        outputs = model(pixel_values, output_hidden_states=True, return_dict=True)
+        return list(outputs.hidden_states), _logits_or_features(outputs)
+
+    states: list[torch.Tensor] = []
+    record_output = lambda module, args, output: states.append(output)  # noqa: E731
+    record_input = lambda module, args: states.append(args[0])  # noqa: E731
+    handles = [vit.embeddings.register_forward_hook(record_output)]
+    for layer in vit.layers:
+        handles.append(layer.layernorm_after.register_forward_pre_hook(record_input))  # after the MSA residual
+        handles.append(layer.register_forward_hook(record_output))  # after the MLP residual
+    handles.append(vit.layernorm.register_forward_hook(record_output))
+    try:
+        outputs = model(pixel_values, return_dict=True)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return states, _logits_or_features(outputs)
+
+
+def _logits_or_features(outputs) -> torch.Tensor:
+    return outputs["logits"] if "logits" in outputs else outputs["last_hidden_state"]

@@ -1,0 +1,126 @@
+"""AlterNet configuration.
+
+AlterNet is the model of "How Do Vision Transformers Work?" (Park & Kim, ICLR 2022): a
+pre-activation ResNet in which the last blocks of a stage alternate convolution and multi-head
+self-attention (MSA). This file must stay self-contained (it is copied next to the weights for
+`trust_remote_code=True` loading).
+"""
+
+from transformers import PretrainedConfig
+
+BLOCK_TYPES = ("basic", "bottleneck")
+STEM_TYPES = ("cifar", "imagenet")
+
+
+class AlterNetConfig(PretrainedConfig):
+    r"""Configuration of an [`AlterNetModel`].
+
+    The defaults give AlterNet-50 for CIFAR in the paper's layout (33.0 M parameters with 100 labels).
+
+    Args:
+        num_channels: channels of the input images.
+        image_size: side of the images the model is trained on; used for the image processor and the
+            smallest accepted input.
+        embedding_size: output channels of the stem convolution.
+        stem_type: `"cifar"` (one 3×3 stride-1 conv) or `"imagenet"` (7×7/2 conv, BN, ReLU, 3×3/2 max-pool).
+        block_type: `"basic"` (two 3×3 convs, expansion 1) or `"bottleneck"` (1×1, 3×3, 1×1, expansion 4).
+        depths: number of blocks per stage.
+        hidden_sizes: output channels of each stage (bottleneck width × expansion).
+        num_attention_blocks: MSA blocks per stage. The last `2 * m` blocks of a stage alternate
+            conv, MSA (conv first): `(0, 1, 1, 2)` is the paper's AlterNet-50, `(0, 1, 3, 2)` the
+            reference code's default.
+        num_attention_heads: heads of the MSA blocks of each stage.
+        attention_head_dim: width of one head.
+        window_size: side of the non-overlapping attention windows (4 for CIFAR, 7 for ImageNet).
+        drop_path_rate: stochastic-depth rate of the last block; block `j` of `n` gets `rate * j / (n - 1)`.
+    """
+
+    model_type = "alternet"
+
+    def __init__(
+        self,
+        num_channels: int = 3,
+        image_size: int = 32,
+        embedding_size: int = 64,
+        stem_type: str = "cifar",
+        block_type: str = "bottleneck",
+        depths: tuple[int, ...] = (3, 4, 6, 4),
+        hidden_sizes: tuple[int, ...] = (256, 512, 1024, 2048),
+        num_attention_blocks: tuple[int, ...] = (0, 1, 1, 2),
+        num_attention_heads: tuple[int, ...] = (3, 6, 12, 24),
+        attention_head_dim: int = 64,
+        window_size: int = 4,
+        drop_path_rate: float = 0.1,
+        initializer_range: float = 0.02,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_channels = num_channels
+        self.image_size = image_size
+        self.embedding_size = embedding_size
+        self.stem_type = stem_type
+        self.block_type = block_type
+        self.depths = list(depths)
+        self.hidden_sizes = list(hidden_sizes)
+        self.num_attention_blocks = list(num_attention_blocks)
+        self.num_attention_heads = list(num_attention_heads)
+        self.attention_head_dim = attention_head_dim
+        self.window_size = window_size
+        self.drop_path_rate = drop_path_rate
+        self.initializer_range = initializer_range
+        self.validate_fields()
+
+    @property
+    def expansion(self) -> int:
+        """Ratio of a block's output channels to its inner width."""
+        return 4 if self.block_type == "bottleneck" else 1
+
+    def stage_layouts(self) -> list[list[str]]:
+        """The kind of every block, stage by stage: `"conv"` or `"msa"` (the whole layout rule)."""
+        return [
+            ["conv"] * (depth - 2 * m) + ["conv", "msa"] * m
+            for depth, m in zip(self.depths, self.num_attention_blocks)
+        ]
+
+    def validate_fields(self) -> None:
+        """Raise `ValueError` naming the first field that cannot describe an AlterNet."""
+
+        def positive_int(name, value):
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"AlterNetConfig.{name} must be a positive integer, got {value!r}")
+
+        for name in ("num_channels", "image_size", "embedding_size", "attention_head_dim", "window_size"):
+            positive_int(name, getattr(self, name))
+        if self.stem_type not in STEM_TYPES:
+            raise ValueError(f"AlterNetConfig.stem_type must be one of {STEM_TYPES}, got {self.stem_type!r}")
+        if self.block_type not in BLOCK_TYPES:
+            raise ValueError(f"AlterNetConfig.block_type must be one of {BLOCK_TYPES}, got {self.block_type!r}")
+        num_stages = len(self.depths)
+        if num_stages == 0:
+            raise ValueError("AlterNetConfig.depths must name at least one stage")
+        for name in ("depths", "hidden_sizes", "num_attention_blocks", "num_attention_heads"):
+            values = getattr(self, name)
+            if len(values) != num_stages:
+                raise ValueError(
+                    f"AlterNetConfig.{name} has {len(values)} entries but depths has {num_stages}: "
+                    "give one value per stage"
+                )
+        for i in range(num_stages):
+            positive_int(f"depths[{i}]", self.depths[i])
+            positive_int(f"hidden_sizes[{i}]", self.hidden_sizes[i])
+            positive_int(f"num_attention_heads[{i}]", self.num_attention_heads[i])
+            m = self.num_attention_blocks[i]
+            if not isinstance(m, int) or m < 0:
+                raise ValueError(f"AlterNetConfig.num_attention_blocks[{i}] must be >= 0, got {m!r}")
+            if 2 * m > self.depths[i]:
+                raise ValueError(
+                    f"AlterNetConfig.num_attention_blocks[{i}]={m} needs {2 * m} blocks (conv, MSA pairs) "
+                    f"but depths[{i}]={self.depths[i]}"
+                )
+            if self.hidden_sizes[i] % self.expansion:
+                raise ValueError(
+                    f"AlterNetConfig.hidden_sizes[{i}]={self.hidden_sizes[i]} is not divisible by the "
+                    f"{self.block_type} expansion {self.expansion}"
+                )
+        if not 0.0 <= self.drop_path_rate < 1.0:
+            raise ValueError(f"AlterNetConfig.drop_path_rate must be in [0, 1), got {self.drop_path_rate!r}")

@@ -1,0 +1,168 @@
+"""Converters from the reference code's checkpoints (`xxxnell/how-do-vits-work`) to the zoo's models.
+
+The reference saves `{"name": ..., "state_dict": ...}` (no `module.` prefix) in `.pth.tar` files. Its
+ResNet and AlterNet keys follow `models/resnet.py` and `models/alternet.py`; its ViT is timm 0.5.4's
+`VisionTransformer`. Each key is renamed by the rules below; a key no rule claims, a model weight
+no key fills, or a shape that differs is an error, never a silent leftover.
+"""
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel
+
+from .presets import create_model
+
+Rules = list[tuple[str, str | Callable[[re.Match], str]]]
+
+
+def _stage_block(prefix: str) -> Callable[[re.Match], str]:
+    # `layer1.0.` is stage 0, block 0: the reference numbers stages from 1 (`layer0` is its stem).
+    return lambda m: f"{prefix}.encoder.stages.{int(m[1]) - 1}.layers.{m[2]}."
+
+
+ALTERNET_RULES: Rules = [
+    (r"^layer0\.layer0\.0\.", "alternet.embedder.convolution."),
+    (r"^classifier\.0\.bn\.", "alternet.norm."),
+    (r"^classifier\.0\.dense\.", "classifier."),
+    (r"^layer([1-9])\.(\d+)\.", _stage_block("alternet")),
+    (r"\.bn\.", ".norm1."),  # conv blocks' pre-activation BN; MSA blocks already say `norm1`
+    (r"\.shortcut\.0\.", ".shortcut."),
+    (r"\.conv2\.0\.", ".norm2."),
+    (r"\.conv2\.2\.", ".conv2."),
+    (r"\.conv3\.0\.", ".norm3."),
+    (r"\.conv3\.2\.", ".conv3."),
+    (r"\.attn\.pos_embedding$", ".attention.relative_position_bias_table"),
+    (r"\.attn\.attn\.to_q\.", ".attention.query."),
+    (r"\.attn\.attn\.to_kv\.", ".attention.key_value."),
+    (r"\.attn\.attn\.to_out\.0\.", ".attention.output."),
+]
+
+RESNET_RULES: Rules = [
+    (r"^layer0\.0\.", "resnet.embedder.embedder.convolution."),
+    (r"^layer0\.1\.", "resnet.embedder.embedder.normalization."),
+    (r"^classifier\.0\.dense\.", "classifier."),
+    (r"^layer([1-9])\.(\d+)\.", _stage_block("resnet")),
+    (r"\.shortcut\.0\.", ".shortcut.convolution."),
+    (r"\.shortcut\.1\.", ".shortcut.normalization."),
+    (r"\.conv([123])\.([01])\.", lambda m: f".layer.{int(m[1]) - 1}.{('convolution', 'normalization')[int(m[2])]}."),
+]
+
+VIT_RULES: Rules = [
+    (r"^cls_token$", "vit.embeddings.cls_token"),
+    (r"^pos_embed$", "vit.embeddings.position_embeddings"),
+    (r"^patch_embed\.proj\.", "vit.embeddings.patch_embeddings.projection."),
+    (r"^norm\.", "vit.layernorm."),
+    (r"^head\.", "classifier."),
+    (r"^blocks\.(\d+)\.", lambda m: f"vit.layers.{m[1]}."),
+    (r"\.norm1\.", ".layernorm_before."),
+    (r"\.norm2\.", ".layernorm_after."),
+    (r"\.attn\.proj\.", ".attention.o_proj."),
+    # `.mlp.fc1.` / `.mlp.fc2.` keep their names; `attn.qkv` is split in `_split_qkv`.
+]
+
+FAMILY_RULES = {"alternet": ALTERNET_RULES, "resnet": RESNET_RULES, "vit": VIT_RULES}
+
+
+def rename_keys(state_dict: dict[str, torch.Tensor], rules: Rules) -> dict[str, torch.Tensor]:
+    """Apply every matching rule to every key, in order."""
+    renamed = {}
+    for key, value in state_dict.items():
+        new_key = key
+        for pattern, replacement in rules:
+            new_key = re.sub(pattern, replacement, new_key)
+        renamed[new_key] = value
+    return renamed
+
+
+def _split_qkv(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """timm fuses q, k, v into one `(3·dim, dim)` projection; transformers keeps three."""
+    out = {}
+    for key, value in state_dict.items():
+        if ".attn.qkv." in key:
+            for name, part in zip(("q_proj", "k_proj", "v_proj"), value.chunk(3, dim=0)):
+                out[key.replace(".attn.qkv.", f".attention.{name}.")] = part
+        else:
+            out[key] = value
+    return out
+
+
+def load_original_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
+    """The tensors of a reference checkpoint, loaded safely (`weights_only=True`), with clear errors."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # truncated zip, pickle with code, not a torch file at all
+        raise ValueError(
+            f"{path} is not a readable PyTorch checkpoint ({type(error).__name__}: {error}); "
+            "download it again (reference files end in .pth.tar)"
+        ) from error
+    state_dict = checkpoint.get("state_dict", checkpoint) if isinstance(checkpoint, dict) else None
+    if not isinstance(state_dict, dict) or not all(isinstance(v, torch.Tensor) for v in state_dict.values()):
+        raise ValueError(f"{path} holds no state dict: expected a dict of tensors, or one under 'state_dict'")
+    return {key.removeprefix("module."): value for key, value in state_dict.items()}
+
+
+def _infer_alternet_overrides(state_dict: dict[str, torch.Tensor]) -> dict:
+    """Layout and window size as the checkpoint has them (the reference's default differs from the paper's)."""
+    msa_blocks: dict[int, int] = {}
+    window_size = None
+    for key, value in state_dict.items():
+        match = re.match(r"^layer([1-9])\.\d+\.attn\.pos_embedding$", key)
+        if match:
+            msa_blocks[int(match[1])] = msa_blocks.get(int(match[1]), 0) + 1
+            window_size = (value.shape[0] + 1) // 2
+    num_stages = 1 + max(int(m[1]) for key in state_dict if (m := re.match(r"^layer([1-9])\.", key)))
+    overrides = {"num_attention_blocks": [msa_blocks.get(stage, 0) for stage in range(1, num_stages)]}
+    if window_size is not None:
+        overrides["window_size"] = window_size
+    return overrides
+
+
+def convert_state_dict(state_dict: dict[str, torch.Tensor], model: PreTrainedModel, family: str) -> dict[str, torch.Tensor]:
+    """Rename a reference state dict for `model`, checking that every key and shape is accounted for."""
+    converted = rename_keys(state_dict, FAMILY_RULES[family])
+    if family == "vit":
+        converted = _split_qkv(converted)
+    expected = model.state_dict()
+    unclaimed = sorted(set(converted) - set(expected))
+    missing = sorted(set(expected) - set(converted))
+    wrong_shape = [
+        f"{key}: checkpoint {tuple(value.shape)} vs model {tuple(expected[key].shape)}"
+        for key, value in converted.items()
+        if key in expected and value.shape != expected[key].shape
+    ]
+    problems = []
+    if unclaimed:
+        problems.append(f"{len(unclaimed)} checkpoint keys fit no model weight, e.g. {unclaimed[:5]}")
+    if missing:
+        problems.append(f"{len(missing)} model weights are not in the checkpoint, e.g. {missing[:5]}")
+    if wrong_shape:
+        problems.append(f"{len(wrong_shape)} shapes differ, e.g. {wrong_shape[:3]}")
+    if problems:
+        raise ValueError(
+            "the checkpoint does not match the model: " + "; ".join(problems)
+            + ". Check the preset (size, dataset) and pass config overrides such as num_labels."
+        )
+    return converted
+
+
+def convert_original_checkpoint(path: str | Path, preset: str, **config_overrides) -> PreTrainedModel:
+    """A zoo model (`preset`, e.g. `"resnet-50-cifar100"`) holding the weights of a reference checkpoint.
+
+    For AlterNet the attention layout and window size are read from the checkpoint unless overridden.
+    The model is returned in eval mode.
+    """
+    family = preset.split("-", 1)[0]
+    if family not in FAMILY_RULES:
+        raise ValueError(f"no converter for {preset!r}: the preset must start with one of {sorted(FAMILY_RULES)}")
+    state_dict = load_original_state_dict(path)
+    if family == "alternet":
+        config_overrides = {**_infer_alternet_overrides(state_dict), **config_overrides}
+    model = create_model(preset, **config_overrides)
+    model.load_state_dict(convert_state_dict(state_dict, model, family), strict=True)
+    return model.eval()

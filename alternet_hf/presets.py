@@ -1,0 +1,211 @@
+"""Named presets of the zoo: `<architecture>-<dataset>`, the names of the Hub repos.
+
+Each architecture is a three-line function registered with `@register_architecture`; each dataset
+fixes the number of labels, the image size and the normalisation. `create_model` also accepts a
+local directory or a Hub id wherever a preset name is expected.
+"""
+
+import difflib
+import os
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from transformers import AutoModelForImageClassification, PretrainedConfig, PreTrainedModel, ViTConfig
+
+from .configuration_alternet import AlterNetConfig
+from .configuration_cifar_resnet import CifarResNetConfig
+from .modeling_common import save_image_processor
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """What a preset takes from its dataset."""
+
+    num_labels: int
+    image_size: int
+    image_mean: tuple[float, float, float]
+    image_std: tuple[float, float, float]
+
+    @property
+    def is_small(self) -> bool:
+        """32×32 data: CIFAR stem, 4×4 attention windows, 2×2 ViT patches."""
+        return self.image_size <= 64
+
+
+DATASETS = {
+    "cifar10": DatasetSpec(10, 32, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "cifar100": DatasetSpec(100, 32, (0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761)),
+    "imagenet": DatasetSpec(1000, 224, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+}
+
+ARCHITECTURES: dict[str, Callable[[DatasetSpec], PretrainedConfig]] = {}
+
+
+def register_architecture(name: str):
+    def decorator(fn: Callable[[DatasetSpec], PretrainedConfig]):
+        ARCHITECTURES[name] = fn
+        return fn
+
+    return decorator
+
+
+def _dataset_fields(data: DatasetSpec) -> dict:
+    return dict(
+        num_labels=data.num_labels, image_size=data.image_size, image_mean=list(data.image_mean),
+        image_std=list(data.image_std),
+    )
+
+
+def _alternet(data: DatasetSpec, **fields) -> AlterNetConfig:
+    stem = dict(stem_type="cifar", window_size=4) if data.is_small else dict(stem_type="imagenet", window_size=7)
+    return AlterNetConfig(**stem, **_dataset_fields(data), **fields)
+
+
+def _resnet(data: DatasetSpec, **fields) -> CifarResNetConfig:
+    return CifarResNetConfig(stem_type="cifar" if data.is_small else "imagenet", **_dataset_fields(data), **fields)
+
+
+def _vit(data: DatasetSpec, **fields) -> ViTConfig:
+    # timm's ViT (the reference's): exact GELU, LayerNorm eps 1e-6, no qkv bias, CLS pooling.
+    return ViTConfig(
+        patch_size=2 if data.is_small else 16, hidden_act="gelu", layer_norm_eps=1e-6, qkv_bias=False,
+        **_dataset_fields(data), **fields,
+    )
+
+
+BASIC = dict(block_type="basic", hidden_sizes=(64, 128, 256, 512))
+BOTTLENECK = dict(block_type="bottleneck", hidden_sizes=(256, 512, 1024, 2048))
+
+
+@register_architecture("alternet-18")
+def alternet_18(data):
+    return _alternet(data, **BASIC, depths=(2, 2, 2, 2), num_attention_blocks=(0, 1, 1, 1))
+
+
+@register_architecture("alternet-34")
+def alternet_34(data):
+    return _alternet(data, **BASIC, depths=(3, 4, 6, 4), num_attention_blocks=(0, 1, 3, 2))
+
+
+@register_architecture("alternet-50")
+def alternet_50(data):
+    """The paper's layout (c2 CCCM, c3 CCCCCM, c4 CMCM); pass `num_attention_blocks=(0, 1, 3, 2)` for the code's."""
+    return _alternet(data, **BOTTLENECK, depths=(3, 4, 6, 4), num_attention_blocks=(0, 1, 1, 2))
+
+
+@register_architecture("alternet-101")
+def alternet_101(data):
+    return _alternet(data, **BOTTLENECK, depths=(3, 4, 23, 4), num_attention_blocks=(0, 1, 3, 2))
+
+
+@register_architecture("alternet-152")
+def alternet_152(data):
+    return _alternet(data, **BOTTLENECK, depths=(3, 8, 36, 4), num_attention_blocks=(0, 1, 3, 2))
+
+
+@register_architecture("resnet-18")
+def resnet_18(data):
+    return _resnet(data, **BASIC, depths=(2, 2, 2, 2))
+
+
+@register_architecture("resnet-34")
+def resnet_34(data):
+    return _resnet(data, **BASIC, depths=(3, 4, 6, 3))
+
+
+@register_architecture("resnet-50")
+def resnet_50(data):
+    return _resnet(data, **BOTTLENECK, depths=(3, 4, 6, 3))
+
+
+@register_architecture("resnet-101")
+def resnet_101(data):
+    return _resnet(data, **BOTTLENECK, depths=(3, 4, 23, 3))
+
+
+@register_architecture("resnet-152")
+def resnet_152(data):
+    return _resnet(data, **BOTTLENECK, depths=(3, 8, 36, 3))
+
+
+@register_architecture("vit-ti")
+def vit_ti(data):
+    return _vit(data, hidden_size=192, num_hidden_layers=12, num_attention_heads=3, intermediate_size=768)
+
+
+@register_architecture("vit-s")
+def vit_s(data):
+    return _vit(data, hidden_size=384, num_hidden_layers=12, num_attention_heads=6, intermediate_size=1536)
+
+
+@register_architecture("vit-b")
+def vit_b(data):
+    return _vit(data, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
+
+
+def list_models(pattern: str | None = None) -> list[str]:
+    """Every preset name, optionally only those containing `pattern` (e.g. `"cifar100"`, `"alternet"`)."""
+    names = [f"{arch}-{dataset}" for arch in ARCHITECTURES for dataset in DATASETS]
+    return sorted(name for name in names if pattern is None or pattern in name)
+
+
+def create_config(name: str, **overrides) -> PretrainedConfig:
+    """The configuration of a preset, with fields overridden (validated by the config class)."""
+    for dataset, spec in DATASETS.items():
+        arch = name.removesuffix(f"-{dataset}")
+        if arch != name and arch in ARCHITECTURES:
+            config = ARCHITECTURES[arch](spec)
+            unknown = [key for key in overrides if not hasattr(config, key)]
+            if unknown:
+                fields = list(config.to_dict())
+                hints = {key: difflib.get_close_matches(key, fields, n=1) for key in unknown}
+                raise ValueError(
+                    f"{type(config).__name__} has no field(s) {unknown}"
+                    + "".join(f"; did you mean {hint[0]!r} for {key!r}?" for key, hint in hints.items() if hint)
+                )
+            fields = config.to_dict()
+            if "num_labels" in overrides:  # new label count: the preset's label names no longer apply
+                fields.pop("id2label", None), fields.pop("label2id", None)
+            return type(config).from_dict({**fields, **overrides}) if overrides else config
+    raise ValueError(unknown_preset_message(name))
+
+
+def unknown_preset_message(name: str) -> str:
+    close = difflib.get_close_matches(name, list_models(), n=3, cutoff=0.6)
+    hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    return (
+        f"Unknown model {name!r}: not a preset, a local directory, nor a Hub id (owner/name).{hint} "
+        "alternet_hf.list_models() lists the presets."
+    )
+
+
+def create_model(name: str, *, num_labels: int | None = None, **overrides) -> PreTrainedModel:
+    """A randomly initialised preset, or a model loaded from a directory or Hub id.
+
+    For a loaded model, `num_labels` replaces the classifier with a new, freshly initialised one when
+    the count differs, and `overrides` go to `from_pretrained` as config fields.
+    """
+    if os.path.isdir(name) or ("/" in name and name not in list_models()):
+        if num_labels is not None:
+            labels = {i: f"LABEL_{i}" for i in range(num_labels)}
+            overrides.update(id2label=labels, label2id={v: k for k, v in labels.items()}, ignore_mismatched_sizes=True)
+        return attach_image_processor_saving(AutoModelForImageClassification.from_pretrained(name, **overrides))
+    if num_labels is not None:
+        overrides["num_labels"] = num_labels
+    config = create_config(name, **overrides)
+    return attach_image_processor_saving(AutoModelForImageClassification.from_config(config))
+
+
+def attach_image_processor_saving(model: PreTrainedModel) -> PreTrainedModel:
+    """Make `model.save_pretrained` also write the image processor (our classes do it already; ViT is transformers')."""
+    if not getattr(type(model), "saves_image_processor", False):
+        save_model = model.save_pretrained
+
+        def save_pretrained(self, save_directory, *args, **kwargs):
+            save_model(save_directory, *args, **kwargs)
+            if kwargs.get("is_main_process", True):
+                save_image_processor(self.config, save_directory)
+
+        model.save_pretrained = types.MethodType(save_pretrained, model)
+    return model
