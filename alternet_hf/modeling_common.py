@@ -115,6 +115,21 @@ class ZooModelMixin:
     saves_image_processor = True
     auto_classes: dict[str, str]  # transformers auto class -> our class name, for `auto_map`
 
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """Like transformers', but a checkpoint that lacks backbone weights is an error, not a random model.
+
+        Only a classifier may be missing (a new head on a pretrained backbone)."""
+        output_loading_info = kwargs.pop("output_loading_info", False)
+        model, loading_info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
+        missing = sorted(key for key in loading_info["missing_keys"] if not key.startswith("classifier."))
+        if missing:
+            raise ValueError(
+                f"the checkpoint lacks {len(missing)} weights of {cls.__name__}, e.g. {missing[:3]}: it was saved "
+                "from another architecture or configuration, or the file is damaged; save it again"
+            )
+        return (model, loading_info) if output_loading_info else model
+
     def save_pretrained(self, save_directory, *args, remote_code: bool = False, **kwargs):
         """Like transformers', plus `preprocessor_config.json`; with `remote_code=True` also the modeling
         files and an `auto_map`, so the folder loads with `trust_remote_code=True` without `alternet_hf`."""

@@ -1,0 +1,137 @@
+"""AlterNet specifics: windowed attention, padding, the relative-position table, and bad input."""
+
+import pytest
+import torch
+from conftest import TINY
+from safetensors.torch import save_file
+from transformers import AutoModelForImageClassification
+
+import alternet_hf
+from alternet_hf.modeling_alternet import AlterNetWindowAttention
+
+
+def tiny_alternet(**overrides):
+    return alternet_hf.create_model("alternet-50-cifar100", **{**TINY["alternet-50-cifar100"], **overrides}).eval()
+
+
+def test_relative_position_bias_convention():
+    attention = AlterNetWindowAttention(4, 4, num_heads=1, head_dim=4, window_size=3)
+    table = torch.arange(25.0).view(5, 5)
+    bias = table.flatten()[attention.relative_position_index]
+    # query (0, 0) = token 0, key (1, 2) = token 5: table[1 - 0 + 2, 2 - 0 + 2]
+    assert bias[0, 5] == table[3, 4]
+    assert bias[5, 0] == table[1, 0]
+    assert torch.equal(torch.diagonal(bias), torch.full((9,), table[2, 2].item()))
+
+
+def test_sdpa_path_equals_explicit_attention_weights():
+    model = tiny_alternet()
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        fast = model(x).logits
+        explicit = model(x, output_attentions=True)
+    torch.testing.assert_close(fast, explicit.logits, rtol=1e-5, atol=1e-5)
+    assert len(explicit.attentions) == 2  # one per MSA block
+    weights = explicit.attentions[0]  # stage 2: 8×8 map, 4 windows of 4×4, 2 heads
+    assert weights.shape == (2, 4, 2, 16, 16)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, 2, 16))
+
+
+def test_maps_the_window_does_not_divide_are_padded_and_masked():
+    model = tiny_alternet()
+    x = torch.randn(2, 3, 20, 20)  # stage 2 is 10×10: windows of 4 need 2 rows/cols of padding
+    with torch.no_grad():
+        outputs = model(x, output_attentions=True)
+    assert torch.isfinite(outputs.logits).all()
+    weights = outputs.attentions[0]  # (2, 9 windows, heads, 16, 16)
+    assert weights.shape[1] == 9
+    # The last window row/column holds 2 real positions of 4: padded keys get exactly zero weight.
+    last_window = weights[:, -1].reshape(2, 2, 16, 4, 4)
+    assert torch.all(last_window[..., 2:, :] == 0) and torch.all(last_window[..., :, 2:] == 0)
+
+
+def test_padding_equals_cropping_when_the_map_is_divisible():
+    """A padded-and-masked window computes what an unpadded window of the same real positions would."""
+    attention = AlterNetWindowAttention(8, 8, num_heads=2, head_dim=4, window_size=4).eval()
+    torch.nn.init.normal_(attention.relative_position_bias_table, std=0.5)
+    x = torch.randn(1, 8, 4, 4)
+    full, _ = attention(x)
+    cropped, _ = attention(x[:, :, :3, :3])  # 3×3 map padded to one 4×4 window
+    small = AlterNetWindowAttention(8, 8, num_heads=2, head_dim=4, window_size=3).eval()
+    small.load_state_dict({**attention.state_dict(), "relative_position_bias_table":
+                           attention.relative_position_bias_table[1:6, 1:6]})
+    expected, _ = small(x[:, :, :3, :3])
+    torch.testing.assert_close(cropped, expected, rtol=1e-5, atol=1e-5)
+    assert full.shape == (1, 8, 4, 4)
+
+
+def test_relative_position_index_is_rebuilt_after_from_pretrained(tmp_path):
+    model = tiny_alternet()
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForImageClassification.from_pretrained(tmp_path)
+    for original, reloaded in zip(model.modules(), loaded.modules()):
+        if isinstance(original, AlterNetWindowAttention):
+            assert reloaded.relative_position_index.device.type == "cpu"
+            assert torch.equal(original.relative_position_index, reloaded.relative_position_index)
+            assert torch.equal(original.relative_position_bias_table, reloaded.relative_position_bias_table)
+
+
+def test_drop_path_rates_rise_linearly():
+    model = alternet_hf.create_model("alternet-50-cifar100")
+    rates = [block.drop_path.rate for block in model.alternet.encoder.blocks()]
+    assert len(rates) == 17 and rates[0] == 0.0 and rates[-1] == pytest.approx(0.1)
+    assert rates[8] == pytest.approx(0.1 * 8 / 16)
+
+
+@pytest.mark.parametrize("preset", ["alternet-50-cifar100", "resnet-50-cifar100"])
+def test_bad_inputs_fail_with_a_clear_message(preset):
+    model = alternet_hf.create_model(preset, **TINY[preset])
+    with pytest.raises(ValueError, match="channels"):
+        model(torch.randn(1, 1, 16, 16))
+    with pytest.raises(ValueError, match="shape"):
+        model(torch.randn(3, 16, 16))
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 5\)"):
+        model(torch.randn(2, 3, 16, 16), labels=torch.tensor([0, 5]))
+
+
+def test_images_smaller_than_the_network_stride_are_refused():
+    model = tiny_alternet()  # 3 stages: total stride 4
+    with pytest.raises(ValueError, match="smaller than"):
+        model(torch.randn(1, 3, 2, 2))
+    assert model(torch.randn(1, 3, 4, 4)).logits.shape == (1, 5)
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("depths", [3, -1, 2], r"depths\[1\]"),
+        ("num_attention_blocks", [0, 3, 1], r"num_attention_blocks\[1\]"),
+        ("hidden_sizes", [16, 30, 64], r"hidden_sizes\[1\]"),
+        ("num_attention_heads", [1, 2], "num_attention_heads has 2 entries"),
+        ("block_type", "wide", "block_type"),
+        ("window_size", 0, "window_size"),
+        ("drop_path_rate", 1.5, "drop_path_rate"),
+    ],
+)
+def test_invalid_config_values_name_the_field(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        alternet_hf.create_model("alternet-50-cifar100", **{**TINY["alternet-50-cifar100"], field: value})
+
+
+def test_unknown_names_get_suggestions():
+    with pytest.raises(ValueError, match="Did you mean 'alternet-50-cifar100'"):
+        alternet_hf.create_model("alternet50-cifar100")
+    with pytest.raises(ValueError, match="did you mean 'drop_path_rate'"):
+        alternet_hf.create_model("alternet-50-cifar100", drop_path=0.2)
+
+
+def test_corrupt_weights_file_fails_clearly(tmp_path):
+    model = tiny_alternet()
+    model.save_pretrained(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:200])
+    with pytest.raises(Exception, match="(?i)safetensors|header|deserializ|incomplete|invalid"):
+        AutoModelForImageClassification.from_pretrained(tmp_path)
+    save_file({"unrelated": torch.zeros(2)}, weights)
+    with pytest.raises(ValueError, match="the checkpoint lacks"):
+        AutoModelForImageClassification.from_pretrained(tmp_path)

@@ -1,0 +1,116 @@
+"""Converters: reference-layout checkpoints give the reference's outputs, and bad files fail clearly."""
+
+import subprocess
+import sys
+
+import pytest
+import timm
+import torch
+from reference_forward import (
+    alternet_forward,
+    reference_alternet_state_dict,
+    reference_resnet_state_dict,
+    resnet_forward,
+)
+from transformers import AutoModelForImageClassification
+
+import alternet_hf
+
+
+def _save(tmp_path, state_dict, name="model.pth.tar"):
+    path = tmp_path / name
+    torch.save({"name": "reference", "state_dict": state_dict}, path)
+    return path
+
+
+def test_resnet_50_matches_the_reference_computation(tmp_path):
+    state_dict = reference_resnet_state_dict((3, 4, 6, 3), (64, 128, 256, 512), expansion=4, num_classes=100)
+    model = alternet_hf.convert_original_checkpoint(_save(tmp_path, state_dict), "resnet-50-cifar100")
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x).logits, resnet_forward(state_dict, x), rtol=1e-4, atol=1e-4)
+
+
+def test_resnet_18_basic_blocks(tmp_path):
+    state_dict = reference_resnet_state_dict((2, 2, 2, 2), (64, 128, 256, 512), expansion=1, num_classes=10)
+    model = alternet_hf.convert_original_checkpoint(_save(tmp_path, state_dict), "resnet-18-cifar10")
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x).logits, resnet_forward(state_dict, x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "preset, depths, expansion, msa_blocks",
+    [
+        ("alternet-50-cifar100", (2, 2, 4, 4), 4, (0, 1, 2, 2)),  # the code's alternating c3, shortened
+        ("alternet-18-cifar10", (2, 2, 2, 2), 1, (0, 1, 1, 1)),
+    ],
+)
+def test_alternet_matches_the_reference_computation(tmp_path, preset, depths, expansion, msa_blocks):
+    state_dict = reference_alternet_state_dict(
+        depths, (16, 32, 64, 128), expansion, msa_blocks, heads=(1, 2, 2, 4), num_classes=7, head_dim=16, stem=16
+    )
+    model = alternet_hf.convert_original_checkpoint(
+        _save(tmp_path, state_dict), preset, depths=list(depths), embedding_size=16,
+        hidden_sizes=[16 * expansion * 2**i for i in range(4)], num_attention_heads=[1, 2, 2, 4],
+        attention_head_dim=16, num_labels=7,
+    )
+    assert model.config.num_attention_blocks == list(msa_blocks)  # read from the checkpoint
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        expected = alternet_forward(state_dict, x, head_dim=16)
+        torch.testing.assert_close(model(x).logits, expected, rtol=1e-4, atol=1e-4 * expected.abs().max().item())
+
+
+def test_vit_matches_timm(tmp_path):
+    reference = timm.create_model(
+        "vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=2, num_classes=100, qkv_bias=False
+    ).eval()
+    path = _save(tmp_path, reference.state_dict())
+    model = alternet_hf.convert_original_checkpoint(path, "vit-ti-cifar100")
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x).logits, reference(x), rtol=1e-5, atol=1e-5)
+
+
+def test_leftover_and_missing_keys_are_errors(tmp_path):
+    state_dict = reference_resnet_state_dict((2, 2, 2, 2), (64, 128, 256, 512), expansion=1, num_classes=10)
+    extra = {**state_dict, "layer5.0.conv1.0.weight": torch.zeros(1)}
+    with pytest.raises(ValueError, match="fit no model weight"):
+        alternet_hf.convert_original_checkpoint(_save(tmp_path, extra), "resnet-18-cifar10")
+    missing = {k: v for k, v in state_dict.items() if not k.startswith("layer4.1.")}
+    with pytest.raises(ValueError, match="not in the checkpoint"):
+        alternet_hf.convert_original_checkpoint(_save(tmp_path, missing), "resnet-18-cifar10")
+    with pytest.raises(ValueError, match="shapes differ"):
+        alternet_hf.convert_original_checkpoint(_save(tmp_path, state_dict), "resnet-18-cifar100")
+
+
+def test_corrupt_and_truncated_files_fail_clearly(tmp_path):
+    state_dict = reference_resnet_state_dict((2, 2, 2, 2), (64, 128, 256, 512), expansion=1, num_classes=10)
+    path = _save(tmp_path, state_dict)
+    truncated = tmp_path / "truncated.pth.tar"
+    truncated.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(ValueError, match="not a readable PyTorch checkpoint"):
+        alternet_hf.convert_original_checkpoint(truncated, "resnet-18-cifar10")
+    garbage = tmp_path / "garbage.pth.tar"
+    garbage.write_bytes(b"this is not a checkpoint")
+    with pytest.raises(ValueError, match="not a readable PyTorch checkpoint"):
+        alternet_hf.convert_original_checkpoint(garbage, "resnet-18-cifar10")
+    with pytest.raises(FileNotFoundError):
+        alternet_hf.convert_original_checkpoint(tmp_path / "absent.pth.tar", "resnet-18-cifar10")
+    with pytest.raises(ValueError, match="no converter"):
+        alternet_hf.convert_original_checkpoint(path, "swin-ti-cifar100")
+
+
+def test_command_line_writes_a_loadable_folder(tmp_path):
+    state_dict = reference_resnet_state_dict((2, 2, 2, 2), (64, 128, 256, 512), expansion=1, num_classes=10)
+    path, out = _save(tmp_path, state_dict), tmp_path / "converted"
+    result = subprocess.run(
+        [sys.executable, "scripts/convert_original_checkpoint.py", str(path), "resnet-18-cifar10", str(out)],
+        capture_output=True, text=True,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    model = AutoModelForImageClassification.from_pretrained(out).eval()
+    x = torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x).logits, resnet_forward(state_dict, x), rtol=1e-4, atol=1e-4)
