@@ -1,0 +1,108 @@
+"""Image-classification data for the zoo: Hub datasets, local folders and files, and the embedded digits.
+
+Every source comes back as a `datasets.Dataset` with two columns, `image` (PIL) and `label`
+(`ClassLabel`), whatever the source calls them. The embedded default, scikit-learn's 1,797
+handwritten digits (real 8×8 scans shipped inside scikit-learn), upscaled to 32×32 RGB, needs no
+network, so a first run works anywhere.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import datasets
+import numpy as np
+from PIL import Image
+
+DIGITS = "digits"
+
+
+@dataclass(frozen=True)
+class Columns:
+    image: str
+    label: str
+
+
+# Column names of the Hub datasets the zoo is trained on; any other dataset names its own.
+KNOWN_COLUMNS = {
+    "uoft-cs/cifar10": Columns("img", "label"),
+    "uoft-cs/cifar100": Columns("img", "fine_label"),
+}
+DEFAULT_COLUMNS = Columns("image", "label")
+
+
+def load_digits_dataset(split: str, *, image_size: int = 32, test_fraction: float = 0.2) -> datasets.Dataset:
+    """scikit-learn's digits as 32×32 RGB images, with a fixed stratified train/test split."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = load_digits()
+    indices = np.arange(len(digits.target))
+    train, test = train_test_split(indices, test_size=test_fraction, random_state=0, stratify=digits.target)
+    chosen = {"train": train, "test": test}.get(split)
+    if chosen is None:
+        raise ValueError(f"the digits dataset has splits 'train' and 'test', not {split!r}")
+    images = [
+        Image.fromarray((digits.images[i] * (255 / 16)).astype(np.uint8)).resize(
+            (image_size, image_size), Image.Resampling.BILINEAR
+        ).convert("RGB")
+        for i in np.sort(chosen)
+    ]
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=[str(d) for d in range(10)])})
+    return datasets.Dataset.from_dict({"image": images, "label": digits.target[np.sort(chosen)].tolist()}, features=features)
+
+
+def _load_local(path: Path, split: str) -> datasets.Dataset:
+    if path.is_file():
+        if path.suffix != ".parquet":
+            raise ValueError(f"{path}: a dataset file must be .parquet (or give a folder)")
+        return datasets.load_dataset("parquet", data_files={split: str(path)}, split=split)
+    if (path / "dataset_dict.json").exists() or (path / "state.json").exists():
+        loaded = datasets.load_from_disk(str(path))
+        if isinstance(loaded, datasets.DatasetDict):
+            if split not in loaded:
+                raise ValueError(f"{path} has splits {sorted(loaded)}, not {split!r}")
+            return loaded[split]
+        return loaded
+    parquet = sorted(path.rglob("*.parquet"))
+    if parquet:
+        split_files = [str(f) for f in parquet if split in f.name or split in f.parent.name]
+        return datasets.load_dataset("parquet", data_files={split: split_files or [str(f) for f in parquet]}, split=split)
+    return datasets.load_dataset("imagefolder", data_dir=str(path), split=split)
+
+
+def _load_hub(name: str, split: str) -> datasets.Dataset:
+    try:
+        return datasets.load_dataset(name, split=split)
+    except (ConnectionError, OSError, FileNotFoundError, ValueError) as error:
+        raise RuntimeError(
+            f"could not load the dataset {name!r} from the Hugging Face Hub ({type(error).__name__}: {error}). "
+            f"Offline, use a local copy instead: a folder written by `Dataset.save_to_disk`, a folder or file "
+            f"of parquet, an image folder (one sub-folder per class), or the embedded {DIGITS!r} dataset."
+        ) from error
+
+
+def load_image_classification(
+    source: str = DIGITS, *, split: str = "train", image_column: str | None = None, label_column: str | None = None
+) -> datasets.Dataset:
+    """A split of `source` (the embedded `"digits"`, a Hub id, or a local folder or parquet file) as
+    columns `image` and `label`. Column names default to the known ones of the source, else image/label."""
+    if source == DIGITS:
+        return load_digits_dataset(split)
+    known = KNOWN_COLUMNS.get(source, DEFAULT_COLUMNS)
+    columns = Columns(image_column or known.image, label_column or known.label)
+    path = Path(source)
+    dataset = _load_local(path, split) if path.exists() else _load_hub(source, split)
+    missing = [name for name in (columns.image, columns.label) if name not in dataset.column_names]
+    if missing:
+        raise ValueError(
+            f"{source} has no column(s) {missing}; its columns are {dataset.column_names}. "
+            "Name them with image_column= / label_column= (--image-column / --label-column)."
+        )
+    dataset = dataset.select_columns([columns.image, columns.label])
+    if columns.image != "image":
+        dataset = dataset.rename_column(columns.image, "image")
+    if columns.label != "label":
+        dataset = dataset.rename_column(columns.label, "label")
+    if not isinstance(dataset.features["label"], datasets.ClassLabel):
+        dataset = dataset.class_encode_column("label")
+    return dataset.cast_column("image", datasets.Image())

@@ -1,0 +1,75 @@
+"""Data sources on small datasets built in the schemas of the real ones (no network)."""
+
+import numpy as np
+import pytest
+from datasets import ClassLabel, Dataset, DatasetDict, Features, Image, Value
+from PIL import Image as PILImage
+
+from alternet_hf.data import load_image_classification
+
+
+def _cifar100_like(n=12):
+    """uoft-cs/cifar100's schema: img, fine_label, coarse_label."""
+    rng = np.random.default_rng(0)
+    features = Features({
+        "img": Image(), "fine_label": ClassLabel(names=[f"fine{i}" for i in range(4)]),
+        "coarse_label": ClassLabel(names=["a", "b"]),
+    })
+    return Dataset.from_dict({
+        "img": [PILImage.fromarray(rng.integers(0, 255, (32, 32, 3), dtype=np.uint8)) for _ in range(n)],
+        "fine_label": [i % 4 for i in range(n)], "coarse_label": [i % 2 for i in range(n)],
+    }, features=features)
+
+
+def test_embedded_digits():
+    train, test = load_image_classification("digits", split="train"), load_image_classification("digits", split="test")
+    assert len(train) + len(test) == 1797 and len(test) == 360
+    image = train[0]["image"]
+    assert image.size == (32, 32) and image.mode == "RGB"
+    assert train.features["label"].num_classes == 10
+    assert sorted(set(test["label"])) == list(range(10))  # stratified
+    assert load_image_classification("digits", split="test")["label"] == test["label"]  # fixed split
+    with pytest.raises(ValueError, match="splits 'train' and 'test'"):
+        load_image_classification("digits", split="validation")
+
+
+def test_save_to_disk_folder_with_cifar100_columns(tmp_path):
+    DatasetDict({"train": _cifar100_like(), "test": _cifar100_like(4)}).save_to_disk(str(tmp_path / "c100"))
+    data = load_image_classification(str(tmp_path / "c100"), split="test", image_column="img", label_column="fine_label")
+    assert data.column_names == ["image", "label"] and len(data) == 4
+    assert data.features["label"].names == [f"fine{i}" for i in range(4)]
+    with pytest.raises(ValueError, match="no column"):
+        load_image_classification(str(tmp_path / "c100"), split="test")  # default names don't fit
+
+
+def test_parquet_file_and_folder(tmp_path):
+    _cifar100_like().to_parquet(str(tmp_path / "train.parquet"))
+    data = load_image_classification(str(tmp_path / "train.parquet"), image_column="img", label_column="fine_label")
+    assert len(data) == 12 and isinstance(data[0]["image"], PILImage.Image)
+    folder = load_image_classification(str(tmp_path), image_column="img", label_column="coarse_label")
+    assert len(folder) == 12
+
+
+def test_image_folder_with_integer_labels_from_names(tmp_path):
+    for label in ("cat", "dog"):
+        (tmp_path / "train" / label).mkdir(parents=True)
+        for i in range(3):
+            PILImage.new("RGB", (20, 24), (i * 40, 0, 0)).save(tmp_path / "train" / label / f"{i}.png")
+    data = load_image_classification(str(tmp_path), split="train")
+    assert len(data) == 6 and data.features["label"].names == ["cat", "dog"]
+
+
+def test_string_labels_are_encoded(tmp_path):
+    Dataset.from_dict(
+        {"image": [PILImage.new("RGB", (8, 8)) for _ in range(4)], "label": ["b", "a", "b", "c"]},
+        features=Features({"image": Image(), "label": Value("string")}),
+    ).save_to_disk(str(tmp_path / "d"))
+    data = load_image_classification(str(tmp_path / "d"))
+    assert data.features["label"].names == ["a", "b", "c"]
+
+
+def test_unreachable_hub_dataset_names_the_offline_options(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(RuntimeError, match="save_to_disk"):
+        load_image_classification("uoft-cs/cifar100", split="test")
