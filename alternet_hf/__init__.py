@@ -10,9 +10,9 @@ from .blocks import BLOCK_KINDS, block_kinds, block_states
 from .configuration_alternet import AlterNetConfig
 from .configuration_cifar_resnet import CifarResNetConfig
 from .convert import convert_original_checkpoint
+from .metrics import EVALUATE_METRIC_PATH, classification_metrics
 from .modeling_alternet import AlterNetForImageClassification, AlterNetModel, AlterNetPreTrainedModel
 from .modeling_cifar_resnet import CifarResNetForImageClassification, CifarResNetModel, CifarResNetPreTrainedModel
-from .metrics import EVALUATE_METRIC_PATH, classification_metrics
 from .modeling_common import build_image_processor
 from .presets import DATASETS, create_config, create_model, list_models
 
@@ -27,8 +27,23 @@ for _config, _model, _classifier in (
     AutoModelForImageClassification.register(_config, _classifier, exist_ok=True)
 
 __all__ = [
-    "AlterNetConfig", "AlterNetModel", "AlterNetForImageClassification", "AlterNetPreTrainedModel",
-    "CifarResNetConfig", "CifarResNetModel", "CifarResNetForImageClassification", "CifarResNetPreTrainedModel",
-    "BLOCK_KINDS", "block_kinds", "block_states", "build_image_processor", "convert_original_checkpoint",
-    "DATASETS", "create_config", "create_model", "list_models", "EVALUATE_METRIC_PATH", "classification_metrics",
+    "AlterNetConfig",
+    "AlterNetModel",
+    "AlterNetForImageClassification",
+    "AlterNetPreTrainedModel",
+    "CifarResNetConfig",
+    "CifarResNetModel",
+    "CifarResNetForImageClassification",
+    "CifarResNetPreTrainedModel",
+    "BLOCK_KINDS",
+    "block_kinds",
+    "block_states",
+    "build_image_processor",
+    "convert_original_checkpoint",
+    "DATASETS",
+    "create_config",
+    "create_model",
+    "list_models",
+    "EVALUATE_METRIC_PATH",
+    "classification_metrics",
 ]

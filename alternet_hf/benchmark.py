@@ -73,7 +73,12 @@ def measure_throughput(
     _synchronize(device)
     seconds = (time.perf_counter() - start) / iterations
     return Throughput(
-        model=name, device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        dtype=str(dtype).removeprefix("torch."), compiled=compiled, batch_size=batch_size, mode=mode,
-        images_per_second=batch_size / seconds, milliseconds_per_batch=1000 * seconds,
+        model=name,
+        device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        dtype=str(dtype).removeprefix("torch."),
+        compiled=compiled,
+        batch_size=batch_size,
+        mode=mode,
+        images_per_second=batch_size / seconds,
+        milliseconds_per_batch=1000 * seconds,
     )

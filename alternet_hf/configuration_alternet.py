@@ -78,8 +78,7 @@ class AlterNetConfig(PretrainedConfig):
     def stage_layouts(self) -> list[list[str]]:
         """The kind of every block, stage by stage: `"conv"` or `"msa"` (the whole layout rule)."""
         return [
-            ["conv"] * (depth - 2 * m) + ["conv", "msa"] * m
-            for depth, m in zip(self.depths, self.num_attention_blocks)
+            ["conv"] * (depth - 2 * m) + ["conv", "msa"] * m for depth, m in zip(self.depths, self.num_attention_blocks)
         ]
 
     def validate_fields(self) -> None:

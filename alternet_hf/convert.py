@@ -123,7 +123,9 @@ def _infer_alternet_overrides(state_dict: dict[str, torch.Tensor]) -> dict:
     return overrides
 
 
-def convert_state_dict(state_dict: dict[str, torch.Tensor], model: PreTrainedModel, family: str) -> dict[str, torch.Tensor]:
+def convert_state_dict(
+    state_dict: dict[str, torch.Tensor], model: PreTrainedModel, family: str
+) -> dict[str, torch.Tensor]:
     """Rename a reference state dict for `model`, checking that every key and shape is accounted for."""
     converted = rename_keys(state_dict, FAMILY_RULES[family])
     if family == "vit":
@@ -145,7 +147,8 @@ def convert_state_dict(state_dict: dict[str, torch.Tensor], model: PreTrainedMod
         problems.append(f"{len(wrong_shape)} shapes differ, e.g. {wrong_shape[:3]}")
     if problems:
         raise ValueError(
-            "the checkpoint does not match the model: " + "; ".join(problems)
+            "the checkpoint does not match the model: "
+            + "; ".join(problems)
             + ". Check the preset (size, dataset) and pass config overrides such as num_labels."
         )
     return converted

@@ -42,13 +42,17 @@ def load_digits_dataset(split: str, *, image_size: int = 32, test_fraction: floa
     if chosen is None:
         raise ValueError(f"the digits dataset has splits 'train' and 'test', not {split!r}")
     images = [
-        Image.fromarray((digits.images[i] * (255 / 16)).astype(np.uint8)).resize(
-            (image_size, image_size), Image.Resampling.BILINEAR
-        ).convert("RGB")
+        Image.fromarray((digits.images[i] * (255 / 16)).astype(np.uint8))
+        .resize((image_size, image_size), Image.Resampling.BILINEAR)
+        .convert("RGB")
         for i in np.sort(chosen)
     ]
-    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=[str(d) for d in range(10)])})
-    return datasets.Dataset.from_dict({"image": images, "label": digits.target[np.sort(chosen)].tolist()}, features=features)
+    features = datasets.Features(
+        {"image": datasets.Image(), "label": datasets.ClassLabel(names=[str(d) for d in range(10)])}
+    )
+    return datasets.Dataset.from_dict(
+        {"image": images, "label": digits.target[np.sort(chosen)].tolist()}, features=features
+    )
 
 
 def _load_local(path: Path, split: str) -> datasets.Dataset:
@@ -66,7 +70,9 @@ def _load_local(path: Path, split: str) -> datasets.Dataset:
     parquet = sorted(path.rglob("*.parquet"))
     if parquet:
         split_files = [str(f) for f in parquet if split in f.name or split in f.parent.name]
-        return datasets.load_dataset("parquet", data_files={split: split_files or [str(f) for f in parquet]}, split=split)
+        return datasets.load_dataset(
+            "parquet", data_files={split: split_files or [str(f) for f in parquet]}, split=split
+        )
     return datasets.load_dataset("imagefolder", data_dir=str(path), split=split)
 
 

@@ -87,7 +87,9 @@ def expected_calibration_error(diagram: ReliabilityDiagram) -> float:
     return float(np.sum(weights * np.abs(diagram.accuracy[filled] - diagram.confidence[filled])))
 
 
-def classification_metrics(logits_or_probs, labels, *, num_bins: int = 10, from_logits: bool = True) -> dict[str, float]:
+def classification_metrics(
+    logits_or_probs, labels, *, num_bins: int = 10, from_logits: bool = True
+) -> dict[str, float]:
     """Every metric of `METRIC_NAMES` for one set of predictions; accuracies as fractions in [0, 1]."""
     probs = _as_probabilities(logits_or_probs, from_logits)
     num_samples, num_classes = probs.shape
@@ -102,9 +104,7 @@ def classification_metrics(logits_or_probs, labels, *, num_bins: int = 10, from_
     return {
         "accuracy": float(correct.mean()),
         "nll": float(-np.mean(np.log(np.clip(probs[np.arange(num_samples), labels], 1e-300, None)))),
-        "ece": expected_calibration_error(
-            reliability_diagram(probs, labels, num_bins=num_bins, from_logits=False)
-        ),
+        "ece": expected_calibration_error(reliability_diagram(probs, labels, num_bins=num_bins, from_logits=False)),
         "acc_90": float(correct[confident].mean()) if confident.any() else nan,
         "unc_90": float(np.mean(~confident[~correct])) if (~correct).any() else nan,
         "freq_90": float(confident.mean()),
@@ -122,10 +122,14 @@ def plot_reliability_diagram(diagram: ReliabilityDiagram, ax=None, *, title: str
         _, ax = plt.subplots(figsize=(4, 4))
     edges = diagram.bin_edges
     width = edges[1:] - edges[:-1]
-    ax.bar(edges[:-1], np.nan_to_num(diagram.accuracy), width=width, align="edge", edgecolor="black",
-           label="accuracy")
+    ax.bar(edges[:-1], np.nan_to_num(diagram.accuracy), width=width, align="edge", edgecolor="black", label="accuracy")
     ax.plot([0, 1], [0, 1], linestyle="--", color="gray", label="perfect calibration")
-    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence", ylabel="accuracy",
-           title=title or f"ECE {expected_calibration_error(diagram):.3f}")
+    ax.set(
+        xlim=(0, 1),
+        ylim=(0, 1),
+        xlabel="confidence",
+        ylabel="accuracy",
+        title=title or f"ECE {expected_calibration_error(diagram):.3f}",
+    )
     ax.legend(loc="upper left")
     return ax

@@ -23,7 +23,14 @@ from transformers import PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutputWithPooling, ImageClassifierOutput
 
 from .configuration_alternet import AlterNetConfig
-from .modeling_common import DropPath, ZooModelMixin, check_pixel_values, classification_loss, linear_drop_path_rates, reset_parameters
+from .modeling_common import (
+    DropPath,
+    ZooModelMixin,
+    check_pixel_values,
+    classification_loss,
+    linear_drop_path_rates,
+    reset_parameters,
+)
 
 
 def conv1x1(in_channels: int, out_channels: int, stride: int = 1, bias: bool = False) -> nn.Conv2d:
@@ -137,7 +144,9 @@ class AlterNetBasicLayer(nn.Module):
     def __init__(self, in_channels: int, out_channels: int, *, stride: int, drop_path_rate: float):
         super().__init__()
         self.norm1 = nn.BatchNorm2d(in_channels)
-        self.shortcut = conv1x1(in_channels, out_channels, stride) if stride != 1 or in_channels != out_channels else None
+        self.shortcut = (
+            conv1x1(in_channels, out_channels, stride) if stride != 1 or in_channels != out_channels else None
+        )
         self.conv1 = conv3x3(in_channels, out_channels, stride)
         self.norm2 = nn.BatchNorm2d(out_channels)
         self.conv2 = conv3x3(out_channels, out_channels)
@@ -158,7 +167,9 @@ class AlterNetBottleNeckLayer(nn.Module):
         super().__init__()
         width = out_channels // 4
         self.norm1 = nn.BatchNorm2d(in_channels)
-        self.shortcut = conv1x1(in_channels, out_channels, stride) if stride != 1 or in_channels != out_channels else None
+        self.shortcut = (
+            conv1x1(in_channels, out_channels, stride) if stride != 1 or in_channels != out_channels else None
+        )
         self.conv1 = conv1x1(in_channels, width)
         self.norm2 = nn.BatchNorm2d(width)
         self.conv2 = conv3x3(width, width, stride)
@@ -183,8 +194,17 @@ class AlterNetAttentionLayer(nn.Module):
     channels divided by the expansion, as the conv blocks' bottleneck width.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, *, expansion: int, num_heads: int, head_dim: int,
-                 window_size: int, drop_path_rate: float):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        *,
+        expansion: int,
+        num_heads: int,
+        head_dim: int,
+        window_size: int,
+        drop_path_rate: float,
+    ):
         super().__init__()
         width = in_channels // expansion
         self.norm1 = nn.BatchNorm2d(in_channels)
@@ -225,9 +245,13 @@ class AlterNetEncoder(nn.Module):
                 stride = 2 if stage_index > 0 and j == 0 else 1
                 if kind == "msa":
                     layer = AlterNetAttentionLayer(
-                        in_channels, out_channels, expansion=config.expansion,
-                        num_heads=config.num_attention_heads[stage_index], head_dim=config.attention_head_dim,
-                        window_size=config.window_size, drop_path_rate=next(rates),
+                        in_channels,
+                        out_channels,
+                        expansion=config.expansion,
+                        num_heads=config.num_attention_heads[stage_index],
+                        head_dim=config.attention_head_dim,
+                        window_size=config.window_size,
+                        drop_path_rate=next(rates),
                     )
                 else:
                     layer = conv_layer(in_channels, out_channels, stride=stride, drop_path_rate=next(rates))
@@ -309,8 +333,10 @@ class AlterNetModel(AlterNetPreTrainedModel):
         if not return_dict:
             return tuple(v for v in (hidden_state, pooled_output, hidden_states, attentions) if v is not None)
         return BaseModelOutputWithPooling(
-            last_hidden_state=hidden_state, pooler_output=pooled_output,
-            hidden_states=hidden_states, attentions=attentions,
+            last_hidden_state=hidden_state,
+            pooler_output=pooled_output,
+            hidden_states=hidden_states,
+            attentions=attentions,
         )
 
 
@@ -338,7 +364,9 @@ class AlterNetForImageClassification(AlterNetPreTrainedModel):
         """
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         outputs = self.alternet(
-            pixel_values, output_hidden_states=output_hidden_states, output_attentions=output_attentions,
+            pixel_values,
+            output_hidden_states=output_hidden_states,
+            output_attentions=output_attentions,
             return_dict=True,
         )
         logits = self.classifier(outputs.pooler_output)

@@ -19,13 +19,22 @@ from transformers import PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutputWithPoolingAndNoAttention, ImageClassifierOutputWithNoAttention
 
 from .configuration_cifar_resnet import CifarResNetConfig
-from .modeling_common import DropPath, ZooModelMixin, check_pixel_values, classification_loss, linear_drop_path_rates, reset_parameters
+from .modeling_common import (
+    DropPath,
+    ZooModelMixin,
+    check_pixel_values,
+    classification_loss,
+    linear_drop_path_rates,
+    reset_parameters,
+)
 
 
 class CifarResNetConvLayer(nn.Sequential):
     """Conv (no bias) → BN → optional ReLU: the post-activation unit."""
 
-    def __init__(self, in_channels: int, out_channels: int, *, kernel_size: int, stride: int = 1, activation: bool = True):
+    def __init__(
+        self, in_channels: int, out_channels: int, *, kernel_size: int, stride: int = 1, activation: bool = True
+    ):
         super().__init__()
         self.convolution = nn.Conv2d(
             in_channels, out_channels, kernel_size, stride=stride, padding=kernel_size // 2, bias=False
@@ -109,9 +118,7 @@ class CifarResNetEncoder(nn.Module):
             layers = []
             for j in range(depth):
                 stride = 2 if stage_index > 0 and j == 0 else 1
-                layers.append(
-                    layer_class(in_channels, out_channels, stride=stride, drop_path_rate=rates[block_index])
-                )
+                layers.append(layer_class(in_channels, out_channels, stride=stride, drop_path_rate=rates[block_index]))
                 in_channels, block_index = out_channels, block_index + 1
             stages.append(CifarResNetStage(layers))
         self.stages = nn.ModuleList(stages)
@@ -121,7 +128,10 @@ class CifarResNetEncoder(nn.Module):
 
 
 class CifarResNetPreTrainedModel(ZooModelMixin, PreTrainedModel):
-    auto_classes = {"AutoModel": "CifarResNetModel", "AutoModelForImageClassification": "CifarResNetForImageClassification"}
+    auto_classes = {
+        "AutoModel": "CifarResNetModel",
+        "AutoModelForImageClassification": "CifarResNetForImageClassification",
+    }
     config_class = CifarResNetConfig
     config: CifarResNetConfig
     base_model_prefix = "resnet"
@@ -198,4 +208,3 @@ class CifarResNetForImageClassification(CifarResNetPreTrainedModel):
             output = (logits,) + ((outputs.hidden_states,) if outputs.hidden_states is not None else ())
             return ((loss,) + output) if loss is not None else output
         return ImageClassifierOutputWithNoAttention(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
-

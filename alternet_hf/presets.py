@@ -52,7 +52,9 @@ def register_architecture(name: str):
 
 def _dataset_fields(data: DatasetSpec) -> dict:
     return dict(
-        num_labels=data.num_labels, image_size=data.image_size, image_mean=list(data.image_mean),
+        num_labels=data.num_labels,
+        image_size=data.image_size,
+        image_mean=list(data.image_mean),
         image_std=list(data.image_std),
     )
 
@@ -69,8 +71,12 @@ def _resnet(data: DatasetSpec, **fields) -> CifarResNetConfig:
 def _vit(data: DatasetSpec, **fields) -> ViTConfig:
     # timm's ViT (the reference's): exact GELU, LayerNorm eps 1e-6, no qkv bias, CLS pooling.
     return ViTConfig(
-        patch_size=2 if data.is_small else 16, hidden_act="gelu", layer_norm_eps=1e-6, qkv_bias=False,
-        **_dataset_fields(data), **fields,
+        patch_size=2 if data.is_small else 16,
+        hidden_act="gelu",
+        layer_norm_eps=1e-6,
+        qkv_bias=False,
+        **_dataset_fields(data),
+        **fields,
     )
 
 

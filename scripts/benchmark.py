@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Images/s of zoo presets, forward and forward+backward, eager and torch.compile, on this machine.
 
-    python scripts/benchmark.py                                   # the three zoo models, batch 32, eager
-    python scripts/benchmark.py --batch-sizes 256 1024 --compile both --dtype bfloat16   # on a GPU
+python scripts/benchmark.py                                   # the three zoo models, batch 32, eager
+python scripts/benchmark.py --batch-sizes 256 1024 --compile both --dtype bfloat16   # on a GPU
 """
 
 import argparse
@@ -19,12 +19,19 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="+", default=["alternet-50-cifar100", "resnet-50-cifar100", "vit-ti-cifar100"])
+    parser.add_argument(
+        "--models", nargs="+", default=["alternet-50-cifar100", "resnet-50-cifar100", "vit-ti-cifar100"]
+    )
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[32])
-    parser.add_argument("--modes", nargs="+", default=["forward", "forward+backward"],
-                        choices=["forward", "forward+backward"])
-    parser.add_argument("--compile", choices=["no", "yes", "both"], default="no",
-                        help="time torch.compile'd models too (compilation itself is not timed)")
+    parser.add_argument(
+        "--modes", nargs="+", default=["forward", "forward+backward"], choices=["forward", "forward+backward"]
+    )
+    parser.add_argument(
+        "--compile",
+        choices=["no", "yes", "both"],
+        default="no",
+        help="time torch.compile'd models too (compilation itself is not timed)",
+    )
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="autocast dtype")
     parser.add_argument("--device", default=None, help="default: cuda if available, else cpu")
     parser.add_argument("--iterations", type=int, default=5)
@@ -35,20 +42,32 @@ def main() -> None:
     compiled_options = {"no": [False], "yes": [True], "both": [False, True]}[args.compile]
     runs = [
         (name, batch_size, mode, compiled)
-        for name in args.models for batch_size in args.batch_sizes for mode in args.modes
+        for name in args.models
+        for batch_size in args.batch_sizes
+        for mode in args.modes
         for compiled in compiled_options
     ]
     results = []
     for name, batch_size, mode, compiled in tqdm(runs, desc="benchmark", unit="run"):
-        results.append(measure_throughput(
-            name, batch_size=batch_size, mode=mode, compiled=compiled, device=args.device,
-            dtype=DTYPES[args.dtype], warmup=args.warmup, iterations=args.iterations,
-        ))
+        results.append(
+            measure_throughput(
+                name,
+                batch_size=batch_size,
+                mode=mode,
+                compiled=compiled,
+                device=args.device,
+                dtype=DTYPES[args.dtype],
+                warmup=args.warmup,
+                iterations=args.iterations,
+            )
+        )
 
-    print(f"\n| model | device | dtype | compile | batch | mode | images/s |\n|---|---|---|---|---|---|---|")
+    print("\n| model | device | dtype | compile | batch | mode | images/s |\n|---|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r.model} | {r.device} | {r.dtype} | {'yes' if r.compiled else 'no'} | {r.batch_size} | "
-              f"{r.mode} | {r.images_per_second:,.0f} |")
+        print(
+            f"| {r.model} | {r.device} | {r.dtype} | {'yes' if r.compiled else 'no'} | {r.batch_size} | "
+            f"{r.mode} | {r.images_per_second:,.0f} |"
+        )
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps([r.to_dict() for r in results], indent=2))

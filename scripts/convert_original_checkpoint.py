@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Convert a checkpoint of the reference code (xxxnell/how-do-vits-work) into a zoo model folder.
 
-    python scripts/convert_original_checkpoint.py resnet_50_cifar100_691cc9a9e4.pth.tar resnet-50-cifar100 out/resnet-50
-    python scripts/convert_original_checkpoint.py my_alternet.pth.tar alternet-50-cifar100 out/alternet --remote-code
+python scripts/convert_original_checkpoint.py resnet_50_cifar100_691cc9a9e4.pth.tar resnet-50-cifar100 out/resnet-50
+python scripts/convert_original_checkpoint.py my_alternet.pth.tar alternet-50-cifar100 out/alternet --remote-code
 """
 
 import argparse
@@ -17,10 +17,14 @@ def main() -> None:
     parser.add_argument("checkpoint", type=Path, help="the reference's .pth.tar file")
     parser.add_argument("preset", help="zoo preset with the same architecture, e.g. resnet-50-cifar100")
     parser.add_argument("output", type=Path, help="folder to write (safetensors, config, image processor)")
-    parser.add_argument("--config", type=json.loads, default={},
-                        help='config overrides as JSON, e.g. \'{"num_labels": 10}\'')
-    parser.add_argument("--remote-code", action="store_true",
-                        help="also write the modeling files, for trust_remote_code=True without alternet_hf")
+    parser.add_argument(
+        "--config", type=json.loads, default={}, help="config overrides as JSON, e.g. '{\"num_labels\": 10}'"
+    )
+    parser.add_argument(
+        "--remote-code",
+        action="store_true",
+        help="also write the modeling files, for trust_remote_code=True without alternet_hf",
+    )
     args = parser.parse_args()
 
     model = convert_original_checkpoint(args.checkpoint, args.preset, **args.config)

@@ -11,17 +11,34 @@ from PIL import Image
 # Tiny versions of each family: every code path of the full models, in milliseconds on a CPU.
 TINY = {
     "alternet-50-cifar100": dict(
-        embedding_size=8, depths=[1, 2, 2], hidden_sizes=[16, 32, 64], num_attention_blocks=[0, 1, 1],
-        num_attention_heads=[1, 2, 2], attention_head_dim=8, image_size=16, num_labels=5,
+        embedding_size=8,
+        depths=[1, 2, 2],
+        hidden_sizes=[16, 32, 64],
+        num_attention_blocks=[0, 1, 1],
+        num_attention_heads=[1, 2, 2],
+        attention_head_dim=8,
+        image_size=16,
+        num_labels=5,
     ),
     "alternet-18-cifar10": dict(
-        embedding_size=8, depths=[1, 2], hidden_sizes=[8, 16], num_attention_blocks=[0, 1],
-        num_attention_heads=[1, 2], attention_head_dim=4, image_size=16, num_labels=5,
+        embedding_size=8,
+        depths=[1, 2],
+        hidden_sizes=[8, 16],
+        num_attention_blocks=[0, 1],
+        num_attention_heads=[1, 2],
+        attention_head_dim=4,
+        image_size=16,
+        num_labels=5,
     ),
     "resnet-50-cifar100": dict(embedding_size=8, depths=[1, 2], hidden_sizes=[16, 32], image_size=16, num_labels=5),
     "vit-ti-cifar100": dict(
-        hidden_size=24, num_hidden_layers=2, num_attention_heads=2, intermediate_size=48, image_size=16,
-        patch_size=4, num_labels=5,
+        hidden_size=24,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=48,
+        image_size=16,
+        patch_size=4,
+        num_labels=5,
     ),
 }
 

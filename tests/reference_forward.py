@@ -12,8 +12,13 @@ from einops import rearrange
 
 def _bn(x, sd, prefix):
     return F.batch_norm(
-        x, sd[prefix + "running_mean"], sd[prefix + "running_var"], sd[prefix + "weight"], sd[prefix + "bias"],
-        training=False, eps=1e-5,
+        x,
+        sd[prefix + "running_mean"],
+        sd[prefix + "running_var"],
+        sd[prefix + "weight"],
+        sd[prefix + "bias"],
+        training=False,
+        eps=1e-5,
     )
 
 
@@ -90,7 +95,9 @@ def alternet_forward(sd, x, heads=(3, 6, 12, 24), head_dim=64):
                 w1 = sd[p + "conv1.weight"]
                 x = F.conv2d(x, w1, stride=stride if w1.shape[-1] == 3 else 1, padding=w1.shape[-1] // 2)
                 w2 = sd[p + "conv2.2.weight"]
-                x = F.conv2d(F.relu(_bn(x, sd, p + "conv2.0.")), w2, stride=stride if w1.shape[-1] == 1 else 1, padding=1)
+                x = F.conv2d(
+                    F.relu(_bn(x, sd, p + "conv2.0.")), w2, stride=stride if w1.shape[-1] == 1 else 1, padding=1
+                )
                 if p + "conv3.2.weight" in sd:
                     x = F.conv2d(F.relu(_bn(x, sd, p + "conv3.0.")), sd[p + "conv3.2.weight"])
             x = x + skip
@@ -123,7 +130,11 @@ def reference_resnet_state_dict(depths, widths, expansion, num_classes, stem=64,
             if j == 0 and (s > 1 or in_c != out_c):
                 _rand_conv(sd, p + "shortcut.0.weight", out_c, in_c, 1, gen)
                 _rand_bn(sd, p + "shortcut.1.", out_c, gen)
-            shapes = [(width, in_c, 3), (out_c, width, 3)] if expansion == 1 else [(width, in_c, 1), (width, width, 3), (out_c, width, 1)]
+            shapes = (
+                [(width, in_c, 3), (out_c, width, 3)]
+                if expansion == 1
+                else [(width, in_c, 1), (width, width, 3), (out_c, width, 1)]
+            )
             for i, (o, c, k) in enumerate(shapes, start=1):
                 _rand_conv(sd, p + f"conv{i}.0.weight", o, c, k, gen)
                 _rand_bn(sd, p + f"conv{i}.1.", o, gen)
@@ -133,8 +144,9 @@ def reference_resnet_state_dict(depths, widths, expansion, num_classes, stem=64,
     return sd
 
 
-def reference_alternet_state_dict(depths, widths, expansion, msa_blocks, heads, num_classes, window=4,
-                                  head_dim=64, stem=64, seed=0):
+def reference_alternet_state_dict(
+    depths, widths, expansion, msa_blocks, heads, num_classes, window=4, head_dim=64, stem=64, seed=0
+):
     """Reference AlterNet keys (PAPER.md §2: `layer0.layer0.0`, `bn`/`conv1`/`conv2.0`/`conv2.2`..., MSA
     `norm1`/`conv`/`norm2`/`attn.pos_embedding`/`attn.attn.to_q|to_kv|to_out.0`, head `classifier.0.bn|dense`)."""
     gen, sd = torch.Generator().manual_seed(seed), {}

@@ -58,8 +58,9 @@ def test_padding_equals_cropping_when_the_map_is_divisible():
     full, _ = attention(x)
     cropped, _ = attention(x[:, :, :3, :3])  # 3×3 map padded to one 4×4 window
     small = AlterNetWindowAttention(8, 8, num_heads=2, head_dim=4, window_size=3).eval()
-    small.load_state_dict({**attention.state_dict(), "relative_position_bias_table":
-                           attention.relative_position_bias_table[1:6, 1:6]})
+    small.load_state_dict(
+        {**attention.state_dict(), "relative_position_bias_table": attention.relative_position_bias_table[1:6, 1:6]}
+    )
     expected, _ = small(x[:, :, :3, :3])
     torch.testing.assert_close(cropped, expected, rtol=1e-5, atol=1e-5)
     assert full.shape == (1, 8, 4, 4)

@@ -14,9 +14,24 @@ def test_measure_throughput_runs_both_modes():
 def test_benchmark_script_writes_json(tmp_path):
     out = tmp_path / "bench.json"
     result = subprocess.run(
-        [sys.executable, "scripts/benchmark.py", "--models", "resnet-18-cifar10", "--batch-sizes", "2",
-         "--modes", "forward", "--iterations", "1", "--warmup", "1", "--output", str(out)],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "scripts/benchmark.py",
+            "--models",
+            "resnet-18-cifar10",
+            "--batch-sizes",
+            "2",
+            "--modes",
+            "forward",
+            "--iterations",
+            "1",
+            "--warmup",
+            "1",
+            "--output",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "| resnet-18-cifar10 | cpu | float32 | no | 2 | forward |" in result.stdout

@@ -51,9 +51,14 @@ def test_alternet_matches_the_reference_computation(tmp_path, preset, depths, ex
         depths, (16, 32, 64, 128), expansion, msa_blocks, heads=(1, 2, 2, 4), num_classes=7, head_dim=16, stem=16
     )
     model = alternet_hf.convert_original_checkpoint(
-        _save(tmp_path, state_dict), preset, depths=list(depths), embedding_size=16,
-        hidden_sizes=[16 * expansion * 2**i for i in range(4)], num_attention_heads=[1, 2, 2, 4],
-        attention_head_dim=16, num_labels=7,
+        _save(tmp_path, state_dict),
+        preset,
+        depths=list(depths),
+        embedding_size=16,
+        hidden_sizes=[16 * expansion * 2**i for i in range(4)],
+        num_attention_heads=[1, 2, 2, 4],
+        attention_head_dim=16,
+        num_labels=7,
     )
     assert model.config.num_attention_blocks == list(msa_blocks)  # read from the checkpoint
     x = torch.randn(2, 3, 32, 32)
@@ -107,7 +112,8 @@ def test_command_line_writes_a_loadable_folder(tmp_path):
     path, out = _save(tmp_path, state_dict), tmp_path / "converted"
     result = subprocess.run(
         [sys.executable, "scripts/convert_original_checkpoint.py", str(path), "resnet-18-cifar10", str(out)],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     model = AutoModelForImageClassification.from_pretrained(out).eval()

@@ -11,14 +11,21 @@ from alternet_hf.data import load_image_classification
 def _cifar100_like(n=12):
     """uoft-cs/cifar100's schema: img, fine_label, coarse_label."""
     rng = np.random.default_rng(0)
-    features = Features({
-        "img": Image(), "fine_label": ClassLabel(names=[f"fine{i}" for i in range(4)]),
-        "coarse_label": ClassLabel(names=["a", "b"]),
-    })
-    return Dataset.from_dict({
-        "img": [PILImage.fromarray(rng.integers(0, 255, (32, 32, 3), dtype=np.uint8)) for _ in range(n)],
-        "fine_label": [i % 4 for i in range(n)], "coarse_label": [i % 2 for i in range(n)],
-    }, features=features)
+    features = Features(
+        {
+            "img": Image(),
+            "fine_label": ClassLabel(names=[f"fine{i}" for i in range(4)]),
+            "coarse_label": ClassLabel(names=["a", "b"]),
+        }
+    )
+    return Dataset.from_dict(
+        {
+            "img": [PILImage.fromarray(rng.integers(0, 255, (32, 32, 3), dtype=np.uint8)) for _ in range(n)],
+            "fine_label": [i % 4 for i in range(n)],
+            "coarse_label": [i % 2 for i in range(n)],
+        },
+        features=features,
+    )
 
 
 def test_embedded_digits():
@@ -35,7 +42,9 @@ def test_embedded_digits():
 
 def test_save_to_disk_folder_with_cifar100_columns(tmp_path):
     DatasetDict({"train": _cifar100_like(), "test": _cifar100_like(4)}).save_to_disk(str(tmp_path / "c100"))
-    data = load_image_classification(str(tmp_path / "c100"), split="test", image_column="img", label_column="fine_label")
+    data = load_image_classification(
+        str(tmp_path / "c100"), split="test", image_column="img", label_column="fine_label"
+    )
     assert data.column_names == ["image", "label"] and len(data) == 4
     assert data.features["label"].names == [f"fine{i}" for i in range(4)]
     with pytest.raises(ValueError, match="no column"):

@@ -11,12 +11,14 @@ import alternet_hf
 from alternet_hf.metrics import classification_metrics, plot_reliability_diagram, reliability_diagram
 
 # Four samples, three classes, given as probabilities.
-PROBS = np.array([
-    [0.95, 0.03, 0.02],  # label 0: right, confident
-    [0.10, 0.60, 0.30],  # label 2: wrong (predicts 1), unconfident
-    [0.05, 0.92, 0.03],  # label 0: wrong (predicts 1), confident
-    [0.20, 0.20, 0.60],  # label 2: right, unconfident
-])
+PROBS = np.array(
+    [
+        [0.95, 0.03, 0.02],  # label 0: right, confident
+        [0.10, 0.60, 0.30],  # label 2: wrong (predicts 1), unconfident
+        [0.05, 0.92, 0.03],  # label 0: wrong (predicts 1), confident
+        [0.20, 0.20, 0.60],  # label 2: right, unconfident
+    ]
+)
 LABELS = np.array([0, 2, 0, 2])
 
 
@@ -27,8 +29,12 @@ def test_hand_computed_metrics():
     assert m["freq_90"] == pytest.approx(0.5)  # samples 0 and 2
     assert m["acc_90"] == pytest.approx(0.5)  # of those, sample 0 is right
     assert m["unc_90"] == pytest.approx(0.5)  # wrong: 1 (unconfident) and 2 (confident)
-    brier = [(0.05**2 + 0.03**2 + 0.02**2), (0.1**2 + 0.6**2 + 0.7**2), (0.95**2 + 0.92**2 + 0.03**2),
-             (0.2**2 + 0.2**2 + 0.4**2)]
+    brier = [
+        (0.05**2 + 0.03**2 + 0.02**2),
+        (0.1**2 + 0.6**2 + 0.7**2),
+        (0.95**2 + 0.92**2 + 0.03**2),
+        (0.2**2 + 0.2**2 + 0.4**2),
+    ]
     assert m["brier"] == pytest.approx(np.mean(brier))
     # IoU: class 0: TP 1, FP 0, FN 1 -> 1/2; class 1: TP 0, FP 2 -> 0; class 2: TP 1, FN 1 -> 1/2.
     assert m["iou"] == pytest.approx((0.5 + 0.0 + 0.5) / 3)
@@ -41,7 +47,9 @@ def test_hand_computed_metrics():
 
 def test_logits_and_probabilities_agree():
     logits = np.log(PROBS)
-    assert classification_metrics(logits, LABELS) == pytest.approx(classification_metrics(PROBS, LABELS, from_logits=False))
+    assert classification_metrics(logits, LABELS) == pytest.approx(
+        classification_metrics(PROBS, LABELS, from_logits=False)
+    )
 
 
 def test_perfect_confident_predictions():
@@ -71,6 +79,6 @@ def test_evaluate_module_loads_by_path_offline():
     metric = evaluate.load(alternet_hf.EVALUATE_METRIC_PATH)
     logits = torch.log(torch.tensor(PROBS))
     for start in (0, 2):  # accumulate batches as an evaluation loop would
-        metric.add_batch(predictions=logits[start:start + 2].numpy(), references=LABELS[start:start + 2])
+        metric.add_batch(predictions=logits[start : start + 2].numpy(), references=LABELS[start : start + 2])
     result = metric.compute()
     assert result == pytest.approx(classification_metrics(PROBS, LABELS, from_logits=False), rel=1e-5)

@@ -150,10 +150,22 @@ class _SequentialTrainer(Trainer):
 
 def _train(model, data, tmp_path, *, batch_size, accumulation):
     args = TrainingArguments(
-        output_dir=str(tmp_path), per_device_train_batch_size=batch_size, gradient_accumulation_steps=accumulation,
-        max_steps=2, learning_rate=0.1, optim="sgd", lr_scheduler_type="constant", max_grad_norm=0.0,
-        weight_decay=0.0, use_cpu=True, report_to=[], save_strategy="no", logging_strategy="no",
-        dataloader_num_workers=0, seed=0, disable_tqdm=True,
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=batch_size,
+        gradient_accumulation_steps=accumulation,
+        max_steps=2,
+        learning_rate=0.1,
+        optim="sgd",
+        lr_scheduler_type="constant",
+        max_grad_norm=0.0,
+        weight_decay=0.0,
+        use_cpu=True,
+        report_to=[],
+        save_strategy="no",
+        logging_strategy="no",
+        dataloader_num_workers=0,
+        seed=0,
+        disable_tqdm=True,
     )
     _SequentialTrainer(model=model, args=args, train_dataset=data).train()
     return model
@@ -177,7 +189,7 @@ def test_trainer_gradient_accumulation(preset, tmp_path):
         optimizer.zero_grad()
         for micro in range(2):
             start = 4 * step + 2 * micro
-            (replay(pixel_values[start:start + 2], labels=labels[start:start + 2]).loss / 2).backward()
+            (replay(pixel_values[start : start + 2], labels=labels[start : start + 2]).loss / 2).backward()
         optimizer.step()
     for (name, a), b in zip(trained.state_dict().items(), replay.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
@@ -253,7 +265,13 @@ def test_every_preset_builds_a_config():
 
 
 def test_imagenet_preset_runs_at_224():
-    model = alternet_hf.create_model("alternet-18-imagenet", num_labels=3, hidden_sizes=[8, 16, 32, 64],
-                                     embedding_size=8, num_attention_heads=[1, 1, 1, 1], attention_head_dim=4).eval()
+    model = alternet_hf.create_model(
+        "alternet-18-imagenet",
+        num_labels=3,
+        hidden_sizes=[8, 16, 32, 64],
+        embedding_size=8,
+        num_attention_heads=[1, 1, 1, 1],
+        attention_head_dim=4,
+    ).eval()
     with torch.no_grad():
         assert model(torch.randn(1, 3, 224, 224)).logits.shape == (1, 3)

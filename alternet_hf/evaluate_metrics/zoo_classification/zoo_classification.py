@@ -1,8 +1,8 @@
 """The paper's classification metrics as an `evaluate` module, loaded by path (no Hub needed).
 
-    import evaluate, alternet_hf
-    metric = evaluate.load(alternet_hf.EVALUATE_METRIC_PATH)
-    metric.compute(predictions=logits, references=labels)
+import evaluate, alternet_hf
+metric = evaluate.load(alternet_hf.EVALUATE_METRIC_PATH)
+metric.compute(predictions=logits, references=labels)
 """
 
 import datasets
