@@ -92,7 +92,8 @@ class AlterNetWindowAttention(nn.Module):
         batch, _, height, width = hidden_states.shape
         p, heads, head_dim = self.window_size, self.num_heads, self.head_dim
         pad_h, pad_w = -height % p, -width % p
-        hidden_states = F.pad(hidden_states, (0, pad_w, 0, pad_h))
+        if pad_h or pad_w:
+            hidden_states = F.pad(hidden_states, (0, pad_w, 0, pad_h))
         rows, cols = (height + pad_h) // p, (width + pad_w) // p
 
         def to_windows(x: torch.Tensor) -> torch.Tensor:
