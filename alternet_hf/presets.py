@@ -172,7 +172,8 @@ def create_config(name: str, **overrides) -> PretrainedConfig:
                 )
             fields = config.to_dict()
             if "num_labels" in overrides:  # new label count: the preset's label names no longer apply
-                fields.pop("id2label", None), fields.pop("label2id", None)
+                for key in ("id2label", "label2id"):
+                    fields.pop(key, None)
             return type(config).from_dict({**fields, **overrides}) if overrides else config
     raise ValueError(unknown_preset_message(name))
 
