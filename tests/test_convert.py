@@ -23,17 +23,16 @@ def _save(tmp_path, state_dict, name="model.pth.tar"):
     return path
 
 
-def test_resnet_50_matches_the_reference_computation(tmp_path):
-    state_dict = reference_resnet_state_dict((3, 4, 6, 3), (64, 128, 256, 512), expansion=4, num_classes=100)
-    model = alternet_hf.convert_original_checkpoint(_save(tmp_path, state_dict), "resnet-50-cifar100")
-    x = torch.randn(2, 3, 32, 32)
-    with torch.no_grad():
-        torch.testing.assert_close(model(x).logits, resnet_forward(state_dict, x), rtol=1e-4, atol=1e-4)
-
-
-def test_resnet_18_basic_blocks(tmp_path):
-    state_dict = reference_resnet_state_dict((2, 2, 2, 2), (64, 128, 256, 512), expansion=1, num_classes=10)
-    model = alternet_hf.convert_original_checkpoint(_save(tmp_path, state_dict), "resnet-18-cifar10")
+@pytest.mark.parametrize(
+    "preset, depths, expansion, num_classes",
+    [
+        ("resnet-50-cifar100", (3, 4, 6, 3), 4, 100),  # the released checkpoint's architecture
+        ("resnet-18-cifar10", (2, 2, 2, 2), 1, 10),  # basic blocks
+    ],
+)
+def test_resnet_matches_the_reference_computation(tmp_path, preset, depths, expansion, num_classes):
+    state_dict = reference_resnet_state_dict(depths, (64, 128, 256, 512), expansion=expansion, num_classes=num_classes)
+    model = alternet_hf.convert_original_checkpoint(_save(tmp_path, state_dict), preset)
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         torch.testing.assert_close(model(x).logits, resnet_forward(state_dict, x), rtol=1e-4, atol=1e-4)
