@@ -131,5 +131,5 @@ def plot_reliability_diagram(diagram: ReliabilityDiagram, ax=None, *, title: str
         ylabel="accuracy",
         title=title or f"ECE {expected_calibration_error(diagram):.3f}",
     )
-    ax.legend(loc="upper left")
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.1), ncol=2, frameon=False, fontsize="small")
     return ax

@@ -1,0 +1,214 @@
+"""Training recipes: the paper's strong-augmentation recipe (PAPER.md §4), a plain SGD one, and the
+small offline default, as one dataclass that the command line and JSON config files fill in.
+
+The augmentation pieces are timm's (RandAugment, Mixup/CutMix with label smoothing); the schedule is
+transformers' per-step linear warm-up then cosine.
+"""
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from timm.data.auto_augment import rand_augment_transform
+from timm.data.mixup import Mixup, mixup_target
+from torchvision import transforms as T
+from transformers import get_cosine_schedule_with_warmup
+
+
+@dataclass
+class TrainingConfig:
+    """Everything a training run needs; the defaults are the offline first run on the embedded digits."""
+
+    model: str = field(default="alternet-18-cifar10", metadata={"help": "preset name, folder or Hub id"})
+    model_overrides: dict = field(
+        default_factory=lambda: dict(
+            hidden_sizes=[32, 64, 128, 256],
+            embedding_size=32,
+            num_attention_heads=[1, 2, 4, 4],
+            attention_head_dim=32,
+            drop_path_rate=0.0,
+        ),
+        metadata={"help": "config fields to override, as JSON"},
+    )
+    dataset: str = field(default="digits", metadata={"help": "'digits', a Hub id, or a local folder/parquet file"})
+    image_column: str | None = None
+    label_column: str | None = None
+    train_split: str = "train"
+    eval_split: str = "test"
+    output_dir: str = "outputs/alternet-digits"
+
+    epochs: int = 6
+    warmup_epochs: float = 1.0
+    batch_size: int = field(default=64, metadata={"help": "per process, per optimizer step before accumulation"})
+    gradient_accumulation_steps: int = 1
+    optimizer: str = field(default="adamw", metadata={"help": "adamw or sgd"})
+    learning_rate: float = 2e-3
+    weight_decay: float = 0.05
+    momentum: float = 0.9
+    clip_grad_norm: float | None = 5.0
+
+    random_crop_padding: int = field(default=2, metadata={"help": "0 disables RandomCrop"})
+    horizontal_flip: float = field(default=0.0, metadata={"help": "probability; digits must not be mirrored"})
+    rand_augment: str | None = field(default=None, metadata={"help": "timm string, e.g. rand-m9-n2-mstd1.0"})
+    mixup_alpha: float = 0.0
+    cutmix_alpha: float = 0.0
+    label_smoothing: float = 0.0
+
+    eval_batch_size: int = 256
+    mixed_precision: str = field(default="auto", metadata={"help": "auto (bf16 on GPU), no, bf16, fp16"})
+    channels_last: bool = True
+    compile: bool = False
+    num_workers: int = 0
+    seed: int = 0
+    deterministic: bool = field(default=False, metadata={"help": "deterministic algorithms (for exact resume checks)"})
+    save_every_steps: int = field(default=200, metadata={"help": "checkpoint every N optimizer steps (and each epoch)"})
+    keep_checkpoints: int = 2
+
+    @classmethod
+    def fields_help(cls) -> dict[str, str]:
+        return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(cls)}
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2))
+
+    def validate(self) -> None:
+        for name in ("epochs", "batch_size", "gradient_accumulation_steps", "eval_batch_size", "save_every_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"TrainingConfig.{name} must be at least 1, got {getattr(self, name)}")
+        if self.optimizer not in ("adamw", "sgd"):
+            raise ValueError(f"TrainingConfig.optimizer must be 'adamw' or 'sgd', got {self.optimizer!r}")
+        if self.mixed_precision not in ("auto", "no", "bf16", "fp16"):
+            raise ValueError(
+                f"TrainingConfig.mixed_precision must be auto, no, bf16 or fp16, got {self.mixed_precision!r}"
+            )
+        if (self.mixup_alpha > 0 or self.cutmix_alpha > 0) and self.batch_size % 2:
+            raise ValueError("Mixup/CutMix pair samples within a batch: TrainingConfig.batch_size must be even")
+
+
+# The paper's recipe for every CIFAR preset (PAPER.md §4): lr 1.25e-4 at batch 96, scaled linearly.
+PAPER_RECIPE = dict(
+    epochs=305,
+    warmup_epochs=5,
+    batch_size=96,
+    optimizer="adamw",
+    learning_rate=1.25e-4,
+    weight_decay=0.05,
+    clip_grad_norm=5.0,
+    random_crop_padding=4,
+    horizontal_flip=0.5,
+    rand_augment="rand-m9-n2-mstd1.0",
+    mixup_alpha=1.0,
+    cutmix_alpha=0.8,
+    label_smoothing=0.1,
+    model_overrides={"drop_path_rate": 0.1},
+)
+# A plain baseline: SGD with momentum, crop and flip only.
+SGD_RECIPE = dict(
+    epochs=200,
+    warmup_epochs=1,
+    batch_size=128,
+    optimizer="sgd",
+    learning_rate=0.1,
+    momentum=0.9,
+    weight_decay=5e-4,
+    clip_grad_norm=None,
+    random_crop_padding=4,
+    horizontal_flip=0.5,
+    rand_augment=None,
+    mixup_alpha=0.0,
+    cutmix_alpha=0.0,
+    label_smoothing=0.0,
+    model_overrides={},
+)
+DATASET_SOURCES = {"cifar10": "uoft-cs/cifar10", "cifar100": "uoft-cs/cifar100", "imagenet": "imagenet-1k"}
+
+
+def recipe_config(preset: str, recipe: str = "paper", **overrides) -> TrainingConfig:
+    """The recipe (`paper` or `sgd`) for a zoo preset such as `alternet-50-cifar100`, on its Hub dataset."""
+    recipes = {"paper": PAPER_RECIPE, "sgd": SGD_RECIPE}
+    if recipe not in recipes:
+        raise ValueError(f"unknown recipe {recipe!r}: choose one of {sorted(recipes)}")
+    dataset = DATASET_SOURCES.get(preset.rsplit("-", 1)[-1])
+    if dataset is None:
+        raise ValueError(f"{preset!r} names no known dataset (its last part must be one of {sorted(DATASET_SOURCES)})")
+    fields = {**recipes[recipe], "model": preset, "dataset": dataset, "output_dir": f"outputs/{preset}-{recipe}"}
+    return TrainingConfig(**{**fields, **overrides})
+
+
+def _to_rgb(image):
+    return image.convert("RGB")
+
+
+def train_transform(config: TrainingConfig, image_size: int, mean, std) -> T.Compose:
+    """PIL image -> normalised tensor, with the recipe's augmentations (all on the CPU, per image)."""
+    steps = [T.Lambda(_to_rgb), T.Resize((image_size, image_size))]
+    if config.random_crop_padding:
+        steps.append(T.RandomCrop(image_size, padding=config.random_crop_padding))
+    if config.horizontal_flip:
+        steps.append(T.RandomHorizontalFlip(config.horizontal_flip))
+    if config.rand_augment:
+        fill = tuple(round(255 * m) for m in mean)
+        steps.append(rand_augment_transform(config.rand_augment, {"img_mean": fill}))
+    steps += [T.ToTensor(), T.Normalize(mean, std)]
+    return T.Compose(steps)
+
+
+def eval_transform(image_size: int, mean, std) -> T.Compose:
+    return T.Compose(
+        [
+            T.Lambda(_to_rgb),
+            T.Resize((image_size, image_size)),
+            T.ToTensor(),
+            T.Normalize(mean, std),
+        ]
+    )
+
+
+class BatchMixer:
+    """Mixup/CutMix and label smoothing on a whole batch, on whatever device the batch is (the GPU in training)."""
+
+    def __init__(self, config: TrainingConfig, num_labels: int):
+        self.num_labels = num_labels
+        self.label_smoothing = config.label_smoothing
+        self.mixup = (
+            Mixup(
+                mixup_alpha=config.mixup_alpha,
+                cutmix_alpha=config.cutmix_alpha,
+                prob=1.0,
+                label_smoothing=config.label_smoothing,
+                num_classes=num_labels,
+            )
+            if config.mixup_alpha > 0 or config.cutmix_alpha > 0
+            else None
+        )
+
+    def __call__(self, pixel_values: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.mixup is not None:
+            return self.mixup(pixel_values, labels)
+        if self.label_smoothing > 0:
+            return pixel_values, mixup_target(labels, self.num_labels, 1.0, self.label_smoothing)
+        return pixel_values, labels
+
+
+def build_optimizer(config: TrainingConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
+    """Weight decay on weights only: biases and norm parameters (1-D tensors) are not decayed."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.ndim > 1]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim <= 1]
+    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if config.optimizer == "sgd":
+        return torch.optim.SGD(groups, lr=config.learning_rate, momentum=config.momentum, nesterov=True)
+    return torch.optim.AdamW(groups, lr=config.learning_rate)
+
+
+def build_scheduler(config: TrainingConfig, optimizer, steps_per_epoch: int):
+    """Linear warm-up per step, then cosine to zero, over the whole run."""
+    return get_cosine_schedule_with_warmup(
+        optimizer,
+        num_warmup_steps=round(config.warmup_epochs * steps_per_epoch),
+        num_training_steps=config.epochs * steps_per_epoch,
+    )

@@ -1,0 +1,397 @@
+"""The training engine on Accelerate: one code path for a CPU, one GPU, or many processes and nodes.
+
+`train(config)` builds data, model, optimizer and schedule from a `TrainingConfig`, trains with the
+recipe's augmentation, evaluates the paper's metrics every epoch, and writes
+
+    <output_dir>/                 the final model (save_pretrained + image processor), metrics.json,
+                                  history.json, training_curves.png, reliability_diagram.png, config
+    <output_dir>/best/            the model of the best evaluation accuracy
+    <output_dir>/checkpoints/     Accelerate states for `resume=True`
+    <output_dir>/logs/            TensorBoard
+
+Checkpoints are written to a temporary folder, renamed into place, and only then named by the
+`latest` pointer (itself replaced atomically), so a kill at any moment leaves a usable checkpoint.
+Resuming restores model, optimizer, schedule, every RNG and the position inside the epoch.
+"""
+
+import json
+import math
+import os
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from accelerate import Accelerator
+from accelerate.utils import DataLoaderConfiguration, ProjectConfiguration, set_seed
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
+
+from .data import load_image_classification
+from .metrics import classification_metrics, plot_reliability_diagram, reliability_diagram
+from .presets import create_model
+from .recipe import BatchMixer, TrainingConfig, build_optimizer, build_scheduler, eval_transform, train_transform
+
+
+@dataclass
+class TrainState:
+    """Where a run stands; saved as JSON inside every checkpoint."""
+
+    epoch: int = 0  # the epoch in progress, from 0
+    step_in_epoch: int = 0  # batches of that epoch already trained on
+    global_step: int = 0  # optimizer steps so far
+    best_accuracy: float = -1.0
+    history: list = field(default_factory=list)  # one dict per finished epoch
+
+
+@dataclass
+class TrainResult:
+    model: torch.nn.Module  # the trained model, unwrapped from Accelerate
+    output_dir: Path
+    metrics: dict  # of the last evaluation
+    best_accuracy: float
+    history: list
+
+
+class CheckpointManager:
+    """Atomic Accelerate checkpoints under `root`, the newest named by the file `root/latest`."""
+
+    def __init__(self, root: Path, keep: int):
+        self.root, self.keep = Path(root), keep
+
+    def latest(self) -> Path | None:
+        pointer = self.root / "latest"
+        if not pointer.exists():
+            return None
+        path = self.root / pointer.read_text().strip()
+        return path if (path / "train_state.json").exists() else None
+
+    def save(self, accelerator: Accelerator, state: TrainState) -> Path:
+        final = self.root / f"checkpoint-{state.global_step:08d}-{state.step_in_epoch:06d}"
+        partial = final.with_name(final.name + ".partial")
+        if accelerator.is_main_process:
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir(parents=True)
+        accelerator.wait_for_everyone()
+        accelerator.save_state(str(partial))
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            (partial / "train_state.json").write_text(json.dumps(asdict(state)))
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(partial, final)
+            pointer = self.root / "latest.tmp"
+            pointer.write_text(final.name)
+            os.replace(pointer, self.root / "latest")
+            self._prune(keep=final)
+        accelerator.wait_for_everyone()
+        return final
+
+    def _prune(self, keep: Path) -> None:
+        checkpoints = sorted(p for p in self.root.glob("checkpoint-*") if p.is_dir() and p != keep)
+        for old in checkpoints[: max(len(checkpoints) - (self.keep - 1), 0)]:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _collate(examples: list[dict]) -> dict[str, torch.Tensor]:
+    return {
+        "pixel_values": torch.stack([e["pixel_values"] for e in examples]),
+        "labels": torch.tensor([e["labels"] for e in examples]),
+    }
+
+
+class SeededAugmentation:
+    """Applies `transform` with every RNG seeded from (seed, epoch, sample index).
+
+    A sample's augmentation then depends neither on which process or worker loads it, nor on what was
+    loaded before: data loaders read ahead, so a resume in the middle of an epoch could otherwise not
+    replay the interrupted run. Set `epoch` before each epoch (loader workers must not persist).
+    """
+
+    def __init__(self, transform, seed: int):
+        self.transform, self.seed, self.epoch = transform, seed, 0
+
+    def __call__(self, image, index: int) -> torch.Tensor:
+        seed = (self.seed * 1_000_003 + self.epoch) * 1_000_003 + index
+        python_state, numpy_state = random.getstate(), np.random.get_state()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            random.seed(seed)
+            np.random.seed(seed % 2**32)
+            try:
+                return self.transform(image)
+            finally:
+                random.setstate(python_state)
+                np.random.set_state(numpy_state)
+
+
+def _with_transform(dataset, transform):
+    if isinstance(transform, SeededAugmentation):
+        dataset = dataset.add_column("index", list(range(len(dataset))))
+
+        def apply(batch):
+            images = [transform(image, index) for image, index in zip(batch["image"], batch["index"])]
+            return {"pixel_values": images, "labels": batch["label"]}
+    else:
+
+        def apply(batch):
+            return {"pixel_values": [transform(image) for image in batch["image"]], "labels": batch["label"]}
+
+    dataset.set_transform(apply)
+    return dataset
+
+
+def build_model_and_data(config: TrainingConfig):
+    """The model (labels named after the dataset's classes), the training augmentation and both data loaders."""
+    columns = dict(image_column=config.image_column, label_column=config.label_column)
+    train_data = load_image_classification(config.dataset, split=config.train_split, **columns)
+    eval_data = load_image_classification(config.dataset, split=config.eval_split, **columns)
+    names = train_data.features["label"].names
+    labels = {"id2label": dict(enumerate(names)), "label2id": {name: i for i, name in enumerate(names)}}
+    if Path(config.model).is_dir() or "/" in config.model:
+        model = create_model(config.model, num_labels=len(names), **config.model_overrides)
+        model.config.id2label, model.config.label2id = labels["id2label"], labels["label2id"]
+    else:
+        model = create_model(config.model, **labels, **config.model_overrides)
+    size, mean, std = model.config.image_size, model.config.image_mean, model.config.image_std
+    augmentation = SeededAugmentation(train_transform(config, size, mean, std), config.seed)
+    train_data = _with_transform(train_data, augmentation)
+    eval_data = _with_transform(eval_data, eval_transform(size, mean, std))
+    if len(train_data) < config.batch_size:
+        raise ValueError(f"{len(train_data)} training images are fewer than one batch ({config.batch_size})")
+    # Own generators: creating a loader iterator must not draw from the global RNG, or a resumed run
+    # (which creates one more iterator) would drift from the uninterrupted one.
+    options = dict(collate_fn=_collate, num_workers=config.num_workers)
+    train_loader_rng, eval_loader_rng = (torch.Generator().manual_seed(config.seed + i) for i in range(2))
+    train_loader = DataLoader(
+        train_data, batch_size=config.batch_size, shuffle=True, drop_last=True, generator=train_loader_rng, **options
+    )
+    eval_loader = DataLoader(
+        eval_data,
+        batch_size=config.eval_batch_size,
+        generator=eval_loader_rng,
+        persistent_workers=config.num_workers > 0,
+        **options,
+    )
+    return model, augmentation, train_loader, eval_loader
+
+
+def train_one_epoch(
+    model,
+    forward,
+    loader,
+    optimizer,
+    scheduler,
+    accelerator: Accelerator,
+    mixer: BatchMixer,
+    state: TrainState,
+    *,
+    clip_grad_norm: float | None,
+    channels_last: bool,
+    on_optimizer_step,
+    progress: tqdm,
+) -> float:
+    """Train on `loader` (already advanced past `state.step_in_epoch` batches); return the mean loss."""
+    model.train()
+    total_loss, count = torch.zeros((), device=accelerator.device), 0
+    for batch in loader:
+        with accelerator.accumulate(model):
+            pixel_values, labels = batch["pixel_values"], batch["labels"]
+            if channels_last:
+                pixel_values = pixel_values.contiguous(memory_format=torch.channels_last)
+            pixel_values, labels = mixer(pixel_values, labels)
+            loss = forward(pixel_values, labels=labels).loss
+            accelerator.backward(loss)
+            if accelerator.sync_gradients and clip_grad_norm:
+                accelerator.clip_grad_norm_(model.parameters(), clip_grad_norm)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        total_loss += loss.detach()
+        count += 1
+        state.step_in_epoch += 1
+        progress.update(1)
+        if accelerator.sync_gradients:
+            scheduler.step()
+            state.global_step += 1
+            on_optimizer_step(loss)
+    return (total_loss / max(count, 1)).item()
+
+
+@torch.no_grad()
+def evaluate(
+    model, loader, accelerator: Accelerator, *, channels_last: bool = False
+) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    """The paper's metrics on `loader` (gathered over processes), plus all logits and labels."""
+    model.eval()
+    all_logits, all_labels = [], []
+    for batch in tqdm(loader, desc="evaluate", leave=False, disable=not accelerator.is_local_main_process):
+        pixel_values = batch["pixel_values"]
+        if channels_last:
+            pixel_values = pixel_values.contiguous(memory_format=torch.channels_last)
+        logits = model(pixel_values).logits.float()
+        logits, labels = accelerator.gather_for_metrics((logits, batch["labels"]))
+        all_logits.append(logits.cpu())
+        all_labels.append(labels.cpu())
+    logits, labels = torch.cat(all_logits), torch.cat(all_labels)
+    return classification_metrics(logits.numpy(), labels.numpy()), logits, labels
+
+
+def plot_training_curves(history: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    epochs = [h["epoch"] for h in history]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
+    left.plot(epochs, [h["train_loss"] for h in history], marker="o", label="train loss")
+    left.plot(epochs, [h["eval_nll"] for h in history], marker="o", label="eval NLL")
+    left.set(xlabel="epoch", ylabel="loss")
+    left.legend()
+    right.plot(epochs, [100 * h["eval_accuracy"] for h in history], marker="o", color="tab:green")
+    right.set(xlabel="epoch", ylabel="eval accuracy (%)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _mixed_precision(config: TrainingConfig) -> str:
+    if config.mixed_precision == "auto":
+        return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
+    return config.mixed_precision
+
+
+def _tracker_config(config: TrainingConfig) -> dict:
+    """TensorBoard hparams take scalars and strings only."""
+    return {k: v if isinstance(v, int | float | str | bool) else json.dumps(v) for k, v in config.to_dict().items()}
+
+
+def train(config: TrainingConfig, *, resume: bool = False) -> TrainResult:
+    """Run (or, with `resume=True`, continue from the latest checkpoint) the training `config` describes."""
+    config.validate()
+    output_dir = Path(config.output_dir)
+    accelerator = Accelerator(
+        mixed_precision=_mixed_precision(config),
+        gradient_accumulation_steps=config.gradient_accumulation_steps,
+        log_with="tensorboard",
+        project_config=ProjectConfiguration(project_dir=str(output_dir), logging_dir=str(output_dir / "logs")),
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=config.seed),
+    )
+    set_seed(config.seed)
+    if config.deterministic:
+        torch.use_deterministic_algorithms(True)
+    checkpoints = CheckpointManager(output_dir / "checkpoints", keep=config.keep_checkpoints)
+    latest = checkpoints.latest() if resume else None
+    if not resume and checkpoints.latest() is not None:
+        raise FileExistsError(
+            f"{output_dir} holds checkpoints of an earlier run: continue it with --resume (resume=True), "
+            "or choose another --output-dir"
+        )
+
+    model, augmentation, train_loader, eval_loader = build_model_and_data(config)
+    if config.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    optimizer = build_optimizer(config, model)
+    model, optimizer, train_loader, eval_loader = accelerator.prepare(model, optimizer, train_loader, eval_loader)
+    steps_per_epoch = len(train_loader) // config.gradient_accumulation_steps
+    scheduler = build_scheduler(config, optimizer, steps_per_epoch)
+    accelerator.register_for_checkpointing(scheduler)  # stepped by hand, once per optimizer step
+    forward = torch.compile(model) if config.compile else model
+    mixer = BatchMixer(config, accelerator.unwrap_model(model).config.num_labels)
+
+    state = TrainState()
+    if latest is not None:
+        accelerator.load_state(str(latest))
+        state = TrainState(**json.loads((latest / "train_state.json").read_text()))
+        accelerator.print(f"resumed from {latest} (epoch {state.epoch + 1}, step {state.global_step})")
+    elif resume:
+        accelerator.print(f"no checkpoint in {checkpoints.root}: starting from scratch")
+    if accelerator.is_main_process:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        config.save(output_dir / "training_config.json")
+    accelerator.init_trackers("train", config=_tracker_config(config))
+
+    def on_optimizer_step(loss):
+        if state.global_step % 10 == 0:
+            accelerator.log({"train/loss": loss.item(), "train/lr": scheduler.get_last_lr()[0]}, step=state.global_step)
+        if state.global_step % config.save_every_steps == 0:
+            checkpoints.save(accelerator, state)
+
+    metrics, logits, labels = {}, None, None
+    while state.epoch < config.epochs:
+        started = time.perf_counter()
+        train_loader.set_epoch(state.epoch)
+        augmentation.epoch = state.epoch
+        loader = (
+            accelerator.skip_first_batches(train_loader, state.step_in_epoch) if state.step_in_epoch else train_loader
+        )
+        progress = tqdm(
+            total=len(train_loader),
+            initial=state.step_in_epoch,
+            desc=f"epoch {state.epoch + 1}/{config.epochs}",
+            disable=not accelerator.is_local_main_process,
+        )
+        train_loss = train_one_epoch(
+            model,
+            forward,
+            loader,
+            optimizer,
+            scheduler,
+            accelerator,
+            mixer,
+            state,
+            clip_grad_norm=config.clip_grad_norm,
+            channels_last=config.channels_last,
+            on_optimizer_step=on_optimizer_step,
+            progress=progress,
+        )
+        progress.close()
+        metrics, logits, labels = evaluate(model, eval_loader, accelerator, channels_last=config.channels_last)
+        record = {
+            "epoch": state.epoch + 1,
+            "train_loss": train_loss,
+            "lr": scheduler.get_last_lr()[0],
+            "seconds": time.perf_counter() - started,
+            **{f"eval_{k}": v for k, v in metrics.items()},
+        }
+        accelerator.log(
+            {k.replace("eval_", "eval/"): v for k, v in record.items() if k.startswith("eval_")}, step=state.global_step
+        )
+        accelerator.print(
+            f"epoch {state.epoch + 1}: train loss {train_loss:.4f}, eval accuracy {100 * metrics['accuracy']:.2f}%, "
+            f"NLL {metrics['nll']:.4f}, ECE {metrics['ece']:.4f}"
+        )
+        state.history.append(record)
+        if metrics["accuracy"] > state.best_accuracy:
+            state.best_accuracy = metrics["accuracy"]
+            _save_model(accelerator, model, output_dir / "best", metrics)
+        state.epoch, state.step_in_epoch = state.epoch + 1, 0
+        checkpoints.save(accelerator, state)
+
+    if accelerator.is_main_process and state.history:
+        _save_model(accelerator, model, output_dir, metrics)
+        (output_dir / "history.json").write_text(json.dumps(state.history, indent=2))
+        plot_training_curves(state.history, output_dir / "training_curves.png")
+        if logits is not None:
+            import matplotlib.pyplot as plt
+
+            ax = plot_reliability_diagram(reliability_diagram(logits.numpy(), labels.numpy()))
+            ax.figure.savefig(output_dir / "reliability_diagram.png", dpi=120)
+            plt.close(ax.figure)
+    accelerator.end_training()
+    return TrainResult(accelerator.unwrap_model(model), output_dir, metrics, state.best_accuracy, state.history)
+
+
+def _save_model(accelerator: Accelerator, model, path: Path, metrics: dict) -> None:
+    if accelerator.is_main_process:
+        unwrapped = accelerator.unwrap_model(model)
+        unwrapped.save_pretrained(path)
+        (Path(path) / "metrics.json").write_text(
+            json.dumps({k: _finite_or_none(v) for k, v in metrics.items()}, indent=2)
+        )
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None

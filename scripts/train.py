@@ -1,0 +1,85 @@
+#!/usr/bin/env python
+"""Train a zoo model. With no arguments: a small AlterNet on the embedded digits, on the CPU, in minutes.
+
+    python scripts/train.py                                                   # offline first run
+    accelerate launch scripts/train.py --recipe paper --model alternet-50-cifar100   # the paper's recipe
+    accelerate launch scripts/train.py --config my_run.json --resume          # continue after a crash or kill
+    python scripts/train.py --recipe paper --model vit-ti-cifar100 --print-config > vit.json
+
+Settings are layered: defaults (or `--recipe` for `--model`), then `--config` (JSON), then flags.
+"""
+
+import argparse
+import dataclasses
+import json
+import types
+import typing
+from pathlib import Path
+
+from alternet_hf.recipe import TrainingConfig, recipe_config
+from alternet_hf.training import train
+
+
+def _parser_type(annotation):
+    """argparse type for a dataclass field annotation (`X | None` accepts 'none')."""
+    args = typing.get_args(annotation)
+    if isinstance(annotation, types.UnionType) and type(None) in args:
+        inner = next(a for a in args if a is not type(None))
+        return lambda text: None if text.lower() == "none" else _parser_type(inner)(text)
+    return json.loads if annotation is dict else annotation
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--recipe", choices=["paper", "sgd"], help="start from this recipe for --model's dataset")
+    parser.add_argument("--config", type=Path, help="JSON file of TrainingConfig fields")
+    parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output-dir")
+    parser.add_argument("--print-config", action="store_true", help="print the resulting config as JSON and exit")
+    helps = TrainingConfig.fields_help()
+    hints = typing.get_type_hints(TrainingConfig)
+    for f in dataclasses.fields(TrainingConfig):
+        flag = "--" + f.name.replace("_", "-")
+        if hints[f.name] is bool:
+            parser.add_argument(
+                flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=helps[f.name]
+            )
+        else:
+            parser.add_argument(flag, type=_parser_type(hints[f.name]), default=argparse.SUPPRESS, help=helps[f.name])
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> TrainingConfig:
+    flags = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainingConfig) if hasattr(args, f.name)}
+    from_file = json.loads(args.config.read_text()) if args.config else {}
+    unknown = set(from_file) - {f.name for f in dataclasses.fields(TrainingConfig)}
+    if unknown:
+        raise SystemExit(f"{args.config}: unknown field(s) {sorted(unknown)}; see --help for the fields")
+    if args.recipe:
+        model = flags.get("model", from_file.get("model"))
+        if model is None:
+            raise SystemExit("--recipe needs --model (a preset such as alternet-50-cifar100)")
+        base = recipe_config(model, args.recipe).to_dict()
+    else:
+        base = TrainingConfig().to_dict()
+    return TrainingConfig(**{**base, **from_file, **flags})
+
+
+def main() -> None:
+    args = build_parser().parse_args()
+    config = config_from_args(args)
+    if args.print_config:
+        print(json.dumps(config.to_dict(), indent=2))
+        return
+    result = train(config, resume=args.resume)
+    if result.metrics:
+        print(
+            f"\nfinal test accuracy {100 * result.metrics['accuracy']:.2f}% (best {100 * result.best_accuracy:.2f}%)\n"
+            f"model, image processor and metrics.json: {result.output_dir}/\n"
+            f"best model: {result.output_dir}/best/\n"
+            f"plots: {result.output_dir}/training_curves.png, {result.output_dir}/reliability_diagram.png\n"
+            f"TensorBoard: tensorboard --logdir {result.output_dir}/logs"
+        )
+
+
+if __name__ == "__main__":
+    main()

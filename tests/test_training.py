@@ -1,0 +1,198 @@
+"""The training engine end to end on the embedded digits: outputs, resume after SIGKILL, two processes."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForImageClassification
+
+import alternet_hf  # noqa: F401  (registers the classes for AutoModel)
+from alternet_hf.recipe import TrainingConfig, recipe_config
+
+REPO = Path(__file__).resolve().parent.parent
+TINY_ALTERNET = dict(
+    hidden_sizes=[8, 16, 32, 64],
+    embedding_size=8,
+    num_attention_heads=[1, 1, 2, 2],
+    attention_head_dim=8,
+    drop_path_rate=0.1,
+)
+TINY_VIT = dict(hidden_size=24, num_hidden_layers=2, num_attention_heads=2, intermediate_size=48, patch_size=4)
+
+
+def _train_command(output_dir, *extra):
+    return [
+        sys.executable,
+        str(REPO / "scripts" / "train.py"),
+        "--output-dir",
+        str(output_dir),
+        "--model-overrides",
+        json.dumps(TINY_ALTERNET),
+        "--epochs",
+        "2",
+        "--batch-size",
+        "16",
+        "--save-every-steps",
+        "10",
+        "--deterministic",
+        "--eval-batch-size",
+        "512",
+        *extra,
+    ]
+
+
+def _env():
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+
+
+def test_training_writes_a_usable_model_and_learns(tmp_path):
+    result = subprocess.run(_train_command(tmp_path / "run"), capture_output=True, text=True, env=_env())
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = tmp_path / "run"
+    for name in (
+        "model.safetensors",
+        "preprocessor_config.json",
+        "metrics.json",
+        "history.json",
+        "training_curves.png",
+        "reliability_diagram.png",
+        "training_config.json",
+        "best/model.safetensors",
+    ):
+        assert (run / name).exists(), name
+    history = json.loads((run / "history.json").read_text())
+    assert len(history) == 2 and history[-1]["eval_accuracy"] > 0.5  # chance is 0.1
+    model = AutoModelForImageClassification.from_pretrained(run)
+    assert model.config.id2label[3] == "3"
+    assert "final test accuracy" in result.stdout
+    assert list((run / "logs").rglob("events.out.tfevents*")), "no TensorBoard log"
+
+    again = subprocess.run(_train_command(run), capture_output=True, text=True, env=_env())
+    assert again.returncode != 0 and "--resume" in again.stderr  # never silently overwrites a run
+
+
+def test_resume_after_sigkill_equals_an_uninterrupted_run(tmp_path):
+    reference = subprocess.run(_train_command(tmp_path / "reference"), capture_output=True, text=True, env=_env())
+    assert reference.returncode == 0, reference.stderr[-3000:]
+
+    interrupted = tmp_path / "interrupted"
+    process = subprocess.Popen(
+        _train_command(interrupted), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env()
+    )
+    pointer = interrupted / "checkpoints" / "latest"
+    deadline = time.monotonic() + 300
+    while not pointer.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL, "training ended before it could be killed"
+    state = json.loads((interrupted / "checkpoints" / pointer.read_text().strip() / "train_state.json").read_text())
+    assert state["epoch"] == 0 and state["step_in_epoch"] > 0  # killed in the middle of the first epoch
+    assert not (interrupted / "model.safetensors").exists()
+
+    resumed = subprocess.run(_train_command(interrupted, "--resume"), capture_output=True, text=True, env=_env())
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed from" in resumed.stdout
+    expected, actual = (
+        load_file(tmp_path / "reference" / "model.safetensors"),
+        load_file(interrupted / "model.safetensors"),
+    )
+    assert expected.keys() == actual.keys()
+    for key in expected:
+        assert torch.equal(expected[key], actual[key]), key
+    assert json.loads((interrupted / "history.json").read_text())[-1]["eval_accuracy"] == pytest.approx(
+        json.loads((tmp_path / "reference" / "history.json").read_text())[-1]["eval_accuracy"]
+    )
+
+
+def _torchrun(config: dict, out: Path, processes: int):
+    out.mkdir(parents=True)
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={processes}",
+        str(REPO / "tests" / "distributed_harness.py"),
+        json.dumps(config),
+        str(out),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, env={**_env(), "ACCELERATE_USE_CPU": "1"})
+    assert result.returncode == 0, result.stderr[-4000:]
+    return [load_file(out / f"rank{rank}.safetensors") for rank in range(processes)]
+
+
+def _distributed_config(tmp_path, name, **fields):
+    base = dict(
+        epochs=1,
+        save_every_steps=1000,
+        eval_batch_size=512,
+        random_crop_padding=0,
+        optimizer="sgd",
+        learning_rate=0.05,
+        weight_decay=0.0,
+        clip_grad_norm=None,
+        seed=0,
+    )
+    return {**base, **fields, "output_dir": str(tmp_path / name)}
+
+
+def test_two_processes_end_with_identical_weights(tmp_path):
+    config = _distributed_config(tmp_path, "alternet", model_overrides=TINY_ALTERNET, batch_size=16)
+    rank0, rank1 = _torchrun(config, tmp_path / "alternet-weights", processes=2)
+    for key in rank0:
+        assert torch.equal(rank0[key], rank1[key]), key
+
+
+def test_two_processes_equal_one_process_with_the_same_global_batch(tmp_path):
+    """ViT has no batch statistics, so 2 × 8 images per step must train exactly like 1 × 16."""
+    common = dict(model="vit-ti-cifar10", model_overrides=TINY_VIT)
+    two = _torchrun(_distributed_config(tmp_path, "two", batch_size=8, **common), tmp_path / "w2", processes=2)[0]
+    one = _torchrun(_distributed_config(tmp_path, "one", batch_size=16, **common), tmp_path / "w1", processes=1)[0]
+    for key in one:
+        torch.testing.assert_close(two[key], one[key], rtol=1e-4, atol=1e-5, msg=key)
+
+
+def test_command_line_layers_recipe_file_and_flags(tmp_path):
+    config_file = tmp_path / "run.json"
+    config_file.write_text(json.dumps({"epochs": 7, "learning_rate": 0.01}))
+    command = [
+        sys.executable,
+        str(REPO / "scripts" / "train.py"),
+        "--recipe",
+        "paper",
+        "--model",
+        "alternet-50-cifar100",
+        "--config",
+        str(config_file),
+        "--learning-rate",
+        "0.02",
+        "--no-compile",
+        "--clip-grad-norm",
+        "none",
+        "--print-config",
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, env=_env())
+    assert result.returncode == 0, result.stderr[-2000:]
+    printed = json.loads(result.stdout)
+    assert printed["dataset"] == "uoft-cs/cifar100" and printed["rand_augment"] == "rand-m9-n2-mstd1.0"
+    assert printed["epochs"] == 7 and printed["learning_rate"] == 0.02 and printed["clip_grad_norm"] is None
+    assert printed == TrainingConfig(**printed).to_dict()
+
+
+def test_paper_recipe_is_the_papers():
+    config = recipe_config("alternet-50-cifar100")
+    assert (config.epochs, config.warmup_epochs, config.batch_size, config.learning_rate) == (305, 5, 96, 1.25e-4)
+    assert (config.mixup_alpha, config.cutmix_alpha, config.label_smoothing) == (1.0, 0.8, 0.1)
+    assert (config.weight_decay, config.clip_grad_norm, config.model_overrides["drop_path_rate"]) == (0.05, 5.0, 0.1)
+    with pytest.raises(ValueError, match="unknown recipe"):
+        recipe_config("alternet-50-cifar100", "adam")
+    with pytest.raises(ValueError, match="batch_size must be even"):
+        TrainingConfig(batch_size=15, mixup_alpha=1.0).validate()
