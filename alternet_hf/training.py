@@ -395,3 +395,37 @@ def _save_model(accelerator: Accelerator, model, path: Path, metrics: dict) -> N
 
 def _finite_or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None
+
+
+def evaluate_model(
+    model_name_or_path: str,
+    source: str,
+    *,
+    split: str = "test",
+    image_column: str | None = None,
+    label_column: str | None = None,
+    batch_size: int = 256,
+    num_workers: int = 0,
+) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    """The paper's metrics of a trained model (folder or Hub id) on a split of a dataset (see `data`)."""
+    accelerator = Accelerator(mixed_precision="bf16" if torch.cuda.is_available() else "no")
+    model = create_model(model_name_or_path)
+    data = load_image_classification(source, split=split, image_column=image_column, label_column=label_column)
+    num_classes = data.features["label"].num_classes
+    if num_classes > model.config.num_labels:
+        raise ValueError(
+            f"{source} has {num_classes} classes but {model_name_or_path} predicts {model.config.num_labels}: "
+            "evaluate on the dataset the model was trained for"
+        )
+    data = _with_transform(
+        data, eval_transform(model.config.image_size, model.config.image_mean, model.config.image_std)
+    )
+    loader = DataLoader(
+        data,
+        batch_size=batch_size,
+        collate_fn=_collate,
+        num_workers=num_workers,
+        generator=torch.Generator().manual_seed(0),
+    )
+    model, loader = accelerator.prepare(model, loader)
+    return evaluate(model, loader, accelerator)

@@ -1,0 +1,51 @@
+#!/usr/bin/env python
+"""Fine-tune a zoo model (preset, folder or Hub id) on any image-classification dataset with the HF Trainer.
+
+python scripts/finetune.py --model outputs/alternet-digits --dataset path/to/imagefolder --output-dir out/ft
+python scripts/finetune.py --model <org>/alternet-50-cifar100 --dataset uoft-cs/cifar10 --epochs 10
+"""
+
+import argparse
+import json
+
+from alternet_hf.finetuning import finetune
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--dataset", required=True, help="'digits', a Hub id, or a local folder/parquet file")
+    parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--image-column")
+    parser.add_argument("--label-column")
+    parser.add_argument("--train-split", default="train")
+    parser.add_argument("--eval-split", default="test")
+    parser.add_argument("--epochs", type=float, default=3)
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--horizontal-flip", type=float, default=0.5, help="probability; 0 for digits or text")
+    parser.add_argument("--model-overrides", type=json.loads, default={}, help="config fields as JSON")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    result = finetune(
+        args.model,
+        args.dataset,
+        args.output_dir,
+        image_column=args.image_column,
+        label_column=args.label_column,
+        train_split=args.train_split,
+        eval_split=args.eval_split,
+        epochs=args.epochs,
+        learning_rate=args.learning_rate,
+        batch_size=args.batch_size,
+        horizontal_flip=args.horizontal_flip,
+        seed=args.seed,
+        model_overrides=args.model_overrides,
+    )
+    before, after = result.metrics_before["eval_accuracy"], result.metrics_after["eval_accuracy"]
+    print(f"accuracy {100 * before:.2f}% -> {100 * after:.2f}%; model and image processor in {result.output_dir}")
+
+
+if __name__ == "__main__":
+    main()
