@@ -106,6 +106,7 @@ PAPER_RECIPE = dict(
     cutmix_alpha=0.8,
     label_smoothing=0.1,
     model_overrides={"drop_path_rate": 0.1},
+    num_workers=8,  # augmentation must keep up with a GPU
 )
 # A plain baseline: SGD with momentum, crop and flip only.
 SGD_RECIPE = dict(
@@ -124,6 +125,7 @@ SGD_RECIPE = dict(
     cutmix_alpha=0.0,
     label_smoothing=0.0,
     model_overrides={},
+    num_workers=8,
 )
 DATASET_SOURCES = {"cifar10": "uoft-cs/cifar10", "cifar100": "uoft-cs/cifar100", "imagenet": "imagenet-1k"}
 

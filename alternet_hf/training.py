@@ -324,15 +324,15 @@ def train(config: TrainingConfig, *, resume: bool = False) -> TrainResult:
         started = time.perf_counter()
         train_loader.set_epoch(state.epoch)
         augmentation.epoch = state.epoch
-        loader = (
-            accelerator.skip_first_batches(train_loader, state.step_in_epoch) if state.step_in_epoch else train_loader
-        )
+        resumed_at = state.step_in_epoch
+        loader = accelerator.skip_first_batches(train_loader, resumed_at) if resumed_at else train_loader
         progress = tqdm(
             total=len(train_loader),
             initial=state.step_in_epoch,
             desc=f"epoch {state.epoch + 1}/{config.epochs}",
             disable=not accelerator.is_local_main_process,
         )
+        train_started = time.perf_counter()
         train_loss = train_one_epoch(
             model,
             forward,
@@ -348,12 +348,15 @@ def train(config: TrainingConfig, *, resume: bool = False) -> TrainResult:
             progress=progress,
         )
         progress.close()
+        train_seconds = time.perf_counter() - train_started
         metrics, logits, labels = evaluate(model, eval_loader, accelerator, channels_last=config.channels_last)
         record = {
             "epoch": state.epoch + 1,
             "train_loss": train_loss,
             "lr": scheduler.get_last_lr()[0],
             "seconds": time.perf_counter() - started,
+            "train_seconds": train_seconds,
+            "train_images": (state.step_in_epoch - resumed_at) * config.batch_size * accelerator.num_processes,
             **{f"eval_{k}": v for k, v in metrics.items()},
         }
         accelerator.log(

@@ -1,8 +1,10 @@
 #!/usr/bin/env python
-"""Images/s of zoo presets, forward and forward+backward, eager and torch.compile, on this machine.
+"""Images/s of zoo presets on this machine: bare forward and forward+backward steps, eager and
+torch.compile, or (--training) one epoch of the training engine with the paper's recipe.
 
-python scripts/benchmark.py                                   # the three zoo models, batch 32, eager
-python scripts/benchmark.py --batch-sizes 256 1024 --compile both --dtype bfloat16   # on a GPU
+    python scripts/benchmark.py                                   # the three zoo models, batch 32, eager
+    python scripts/benchmark.py --batch-sizes 256 1024 --compile both --dtype bfloat16   # on a GPU
+    python scripts/benchmark.py --training --models alternet-50-cifar100 --batch-sizes 96 --num-workers 8
 """
 
 import argparse
@@ -12,7 +14,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from alternet_hf.benchmark import measure_throughput
+from alternet_hf.benchmark import measure_throughput, measure_training_throughput
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -30,27 +32,37 @@ def main() -> None:
         "--compile",
         choices=["no", "yes", "both"],
         default="no",
-        help="time torch.compile'd models too (compilation itself is not timed)",
+        help="time torch.compile'd models too (compilation is not timed, except inside a --training epoch)",
     )
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="autocast dtype")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="autocast dtype of bare steps")
     parser.add_argument("--device", default=None, help="default: cuda if available, else cpu")
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument(
+        "--training",
+        action="store_true",
+        help="time one epoch of scripts/train.py's engine (paper recipe, data loading and augmentation included)",
+    )
+    parser.add_argument("--training-images", type=int, default=960, help="images in the --training epoch")
+    parser.add_argument("--num-workers", type=int, default=0, help="data-loading processes for --training")
     parser.add_argument("--output", type=Path, default=None, help="also write the results as JSON here")
     args = parser.parse_args()
 
     compiled_options = {"no": [False], "yes": [True], "both": [False, True]}[args.compile]
-    runs = [
-        (name, batch_size, mode, compiled)
-        for name in args.models
-        for batch_size in args.batch_sizes
-        for mode in args.modes
-        for compiled in compiled_options
-    ]
+    modes = ["train"] if args.training else args.modes
+    runs = [(n, b, m, c) for n in args.models for b in args.batch_sizes for m in modes for c in compiled_options]
     results = []
     for name, batch_size, mode, compiled in tqdm(runs, desc="benchmark", unit="run"):
-        results.append(
-            measure_throughput(
+        if args.training:
+            result = measure_training_throughput(
+                name,
+                images=args.training_images,
+                batch_size=batch_size,
+                num_workers=args.num_workers,
+                compiled=compiled,
+            )
+        else:
+            result = measure_throughput(
                 name,
                 batch_size=batch_size,
                 mode=mode,
@@ -60,7 +72,7 @@ def main() -> None:
                 warmup=args.warmup,
                 iterations=args.iterations,
             )
-        )
+        results.append(result)
 
     print("\n| model | device | dtype | compile | batch | mode | images/s |\n|---|---|---|---|---|---|---|")
     for r in results:

@@ -37,3 +37,10 @@ def test_benchmark_script_writes_json(tmp_path):
     assert "| resnet-18-cifar10 | cpu | float32 | no | 2 | forward |" in result.stdout
     rows = json.loads(out.read_text())
     assert len(rows) == 1 and rows[0]["images_per_second"] > 0
+
+
+def test_training_throughput_runs_the_real_engine(tmp_path):
+    from alternet_hf.benchmark import measure_training_throughput
+
+    result = measure_training_throughput("resnet-18-cifar10", images=32, batch_size=16, workdir=str(tmp_path))
+    assert result.images_per_second > 0 and result.mode.startswith("train (paper recipe")

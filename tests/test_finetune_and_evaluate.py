@@ -101,6 +101,7 @@ def test_the_papers_recipe_runs_end_to_end(cifar_schema_digits, tmp_path):
         learning_rate=2e-3,
         output_dir=str(tmp_path / "paper"),
         model_overrides={**TINY, "drop_path_rate": 0.1},
+        num_workers=2,  # augmentation in worker processes
     )
     result = train(config)
     assert len(result.history) == 2 and all(h["train_loss"] > 0 for h in result.history)

@@ -15,6 +15,7 @@ from transformers import AutoModelForImageClassification
 
 import alternet_hf  # noqa: F401  (registers the classes for AutoModel)
 from alternet_hf.recipe import TrainingConfig, recipe_config
+from alternet_hf.training import train
 
 REPO = Path(__file__).resolve().parent.parent
 TINY_ALTERNET = dict(
@@ -196,3 +197,9 @@ def test_paper_recipe_is_the_papers():
         recipe_config("alternet-50-cifar100", "adam")
     with pytest.raises(ValueError, match="batch_size must be even"):
         TrainingConfig(batch_size=15, mixup_alpha=1.0).validate()
+
+
+def test_the_default_run_is_the_readme_main_job(tmp_path):
+    """`python scripts/train.py` with no arguments: the embedded digits to at least 95% test accuracy."""
+    result = train(TrainingConfig(output_dir=str(tmp_path / "main")))
+    assert result.metrics["accuracy"] >= 0.95, result.history
