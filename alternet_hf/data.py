@@ -6,11 +6,13 @@ handwritten digits (real 8×8 scans shipped inside scikit-learn), upscaled to 32
 network, so a first run works anywhere.
 """
 
+import random
 from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
 import numpy as np
+import torch
 from PIL import Image
 
 DIGITS = "digits"
@@ -112,3 +114,53 @@ def load_image_classification(
     if not isinstance(dataset.features["label"], datasets.ClassLabel):
         dataset = dataset.class_encode_column("label")
     return dataset.cast_column("image", datasets.Image())
+
+
+def collate_images(examples: list[dict]) -> dict[str, torch.Tensor]:
+    """Examples of `with_transform` datasets -> the batch a zoo model's `forward` takes."""
+    return {
+        "pixel_values": torch.stack([e["pixel_values"] for e in examples]),
+        "labels": torch.tensor([e["labels"] for e in examples]),
+    }
+
+
+class SeededAugmentation:
+    """Applies `transform` with every RNG seeded from (seed, epoch, sample index).
+
+    A sample's augmentation then depends neither on which process or worker loads it, nor on what was
+    loaded before: data loaders read ahead, so a resume in the middle of an epoch could otherwise not
+    replay the interrupted run. Set `epoch` before each epoch (loader workers must not persist).
+    """
+
+    def __init__(self, transform, seed: int):
+        self.transform, self.seed, self.epoch = transform, seed, 0
+
+    def __call__(self, image, index: int) -> torch.Tensor:
+        seed = (self.seed * 1_000_003 + self.epoch) * 1_000_003 + index
+        python_state, numpy_state = random.getstate(), np.random.get_state()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            random.seed(seed)
+            np.random.seed(seed % 2**32)
+            try:
+                return self.transform(image)
+            finally:
+                random.setstate(python_state)
+                np.random.set_state(numpy_state)
+
+
+def with_transform(dataset, transform):
+    """Turn PIL images into `pixel_values` (and `label` into `labels`) on the fly, as rows are read."""
+    if isinstance(transform, SeededAugmentation):
+        dataset = dataset.add_column("index", list(range(len(dataset))))
+
+        def apply(batch):
+            images = [transform(image, index) for image, index in zip(batch["image"], batch["index"])]
+            return {"pixel_values": images, "labels": batch["label"]}
+    else:
+
+        def apply(batch):
+            return {"pixel_values": [transform(image) for image in batch["image"]], "labels": batch["label"]}
+
+    dataset.set_transform(apply)
+    return dataset

@@ -10,14 +10,13 @@ from pathlib import Path
 
 import evaluate
 import numpy as np
-import torch
 from transformers import Trainer, TrainingArguments
 
-from .data import load_image_classification
+from .data import collate_images, load_image_classification, with_transform
 from .metrics import EVALUATE_METRIC_PATH
 from .modeling_common import build_image_processor
 from .presets import create_model
-from .recipe import TrainingConfig, eval_transform, train_transform
+from .recipe import eval_transform, train_transform
 
 
 @dataclass
@@ -25,13 +24,6 @@ class FinetuneResult:
     output_dir: Path
     metrics_before: dict
     metrics_after: dict
-
-
-def _collate(examples):
-    return {
-        "pixel_values": torch.stack([e["pixel_values"] for e in examples]),
-        "labels": torch.tensor([e["labels"] for e in examples]),
-    }
 
 
 def finetune(
@@ -62,12 +54,10 @@ def finetune(
     model.config.label2id = {name: i for i, name in enumerate(names)}
 
     size, mean, std = model.config.image_size, model.config.image_mean, model.config.image_std
-    augment = train_transform(
-        TrainingConfig(random_crop_padding=size // 8, horizontal_flip=horizontal_flip), size, mean, std
+    with_transform(
+        train_data, train_transform(size, mean, std, crop_padding=size // 8, horizontal_flip=horizontal_flip)
     )
-    plain = eval_transform(size, mean, std)
-    train_data.set_transform(lambda b: {"pixel_values": [augment(i) for i in b["image"]], "labels": b["label"]})
-    eval_data.set_transform(lambda b: {"pixel_values": [plain(i) for i in b["image"]], "labels": b["label"]})
+    with_transform(eval_data, eval_transform(size, mean, std))
 
     metric = evaluate.load(EVALUATE_METRIC_PATH)
 
@@ -98,7 +88,7 @@ def finetune(
         args=args,
         train_dataset=train_data,
         eval_dataset=eval_data,
-        data_collator=_collate,
+        data_collator=collate_images,
         compute_metrics=compute_metrics,
     )
     before = trainer.evaluate()

@@ -146,16 +146,18 @@ def _to_rgb(image):
     return image.convert("RGB")
 
 
-def train_transform(config: TrainingConfig, image_size: int, mean, std) -> T.Compose:
-    """PIL image -> normalised tensor, with the recipe's augmentations (all on the CPU, per image)."""
+def train_transform(
+    image_size: int, mean, std, *, crop_padding: int = 4, horizontal_flip: float = 0.5, rand_augment: str | None = None
+) -> T.Compose:
+    """PIL image -> normalised tensor, with random crop, flip and RandAugment (per image, on the CPU)."""
     steps = [T.Lambda(_to_rgb), T.Resize((image_size, image_size))]
-    if config.random_crop_padding:
-        steps.append(T.RandomCrop(image_size, padding=config.random_crop_padding))
-    if config.horizontal_flip:
-        steps.append(T.RandomHorizontalFlip(config.horizontal_flip))
-    if config.rand_augment:
+    if crop_padding:
+        steps.append(T.RandomCrop(image_size, padding=crop_padding))
+    if horizontal_flip:
+        steps.append(T.RandomHorizontalFlip(horizontal_flip))
+    if rand_augment:
         fill = tuple(round(255 * m) for m in mean)
-        steps.append(rand_augment_transform(config.rand_augment, {"img_mean": fill}))
+        steps.append(rand_augment_transform(rand_augment, {"img_mean": fill}))
     steps += [T.ToTensor(), T.Normalize(mean, std)]
     return T.Compose(steps)
 

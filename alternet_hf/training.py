@@ -17,20 +17,18 @@ Resuming restores model, optimizer, schedule, every RNG and the position inside 
 import json
 import math
 import os
-import random
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration, ProjectConfiguration, set_seed
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from .data import load_image_classification
+from .data import SeededAugmentation, collate_images, load_image_classification, with_transform
 from .metrics import classification_metrics, plot_reliability_diagram, reliability_diagram
 from .presets import create_model
 from .recipe import BatchMixer, TrainingConfig, build_optimizer, build_scheduler, eval_transform, train_transform
@@ -95,54 +93,6 @@ class CheckpointManager:
             shutil.rmtree(old, ignore_errors=True)
 
 
-def _collate(examples: list[dict]) -> dict[str, torch.Tensor]:
-    return {
-        "pixel_values": torch.stack([e["pixel_values"] for e in examples]),
-        "labels": torch.tensor([e["labels"] for e in examples]),
-    }
-
-
-class SeededAugmentation:
-    """Applies `transform` with every RNG seeded from (seed, epoch, sample index).
-
-    A sample's augmentation then depends neither on which process or worker loads it, nor on what was
-    loaded before: data loaders read ahead, so a resume in the middle of an epoch could otherwise not
-    replay the interrupted run. Set `epoch` before each epoch (loader workers must not persist).
-    """
-
-    def __init__(self, transform, seed: int):
-        self.transform, self.seed, self.epoch = transform, seed, 0
-
-    def __call__(self, image, index: int) -> torch.Tensor:
-        seed = (self.seed * 1_000_003 + self.epoch) * 1_000_003 + index
-        python_state, numpy_state = random.getstate(), np.random.get_state()
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            random.seed(seed)
-            np.random.seed(seed % 2**32)
-            try:
-                return self.transform(image)
-            finally:
-                random.setstate(python_state)
-                np.random.set_state(numpy_state)
-
-
-def _with_transform(dataset, transform):
-    if isinstance(transform, SeededAugmentation):
-        dataset = dataset.add_column("index", list(range(len(dataset))))
-
-        def apply(batch):
-            images = [transform(image, index) for image, index in zip(batch["image"], batch["index"])]
-            return {"pixel_values": images, "labels": batch["label"]}
-    else:
-
-        def apply(batch):
-            return {"pixel_values": [transform(image) for image in batch["image"]], "labels": batch["label"]}
-
-    dataset.set_transform(apply)
-    return dataset
-
-
 def build_model_and_data(config: TrainingConfig):
     """The model (labels named after the dataset's classes), the training augmentation and both data loaders."""
     columns = dict(image_column=config.image_column, label_column=config.label_column)
@@ -156,14 +106,22 @@ def build_model_and_data(config: TrainingConfig):
     else:
         model = create_model(config.model, **labels, **config.model_overrides)
     size, mean, std = model.config.image_size, model.config.image_mean, model.config.image_std
-    augmentation = SeededAugmentation(train_transform(config, size, mean, std), config.seed)
-    train_data = _with_transform(train_data, augmentation)
-    eval_data = _with_transform(eval_data, eval_transform(size, mean, std))
+    augment = train_transform(
+        size,
+        mean,
+        std,
+        crop_padding=config.random_crop_padding,
+        horizontal_flip=config.horizontal_flip,
+        rand_augment=config.rand_augment,
+    )
+    augmentation = SeededAugmentation(augment, config.seed)
+    train_data = with_transform(train_data, augmentation)
+    eval_data = with_transform(eval_data, eval_transform(size, mean, std))
     if len(train_data) < config.batch_size:
         raise ValueError(f"{len(train_data)} training images are fewer than one batch ({config.batch_size})")
     # Own generators: creating a loader iterator must not draw from the global RNG, or a resumed run
     # (which creates one more iterator) would drift from the uninterrupted one.
-    options = dict(collate_fn=_collate, num_workers=config.num_workers)
+    options = dict(collate_fn=collate_images, num_workers=config.num_workers)
     train_loader_rng, eval_loader_rng = (torch.Generator().manual_seed(config.seed + i) for i in range(2))
     train_loader = DataLoader(
         train_data, batch_size=config.batch_size, shuffle=True, drop_last=True, generator=train_loader_rng, **options
@@ -420,13 +378,13 @@ def evaluate_model(
             f"{source} has {num_classes} classes but {model_name_or_path} predicts {model.config.num_labels}: "
             "evaluate on the dataset the model was trained for"
         )
-    data = _with_transform(
+    data = with_transform(
         data, eval_transform(model.config.image_size, model.config.image_mean, model.config.image_std)
     )
     loader = DataLoader(
         data,
         batch_size=batch_size,
-        collate_fn=_collate,
+        collate_fn=collate_images,
         num_workers=num_workers,
         generator=torch.Generator().manual_seed(0),
     )
