@@ -6,7 +6,7 @@ ViT is transformers' own `ViTForImageClassification`.
 
 from transformers import AutoConfig, AutoModel, AutoModelForImageClassification
 
-from .blocks import BLOCK_KINDS, block_kinds, block_states
+from .blocks import BLOCK_KINDS, block_kinds, block_states, residual_branches
 from .configuration_alternet import AlterNetConfig
 from .configuration_cifar_resnet import CifarResNetConfig
 from .convert import convert_original_checkpoint
@@ -38,6 +38,7 @@ __all__ = [
     "BLOCK_KINDS",
     "block_kinds",
     "block_states",
+    "residual_branches",
     "build_image_processor",
     "convert_original_checkpoint",
     "DATASETS",

@@ -55,5 +55,20 @@ def block_states(model: PreTrainedModel, pixel_values: torch.Tensor) -> tuple[li
     return states, _logits_or_features(outputs)
 
 
+def residual_branches(model: PreTrainedModel) -> list[nn.Module | None]:
+    """The module whose output is each block's residual branch, aligned with `block_kinds` (None where a
+    block has no residual, i.e. stem and head). Zeroing one's output removes that block's branch and
+    leaves the shortcut: the lesion study's "identity in place of the residual branch".
+    """
+    vit = _vit_backbone(model)
+    if vit is not None:
+        # ViTAttention returns (output, weights); a lesion hook replaces only the output.
+        return [None] + [branch for layer in vit.layers for branch in (layer.attention, layer.mlp)] + [None]
+    encoder = getattr(model.base_model, "encoder", None)
+    if encoder is None or not hasattr(encoder, "blocks"):
+        raise TypeError(f"{type(model).__name__} is not a zoo model: no residual branches known for it")
+    return [None] + [block.drop_path for block in encoder.blocks()] + [None]
+
+
 def _logits_or_features(outputs) -> torch.Tensor:
     return outputs["logits"] if "logits" in outputs else outputs["last_hidden_state"]

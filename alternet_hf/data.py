@@ -89,6 +89,12 @@ def _load_hub(name: str, split: str) -> datasets.Dataset:
         ) from error
 
 
+def load_raw_dataset(source: str, *, split: str = "train") -> datasets.Dataset:
+    """A split of a local folder or parquet file, else of a Hub dataset, with its own columns."""
+    path = Path(source)
+    return _load_local(path, split) if path.exists() else _load_hub(source, split)
+
+
 def load_image_classification(
     source: str = DIGITS, *, split: str = "train", image_column: str | None = None, label_column: str | None = None
 ) -> datasets.Dataset:
@@ -98,8 +104,7 @@ def load_image_classification(
         return load_digits_dataset(split)
     known = KNOWN_COLUMNS.get(source, DEFAULT_COLUMNS)
     columns = Columns(image_column or known.image, label_column or known.label)
-    path = Path(source)
-    dataset = _load_local(path, split) if path.exists() else _load_hub(source, split)
+    dataset = load_raw_dataset(source, split=split)
     missing = [name for name in (columns.image, columns.label) if name not in dataset.column_names]
     if missing:
         raise ValueError(

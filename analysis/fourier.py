@@ -1,0 +1,133 @@
+"""Relative log amplitude of Fourier-transformed feature maps (Park & Kim 2022, Fig. 2; PAPER.md §6).
+
+For every feature map: log(|fft2| + 1e-6), zero frequency shifted to the centre, averaged over batch
+and channels, read along the half-diagonal from frequency 0 to π, minus the value at 0. MSAs lower the
+high-frequency value (low-pass), convolutions and MLPs raise it (high-pass).
+
+Differs from the reference notebook on purpose: it reads the half-diagonal from the centre up to
+index H-1, which stops one step short of π (3π/4 on an 8×8 map) while labelling that point π; here the
+corner of the shifted spectrum, the Nyquist frequency π itself, ends every curve. Curves of maps of
+different sizes are put on one frequency grid by linear interpolation, and each block's own effect
+is reported as the change from its input state (`delta_log_amplitude`), so an identity block reads 0.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from . import _common
+from ._common import AnalysisResult, analysis_mode, iterate_batches, new_axes, resolve_device
+from .blocks import BlockAdapter, as_feature_map, run_blocks
+
+
+@dataclass
+class FourierResult(AnalysisResult):
+    """`relative_log_amplitude[i]` is state i's ΔlogA curve over `frequencies` (units of π); state 0 is
+    the input image and state i ≥ 1 the output of block i-1, of kind `kinds[i]`. `delta_log_amplitude`
+    holds each block's change, state i+1 minus state i (one row per block)."""
+
+    frequencies: np.ndarray
+    relative_log_amplitude: np.ndarray
+    delta_log_amplitude: np.ndarray
+    kinds: list[str]
+
+    @property
+    def high_frequency(self) -> np.ndarray:
+        """ΔlogA at π of every state: the paper's by-depth summary."""
+        return self.relative_log_amplitude[:, -1]
+
+
+def mean_log_amplitude(feature_map: torch.Tensor) -> torch.Tensor:
+    """log(|fft2| + 1e-6) with zero frequency at the centre, averaged over batch and channels: (H, W)."""
+    spectrum = torch.fft.fft2(feature_map.double())
+    log_amplitude = torch.log(spectrum.abs() + 1e-6)
+    return torch.fft.fftshift(log_amplitude, dim=(-2, -1)).mean(dim=(0, 1))
+
+
+def half_diagonal(log_amplitude: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """Frequencies (units of π) and values along the diagonal from the centre of a shifted spectrum
+    to its corner; for an even side the last point is the corner, frequency π exactly."""
+    side = log_amplitude.shape[-1]
+    if log_amplitude.shape[-2] != side:
+        raise ValueError(f"Fourier ΔlogA needs square feature maps, got {tuple(log_amplitude.shape)}")
+    centre = side // 2
+    diagonal = log_amplitude.diagonal()
+    values = diagonal[centre:]
+    if side % 2 == 0:
+        values = torch.cat([values, diagonal[:1]])  # index 0 after the shift is -π ≡ π
+    values = values.cpu().numpy()
+    return 2.0 * np.arange(len(values)) / side, values - values[0]
+
+
+@torch.no_grad()
+def fourier_log_amplitude(
+    model: nn.Module,
+    images,
+    *,
+    adapter: BlockAdapter | None = None,
+    num_frequencies: int | None = None,
+    max_batches: int | None = None,
+    device: str | torch.device | None = None,
+    progress: bool = False,
+) -> FourierResult:
+    """ΔlogA by frequency for the input and every block output of `model` on `images`.
+
+    `images`: model inputs (B, C, H, W) already normalised, a batch `(inputs, targets)` or a DataLoader.
+    `num_frequencies` points on [0, π] (default: those of the largest map).
+    """
+    device = resolve_device(model, device)
+    batches = [images] if isinstance(images, torch.Tensor) else (x for x, _ in iterate_batches(images))
+    sums, count, kinds = None, 0, None
+    with analysis_mode(model, device=device):
+        for index, inputs in enumerate(_common.progress(batches, enabled=progress, desc="fourier", unit="batch")):
+            if max_batches is not None and index >= max_batches:
+                break
+            inputs = inputs.to(device)
+            run = run_blocks(model, inputs, adapter)
+            kinds = ["input"] + run.kinds
+            maps = [inputs] + [as_feature_map(state, run.num_prefix_tokens) for state in run.states]
+            amplitudes = [None if m is None else mean_log_amplitude(m) * len(inputs) for m in maps]
+            sums = amplitudes if sums is None else [None if s is None else s + a for s, a in zip(sums, amplitudes)]
+            count += len(inputs)
+    if sums is None:
+        raise ValueError("no images were given")
+
+    curves = [None if s is None else half_diagonal(s / count) for s in sums]
+    longest = max(len(c[0]) for c in curves if c is not None)
+    frequencies = np.linspace(0.0, 1.0, num_frequencies or longest)
+    relative = np.stack(
+        [np.full_like(frequencies, np.nan) if c is None else np.interp(frequencies, *c) for c in curves]
+    )
+    return FourierResult(frequencies, relative, np.diff(relative, axis=0), kinds)
+
+
+def plot_fourier(result: FourierResult, ax=None):
+    """ΔlogA at π by depth, MSA blocks shaded: the paper's Fig. 2 (right)."""
+    ax = new_axes(ax)
+    depth = np.arange(len(result.kinds))
+    _common.shade_msa_blocks(ax, result.kinds, depth)
+    ax.plot(depth, result.high_frequency, marker="o", markersize=3, color="tab:blue")
+    ax.set_xlabel("depth (0 = input)")
+    ax.set_ylabel("ΔlogA at π")
+    ax.set_title("High-frequency log amplitude (MSA shaded)")
+    return ax
+
+
+def plot_fourier_curves(result: FourierResult, ax=None):
+    """ΔlogA over frequency for every state, coloured from shallow to deep: the paper's Fig. 2 (left)."""
+    import matplotlib.pyplot as plt
+
+    ax = new_axes(ax)
+    colours = plt.cm.plasma(np.linspace(0.0, 0.9, len(result.kinds)))
+    for curve, colour in zip(result.relative_log_amplitude, colours):
+        ax.plot(result.frequencies, curve, color=colour, linewidth=1)
+    ax.set_xlim(0, 1)
+    ax.set_xticks([0, 0.5, 1], ["0", "0.5π", "π"])
+    ax.set_xlabel("frequency")
+    ax.set_ylabel("ΔlogA")
+    ax.figure.colorbar(
+        plt.cm.ScalarMappable(cmap="plasma", norm=plt.Normalize(0, len(result.kinds) - 1)), ax=ax, label="depth"
+    )
+    return ax

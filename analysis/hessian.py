@@ -1,0 +1,389 @@
+"""The Hessian of the training loss: top eigenvalues, trace, spectral density, and the paper's
+max-eigenvalue spectra (Park & Kim 2022, Fig. 1 and 4; PAPER.md §6), all from Hessian-vector products.
+
+Never released by the authors; the tool people use instead, PyHessian, runs power iteration (largest
+*magnitude* eigenvalues, unsorted and mixed in sign), forces eval-mode BatchNorm and its `density()`
+fails on torch ≥ 2. Here:
+
+- `top_eigenvalues` runs Lanczos with full re-orthogonalisation and returns the algebraically
+  largest eigenvalues, sorted and signed (negative ones appear for ViTs), stopping when the Lanczos
+  residual bound |β_m s_mi| of every requested Ritz value is below `tol` relative to it; it needs
+  about half the Hessian-vector products of power iteration for the top one (`scripts/benchmark.py
+  --hessian`).
+- `hessian_trace` is Hutchinson's estimator, stopped when the 95% confidence half-width falls below
+  `rtol` of the estimate (after `min_samples`), not after a fixed count or a small relative change.
+- `spectral_density` is stochastic Lanczos quadrature (Ghorbani et al. 2019).
+- The loss is the mean over every given sample (batches are weighted by size: Hessian-vector
+  products are averaged, not summed) plus the L2 term ½·weight_decay·‖w‖², whose Hessian
+  weight_decay·I is added exactly. Batches are drawn once and reused, so every product is of one
+  fixed function. BatchNorm mode is explicit: "train" (batch statistics, the loss the optimiser sees;
+  the paper's setting) or "eval" (running statistics, PyHessian's); dropout and stochastic depth are
+  always off so the function is deterministic.
+"""
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from . import _common
+from ._common import AnalysisResult, analysis_mode, logits_of, materialize, new_axes, resolve_device
+
+LossFn = Callable[[object, torch.Tensor], torch.Tensor]
+
+
+def cross_entropy_loss(outputs, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of the logits; targets are class indices or probabilities."""
+    return F.cross_entropy(logits_of(outputs).float(), targets)
+
+
+class HessianOperator:
+    """v ↦ H v for the mean loss of `model` over fixed `batches`, plus weight_decay·v.
+
+    Vectors are flat, in the order of the trainable parameters. Counts its products in `num_hvps`.
+    """
+
+    def __init__(self, model: nn.Module, batches, *, loss_fn: LossFn | None = None, weight_decay: float = 0.0):
+        self.model = model
+        self.batches = batches
+        self.loss_fn = loss_fn or cross_entropy_loss
+        self.weight_decay = weight_decay
+        self.parameters = [p for p in model.parameters() if p.requires_grad]
+        if not self.parameters:
+            raise ValueError("the model has no trainable parameters")
+        self.dimension = sum(p.numel() for p in self.parameters)
+        self.num_samples = sum(len(targets) for _, targets in batches)
+        self.num_hvps = 0
+        # With one batch the gradient graph is built once and reused by every product.
+        self._cached_gradients = self._gradients(*batches[0]) if len(batches) == 1 else None
+
+    @property
+    def device(self) -> torch.device:
+        return self.parameters[0].device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.parameters[0].dtype
+
+    def _gradients(self, inputs, targets):
+        # The fused attention kernels have no second derivative; the math one does.
+        with sdpa_kernel(SDPBackend.MATH):
+            loss = self.loss_fn(self.model(inputs), targets)
+        return torch.autograd.grad(loss, self.parameters, create_graph=True)
+
+    def __call__(self, vector: torch.Tensor) -> torch.Tensor:
+        pieces = list(torch.split(vector.to(self.dtype), [p.numel() for p in self.parameters]))
+        pieces = [piece.view_as(p) for piece, p in zip(pieces, self.parameters)]
+        product = torch.zeros_like(vector, dtype=torch.float64)
+        for inputs, targets in self.batches:
+            gradients = self._cached_gradients or self._gradients(inputs, targets)
+            hvp = torch.autograd.grad(gradients, self.parameters, grad_outputs=pieces, retain_graph=True)
+            weight = len(targets) / self.num_samples
+            product += weight * torch.cat([h.reshape(-1) for h in hvp]).double()
+        self.num_hvps += 1
+        return product + self.weight_decay * vector.double()
+
+    def random_vector(self, generator: torch.Generator) -> torch.Tensor:
+        """A Rademacher vector of unit norm (float64, on the parameters' device)."""
+        signs = torch.randint(0, 2, (self.dimension,), generator=generator, device=generator.device)
+        return (signs.double() * 2 - 1).to(self.device) / math.sqrt(self.dimension)
+
+
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _lanczos(operator: HessianOperator, start: torch.Tensor, max_steps: int) -> Iterator[tuple[np.ndarray, ...]]:
+    """Lanczos with full re-orthogonalisation; after each step yields (alphas, betas), where betas[-1]
+    is the residual norm β_m (0 when an invariant subspace is found, which ends the iteration)."""
+    basis = [start / start.norm()]
+    alphas, betas = [], []
+    for _ in range(max_steps):
+        w = operator(basis[-1])
+        alphas.append(torch.dot(w, basis[-1]).item())
+        for _ in range(2):  # twice is enough (Kahan–Parlett) to keep the basis orthogonal in floating point
+            for q in basis:
+                w -= torch.dot(w, q) * q
+        beta = w.norm().item()
+        betas.append(beta)
+        yield np.array(alphas), np.array(betas)
+        if beta <= 1e-10 * max(1.0, abs(alphas[-1])) or len(basis) == operator.dimension:
+            return
+        basis.append(w / beta)
+
+
+def _ritz(alphas: np.ndarray, betas: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Ritz values (descending), their residual bounds |β_m s_mi|, and the squared first components
+    of the Ritz vectors (the quadrature weights of stochastic Lanczos quadrature)."""
+    tridiagonal = np.diag(alphas) + np.diag(betas[:-1], 1) + np.diag(betas[:-1], -1)
+    values, vectors = np.linalg.eigh(tridiagonal)
+    order = np.argsort(values)[::-1]
+    values, vectors = values[order], vectors[:, order]
+    return values, np.abs(betas[-1] * vectors[-1]), vectors[0] ** 2
+
+
+@dataclass
+class EigenvalueResult(AnalysisResult):
+    """`eigenvalues`: the top-k algebraically largest, descending; `residuals`: Lanczos bounds on their
+    errors; `history`: the estimate of the largest after each Hessian-vector product."""
+
+    eigenvalues: np.ndarray
+    residuals: np.ndarray
+    num_hvps: int
+    converged: bool
+    history: np.ndarray
+
+
+def _prepared(model, data, *, max_batches, device):
+    device = resolve_device(model, device)
+    return device, materialize(data, max_batches=max_batches, device=device)
+
+
+def _lanczos_top(operator: HessianOperator, *, top_k: int, tol: float, max_steps: int, seed: int):
+    if top_k < 1 or top_k > operator.dimension:
+        raise ValueError(f"top_k must be between 1 and the number of parameters ({operator.dimension}), not {top_k}")
+    history, values, residuals, converged = [], None, None, False
+    steps = min(max_steps, operator.dimension)
+    for alphas, betas in _lanczos(operator, operator.random_vector(_generator(seed)), steps):
+        values, residuals, _ = _ritz(alphas, betas)
+        history.append(values[0])
+        if len(values) >= top_k and np.all(residuals[:top_k] <= tol * np.maximum(np.abs(values[:top_k]), 1e-12)):
+            converged = True
+            break
+    if len(values) < top_k:
+        raise RuntimeError(f"Lanczos found an invariant subspace of dimension {len(values)} < top_k={top_k}")
+    return EigenvalueResult(values[:top_k], residuals[:top_k], operator.num_hvps, converged, np.array(history))
+
+
+def top_eigenvalues(
+    model: nn.Module,
+    data,
+    *,
+    loss_fn: LossFn | None = None,
+    top_k: int = 1,
+    weight_decay: float = 0.0,
+    batchnorm: str = "train",
+    tol: float = 1e-3,
+    max_steps: int = 100,
+    max_batches: int | None = None,
+    seed: int = 0,
+    device: str | torch.device | None = None,
+) -> EigenvalueResult:
+    """The `top_k` largest eigenvalues of the Hessian of the mean loss on `data`, by Lanczos.
+
+    `data`: one batch `(inputs, targets)` or a DataLoader (its first `max_batches` batches, drawn
+    once). `loss_fn(outputs, targets)` defaults to cross-entropy on the logits.
+    """
+    device, batches = _prepared(model, data, max_batches=max_batches, device=device)
+    with analysis_mode(model, batchnorm=batchnorm, device=device):
+        operator = HessianOperator(model, batches, loss_fn=loss_fn, weight_decay=weight_decay)
+        return _lanczos_top(operator, top_k=top_k, tol=tol, max_steps=max_steps, seed=seed)
+
+
+def power_iteration(
+    model: nn.Module,
+    data,
+    *,
+    loss_fn: LossFn | None = None,
+    weight_decay: float = 0.0,
+    batchnorm: str = "train",
+    tol: float = 1e-3,
+    max_steps: int = 100,
+    max_batches: int | None = None,
+    seed: int = 0,
+    device: str | torch.device | None = None,
+) -> EigenvalueResult:
+    """The largest-*magnitude* eigenvalue by power iteration, PyHessian's method, stopped when the
+    Rayleigh quotient changes by less than `tol` relative. Here as the baseline Lanczos is measured
+    against; prefer `top_eigenvalues`."""
+    device, batches = _prepared(model, data, max_batches=max_batches, device=device)
+    with analysis_mode(model, batchnorm=batchnorm, device=device):
+        operator = HessianOperator(model, batches, loss_fn=loss_fn, weight_decay=weight_decay)
+        vector, history, converged = operator.random_vector(_generator(seed)), [], False
+        for _ in range(max_steps):
+            product = operator(vector)
+            history.append(torch.dot(product, vector).item())
+            vector = product / product.norm()
+            if len(history) > 1 and abs(history[-1] - history[-2]) <= tol * abs(history[-1]):
+                converged = True
+                break
+        residual = (operator(vector) - history[-1] * vector).norm().item()
+        operator.num_hvps -= 1  # the residual check is a diagnostic, not part of the method
+        return EigenvalueResult(
+            np.array(history[-1:]), np.array([residual]), operator.num_hvps, converged, np.array(history)
+        )
+
+
+@dataclass
+class TraceResult(AnalysisResult):
+    trace: float
+    standard_error: float
+    num_samples: int
+    converged: bool
+    samples: np.ndarray
+
+
+def hessian_trace(
+    model: nn.Module,
+    data,
+    *,
+    loss_fn: LossFn | None = None,
+    weight_decay: float = 0.0,
+    batchnorm: str = "train",
+    rtol: float = 1e-2,
+    min_samples: int = 10,
+    max_samples: int = 1000,
+    max_batches: int | None = None,
+    seed: int = 0,
+    device: str | torch.device | None = None,
+    progress: bool = False,
+) -> TraceResult:
+    """Hutchinson's trace estimate with Rademacher vectors, run until the 95% confidence half-width
+    1.96·s/√n is at most `rtol`·|estimate| (and at least `min_samples` were drawn)."""
+    device, batches = _prepared(model, data, max_batches=max_batches, device=device)
+    generator = _generator(seed)
+    samples: list[float] = []
+    converged = False
+    with analysis_mode(model, batchnorm=batchnorm, device=device):
+        operator = HessianOperator(model, batches, loss_fn=loss_fn, weight_decay=weight_decay)
+        for _ in _common.progress(range(max_samples), enabled=progress, desc="trace", unit="hvp"):
+            vector = operator.random_vector(generator) * math.sqrt(operator.dimension)  # entries ±1
+            samples.append(torch.dot(operator(vector), vector).item())
+            if len(samples) >= max(min_samples, 2):
+                error = np.std(samples, ddof=1) / math.sqrt(len(samples))
+                if 1.96 * error <= rtol * abs(np.mean(samples)):
+                    converged = True
+                    break
+    error = float(np.std(samples, ddof=1) / math.sqrt(len(samples))) if len(samples) > 1 else float("inf")
+    return TraceResult(float(np.mean(samples)), error, len(samples), converged, np.array(samples))
+
+
+@dataclass
+class DensityResult(AnalysisResult):
+    """The smoothed spectral density on `grid` (integrates to 1), and the quadrature it comes from:
+    `nodes[v]` (Ritz values) with `weights[v]` (summing to 1) for each random start vector v."""
+
+    grid: np.ndarray
+    density: np.ndarray
+    nodes: np.ndarray
+    weights: np.ndarray
+    sigma: float
+
+
+def spectral_density(
+    model: nn.Module,
+    data,
+    *,
+    loss_fn: LossFn | None = None,
+    weight_decay: float = 0.0,
+    batchnorm: str = "train",
+    num_vectors: int = 4,
+    num_steps: int = 64,
+    num_points: int = 1000,
+    sigma: float | None = None,
+    max_batches: int | None = None,
+    seed: int = 0,
+    device: str | torch.device | None = None,
+    progress: bool = False,
+) -> DensityResult:
+    """Eigenvalue density by stochastic Lanczos quadrature: `num_vectors` Lanczos runs of `num_steps`
+    from Rademacher starts, each Ritz value a Gaussian of width `sigma` (default: 1% of the spectrum's
+    span) weighted by its squared first Ritz-vector component."""
+    device, batches = _prepared(model, data, max_batches=max_batches, device=device)
+    generator = _generator(seed)
+    all_nodes, all_weights = [], []
+    with analysis_mode(model, batchnorm=batchnorm, device=device):
+        operator = HessianOperator(model, batches, loss_fn=loss_fn, weight_decay=weight_decay)
+        steps = min(num_steps, operator.dimension)
+        for _ in _common.progress(range(num_vectors), enabled=progress, desc="density", unit="vector"):
+            *_, (alphas, betas) = _lanczos(operator, operator.random_vector(generator), steps)  # run to the end
+            nodes, _, weights = _ritz(alphas, betas)
+            all_nodes.append(np.pad(nodes, (0, steps - len(nodes)), constant_values=np.nan))
+            all_weights.append(np.pad(weights, (0, steps - len(weights))))
+    nodes, weights = np.array(all_nodes), np.array(all_weights)
+    low, high = np.nanmin(nodes), np.nanmax(nodes)
+    sigma = sigma or max(0.01 * (high - low), 1e-12 * max(abs(low), abs(high), 1.0))
+    grid = np.linspace(low - 5 * sigma, high + 5 * sigma, num_points)
+    gaussians = np.exp(-0.5 * ((grid[:, None, None] - np.nan_to_num(nodes)) / sigma) ** 2) / (
+        sigma * math.sqrt(2 * math.pi)
+    )
+    density = (gaussians * weights).sum(axis=(1, 2)) / num_vectors
+    return DensityResult(grid, density, nodes, weights, float(sigma))
+
+
+@dataclass
+class SpectrumResult(AnalysisResult):
+    """Top-k eigenvalues of every minibatch (`eigenvalues[b]`, descending) pooled into a histogram."""
+
+    eigenvalues: np.ndarray
+    counts: np.ndarray
+    bin_edges: np.ndarray
+    num_hvps: int
+
+
+def max_eigenvalue_spectrum(
+    model: nn.Module,
+    data,
+    *,
+    loss_fn: LossFn | None = None,
+    top_k: int = 5,
+    weight_decay: float = 0.0,
+    batchnorm: str = "train",
+    tol: float = 1e-3,
+    max_steps: int = 100,
+    max_batches: int | None = None,
+    bins: int = 50,
+    seed: int = 0,
+    device: str | torch.device | None = None,
+    progress: bool = False,
+) -> SpectrumResult:
+    """The paper's Hessian max-eigenvalue spectrum: for every (augmented training) minibatch of `data`,
+    the top-k eigenvalues of the Hessian of its loss + ½·weight_decay·‖w‖², pooled into a histogram."""
+    device = resolve_device(model, device)
+    per_batch, num_hvps = [], 0
+    with analysis_mode(model, batchnorm=batchnorm, device=device):
+        batches = _common.iterate_batches(data, max_batches=max_batches)
+        for index, (inputs, targets) in enumerate(
+            _common.progress(batches, enabled=progress, desc="max-eigenvalue spectrum", unit="batch")
+        ):
+            operator = HessianOperator(
+                model, [(inputs.to(device), targets.to(device))], loss_fn=loss_fn, weight_decay=weight_decay
+            )
+            result = _lanczos_top(operator, top_k=top_k, tol=tol, max_steps=max_steps, seed=seed + index)
+            per_batch.append(result.eigenvalues)
+            num_hvps += result.num_hvps
+    if not per_batch:
+        raise ValueError("the data gave no batches")
+    eigenvalues = np.array(per_batch)
+    counts, edges = np.histogram(eigenvalues.ravel(), bins=bins)
+    return SpectrumResult(eigenvalues, counts, edges, num_hvps)
+
+
+def plot_spectrum(result: SpectrumResult, ax=None, *, label: str | None = None):
+    """The max-eigenvalue spectrum as the paper draws it: a density histogram with a log count axis."""
+    ax = new_axes(ax)
+    ax.stairs(result.counts / result.counts.sum(), result.bin_edges, fill=True, alpha=0.6, label=label)
+    ax.axvline(0.0, color="0.5", linewidth=0.8, linestyle="--")
+    ax.set_yscale("log")
+    ax.set_xlabel("Hessian eigenvalue")
+    ax.set_ylabel("fraction of top-k eigenvalues")
+    ax.set_title("Hessian max-eigenvalue spectrum")
+    if label:
+        ax.legend()
+    return ax
+
+
+def plot_density(result: DensityResult, ax=None):
+    """The spectral density on a log axis (floored so empty regions stay visible)."""
+    ax = new_axes(ax)
+    ax.plot(result.grid, np.maximum(result.density, 1e-12 * result.density.max()))
+    ax.set_yscale("log")
+    ax.set_xlabel("Hessian eigenvalue")
+    ax.set_ylabel("density")
+    ax.set_title("Hessian spectral density (SLQ)")
+    return ax

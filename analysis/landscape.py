@@ -1,0 +1,162 @@
+"""Loss landscapes along random filter-normalised directions (Li et al. 2018; Park & Kim 2022, Fig. 1;
+PAPER.md §6).
+
+Each direction is Gaussian, rescaled filter by filter to the norm of the weights it perturbs; biases,
+normalisation parameters and position embeddings (every parameter of one dimension, and those named
+like position tables or class tokens) stay fixed. The grid is symmetric with an odd number of points,
+so its centre is the trained weights exactly. The loss is NLL + ½·weight_decay·‖w‖² on the data given —
+the augmented training data by default in `scripts/analyze.py` — because clean data without the L2
+term gives a different and misleading picture (the reference README's warning). Batches are drawn
+once, so every grid point sees the same images.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import _common
+from ._common import AnalysisResult, analysis_mode, logits_of, materialize, new_axes, resolve_device
+
+# Parameters named like this are embeddings of positions or tokens, not filters: never perturbed.
+FIXED_NAME_PARTS = ("position", "pos_embed", "cls_token", "mask_token", "register_tokens")
+
+
+@dataclass
+class LandscapeResult(AnalysisResult):
+    """`loss[i]` (1-D) or `loss[i, j]` (2-D) at weights w + coordinates[i]·d1 (+ coordinates[j]·d2);
+    `loss` = `nll` + ½·weight_decay·‖w‖²."""
+
+    coordinates: np.ndarray
+    loss: np.ndarray
+    nll: np.ndarray
+    accuracy: np.ndarray
+    weight_decay: float
+
+
+def is_perturbed(name: str, parameter: torch.Tensor) -> bool:
+    """Filters (weights of two or more dimensions) are perturbed; biases, norms and position tables not."""
+    return parameter.ndim > 1 and not any(part in name for part in FIXED_NAME_PARTS)
+
+
+def filter_normalized_direction(model: nn.Module, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """A Gaussian direction with each filter (slice along dim 0) scaled to its weight's norm."""
+    direction = {}
+    for name, parameter in model.named_parameters():
+        if not is_perturbed(name, parameter):
+            continue
+        noise = torch.randn(parameter.shape, generator=generator, dtype=torch.float64).to(parameter.device)
+        weight = parameter.detach().double()
+        filter_norms = weight.flatten(1).norm(dim=1) / noise.flatten(1).norm(dim=1).clamp_min(1e-12)
+        direction[name] = (noise * filter_norms.view(-1, *[1] * (noise.ndim - 1))).to(parameter.dtype)
+    return direction
+
+
+def symmetric_grid(num_points: int, span: float) -> np.ndarray:
+    """`num_points` (odd) coordinates from -span to span whose middle one is exactly 0."""
+    if num_points < 1 or num_points % 2 == 0:
+        raise ValueError(f"num_points must be odd so that the grid contains the trained weights, not {num_points}")
+    half = num_points // 2
+    return np.arange(-half, half + 1) / max(half, 1) * span
+
+
+@torch.no_grad()
+def _evaluate(model, batches, loss_fn) -> tuple[float, float]:
+    total_loss, correct, count = 0.0, 0, 0
+    for inputs, targets in batches:
+        logits = logits_of(model(inputs))
+        total_loss += loss_fn(logits, targets).item() * len(targets)
+        hard = targets.argmax(dim=-1) if targets.ndim > 1 else targets
+        correct += (logits.argmax(dim=-1) == hard).sum().item()
+        count += len(targets)
+    return total_loss / count, correct / count
+
+
+def loss_landscape(
+    model: nn.Module,
+    data,
+    *,
+    num_directions: int = 2,
+    num_points: int = 21,
+    span: float = 1.0,
+    weight_decay: float = 0.05,
+    loss_fn=None,
+    batchnorm: str = "train",
+    max_batches: int | None = None,
+    seed: int = 0,
+    device: str | torch.device | None = None,
+    progress: bool = False,
+) -> LandscapeResult:
+    """The loss on a 1-D line or 2-D plane of weights through the trained ones.
+
+    `loss_fn(logits, targets)` is the mean NLL by default (cross-entropy; targets may be soft).
+    `batchnorm`: "train" (batch statistics, as training sees the loss) or "eval".
+    """
+    if num_directions not in (1, 2):
+        raise ValueError(f"num_directions must be 1 or 2, not {num_directions}")
+    coordinates = symmetric_grid(num_points, span)
+    loss_fn = loss_fn or (lambda logits, targets: F.cross_entropy(logits.float(), targets))
+    device = resolve_device(model, device)
+    batches = materialize(data, max_batches=max_batches, device=device)
+    generator = torch.Generator().manual_seed(seed)
+    with analysis_mode(model, batchnorm=batchnorm, device=device), torch.no_grad():
+        parameters = dict(model.named_parameters())
+        directions = [filter_normalized_direction(model, generator) for _ in range(num_directions)]
+        original = {name: parameters[name].detach().clone() for name in directions[0]}
+        points = (
+            [(a,) for a in coordinates] if num_directions == 1 else [(a, b) for a in coordinates for b in coordinates]
+        )
+        nll, accuracy, l2 = [], [], []
+        try:
+            for point in _common.progress(points, enabled=progress, desc="loss landscape", unit="point"):
+                for name, weight in original.items():
+                    # From the original each time: no drift, and the centre is the trained weights bit for bit.
+                    moved = weight.clone()
+                    for step, direction in zip(point, directions):
+                        moved += step * direction[name]
+                    parameters[name].copy_(moved)
+                point_nll, point_accuracy = _evaluate(model, batches, loss_fn)
+                nll.append(point_nll)
+                accuracy.append(point_accuracy)
+                l2.append(sum(p.detach().double().pow(2).sum().item() for p in model.parameters()))
+        finally:
+            for name, weight in original.items():
+                parameters[name].copy_(weight)
+    shape = (num_points,) * num_directions
+    nll, l2 = np.array(nll).reshape(shape), np.array(l2).reshape(shape)
+    return LandscapeResult(
+        coordinates, nll + 0.5 * weight_decay * l2, nll, np.array(accuracy).reshape(shape), weight_decay
+    )
+
+
+def plot_landscape(result: LandscapeResult, ax=None, *, kind: str = "contour"):
+    """A 1-D loss curve, or for a 2-D landscape a contour map (`kind="contour"`) or a 3-D surface
+    (`kind="surface"`; a given `ax` must then be a 3-D axes)."""
+    import matplotlib.pyplot as plt
+
+    if result.loss.ndim == 1:
+        ax = new_axes(ax)
+        ax.plot(result.coordinates, result.loss)
+        ax.set_xlabel("direction 1")
+        ax.set_ylabel("loss (NLL + L2)")
+        return ax
+    x, y = np.meshgrid(result.coordinates, result.coordinates, indexing="ij")
+    if kind == "surface":
+        if ax is None:
+            ax = plt.figure(figsize=(5, 4), constrained_layout=True).add_subplot(projection="3d")
+        ax.plot_surface(x, y, result.loss, cmap="viridis", linewidth=0, antialiased=True)
+        ax.set_zlabel("loss")
+    elif kind == "contour":
+        ax = new_axes(ax, figsize=(4.5, 4))
+        contours = ax.contour(x, y, result.loss, levels=15, cmap="viridis")
+        ax.clabel(contours, fontsize=6)
+        ax.plot([0], [0], marker="*", color="k")
+        ax.set_aspect("equal")
+    else:
+        raise ValueError(f"kind must be 'contour' or 'surface', not {kind!r}")
+    ax.set_xlabel("direction 1")
+    ax.set_ylabel("direction 2")
+    ax.set_title("Loss landscape (NLL + L2)")
+    return ax

@@ -1,0 +1,73 @@
+"""Feature-map variance by depth (Park & Kim 2022, Fig. 9; PAPER.md §6).
+
+The variance over spatial positions of each sample and channel, averaged over samples and channels,
+for the input and every block output. MSAs reduce it (they ensemble and smooth feature maps);
+convolutions and MLPs increase it. Token states lose their prefix tokens first.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from . import _common
+from ._common import AnalysisResult, analysis_mode, iterate_batches, new_axes, resolve_device
+from .blocks import BlockAdapter, as_feature_map, run_blocks
+
+
+@dataclass
+class VarianceResult(AnalysisResult):
+    """`variance[i]` of state i: the input (i = 0) or the output of block i-1, of kind `kinds[i]`."""
+
+    variance: np.ndarray
+    kinds: list[str]
+
+
+def spatial_variance(feature_map: torch.Tensor) -> torch.Tensor:
+    """Variance over positions per sample and channel, summed over the batch, averaged over channels."""
+    return feature_map.double().flatten(2).var(dim=-1).mean(dim=1).sum()
+
+
+@torch.no_grad()
+def feature_map_variance(
+    model: nn.Module,
+    data,
+    *,
+    adapter: BlockAdapter | None = None,
+    max_batches: int | None = None,
+    device: str | torch.device | None = None,
+    progress: bool = False,
+) -> VarianceResult:
+    """Feature-map variance of the input and every block output of `model`, averaged over `data`
+    (model inputs (B, C, H, W), one batch `(inputs, targets)` or a DataLoader)."""
+    device = resolve_device(model, device)
+    batches = [data] if isinstance(data, torch.Tensor) else (x for x, _ in iterate_batches(data))
+    sums, count, kinds = None, 0, None
+    with analysis_mode(model, device=device):
+        for index, inputs in enumerate(_common.progress(batches, enabled=progress, desc="variance", unit="batch")):
+            if max_batches is not None and index >= max_batches:
+                break
+            inputs = inputs.to(device)
+            run = run_blocks(model, inputs, adapter)
+            kinds = ["input"] + run.kinds
+            maps = [inputs] + [as_feature_map(state, run.num_prefix_tokens) for state in run.states]
+            batch_sums = np.array([np.nan if m is None else spatial_variance(m).item() for m in maps])
+            sums = batch_sums if sums is None else sums + batch_sums
+            count += len(inputs)
+    if sums is None:
+        raise ValueError("no images were given")
+    return VarianceResult(sums / count, kinds)
+
+
+def plot_variance(result: VarianceResult, ax=None):
+    """Feature-map variance by depth on a log scale, MSA blocks shaded."""
+    ax = new_axes(ax)
+    depth = np.arange(len(result.kinds))
+    _common.shade_msa_blocks(ax, result.kinds, depth)
+    ax.plot(depth, result.variance, marker="o", markersize=3, color="tab:red")
+    ax.set_yscale("log")
+    ax.set_xlabel("depth (0 = input)")
+    ax.set_ylabel("feature-map variance")
+    ax.set_title("Feature-map variance (MSA shaded)")
+    return ax

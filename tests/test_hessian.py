@@ -1,0 +1,132 @@
+"""Hessian analyses against closed forms: least squares (H = XᵀX/N) and indefinite quadratics."""
+
+import numpy as np
+import pytest
+import torch
+from conftest import TINY
+from torch import nn
+
+import alternet_hf
+from analysis import hessian
+
+
+def mse(outputs, targets):
+    return 0.5 * ((outputs - targets) ** 2).sum(dim=-1).mean()
+
+
+@pytest.fixture
+def least_squares():
+    generator = torch.Generator().manual_seed(0)
+    inputs = torch.randn(64, 10, generator=generator, dtype=torch.float64)
+    targets = torch.randn(64, 1, generator=generator, dtype=torch.float64)
+    model = nn.Linear(10, 1, bias=False).double()
+    exact = np.linalg.eigvalsh((inputs.T @ inputs / 64).numpy())[::-1]
+    return model, (inputs, targets), exact
+
+
+class Quadratic(nn.Module):
+    """Outputs its weights; with loss ½ wᵀAw its Hessian is A, whatever the data."""
+
+    def __init__(self, dimension):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(dimension, dtype=torch.float64))
+
+    def forward(self, inputs):
+        return self.weight
+
+
+def indefinite(eigenvalues, seed=0):
+    rotation, _ = np.linalg.qr(np.random.default_rng(seed).standard_normal((len(eigenvalues),) * 2))
+    matrix = torch.tensor(rotation @ np.diag(eigenvalues) @ rotation.T)
+    return lambda weight, targets: 0.5 * weight @ matrix @ weight
+
+
+NO_DATA = (torch.zeros(2, 1), torch.zeros(2))
+
+
+def test_top_eigenvalues_of_least_squares(least_squares):
+    model, batch, exact = least_squares
+    result = hessian.top_eigenvalues(model, batch, loss_fn=mse, top_k=3, tol=1e-10)
+    np.testing.assert_allclose(result.eigenvalues, exact[:3], rtol=1e-9)
+    assert result.converged and result.num_hvps <= 10
+
+
+def test_top_eigenvalues_are_signed_and_sorted_not_largest_magnitude():
+    eigenvalues = [2.0, 0.5, -1.0, -7.0]  # the largest magnitude, -7, must not come first
+    result = hessian.top_eigenvalues(Quadratic(4), NO_DATA, loss_fn=indefinite(eigenvalues), top_k=4, tol=1e-10)
+    np.testing.assert_allclose(result.eigenvalues, [2.0, 0.5, -1.0, -7.0], atol=1e-9)
+    power = hessian.power_iteration(Quadratic(4), NO_DATA, loss_fn=indefinite(eigenvalues), tol=1e-12, max_steps=500)
+    np.testing.assert_allclose(power.eigenvalues, [-7.0], rtol=1e-6)  # what PyHessian would report as "top"
+
+
+def test_weight_decay_shifts_the_spectrum(least_squares):
+    model, batch, exact = least_squares
+    result = hessian.top_eigenvalues(model, batch, loss_fn=mse, weight_decay=0.3, top_k=2, tol=1e-10)
+    np.testing.assert_allclose(result.eigenvalues, exact[:2] + 0.3, rtol=1e-9)
+
+
+def test_batches_are_averaged_not_summed(least_squares):
+    model, (inputs, targets), exact = least_squares
+    loader = [(inputs[:40], targets[:40]), (inputs[40:], targets[40:])]  # unequal sizes
+    result = hessian.top_eigenvalues(model, loader, loss_fn=mse, top_k=1, tol=1e-10)
+    np.testing.assert_allclose(result.eigenvalues, exact[:1], rtol=1e-9)
+
+
+def test_hutchinson_trace_stops_when_confident(least_squares):
+    model, batch, exact = least_squares
+    result = hessian.hessian_trace(model, batch, loss_fn=mse, rtol=0.05, max_samples=5000)
+    assert result.converged and result.num_samples >= 10
+    assert 1.96 * result.standard_error <= 0.05 * abs(result.trace)
+    assert abs(result.trace - exact.sum()) <= 4 * result.standard_error
+    diagonal = Quadratic(5)  # a diagonal Hessian: every Rademacher sample is the trace exactly
+    exact_trace = hessian.hessian_trace(
+        diagonal,
+        NO_DATA,
+        loss_fn=lambda w, t: 0.5 * (torch.tensor([1, 2, 3, -4, 5.0], dtype=torch.float64) * w * w).sum(),
+    )
+    assert exact_trace.trace == pytest.approx(7.0, rel=1e-12) and exact_trace.standard_error < 1e-12
+    assert exact_trace.num_samples >= 10
+
+
+def test_spectral_density_reproduces_the_spectrum(least_squares):
+    model, batch, exact = least_squares
+    result = hessian.spectral_density(model, batch, loss_fn=mse, num_vectors=64, num_steps=10)
+    np.testing.assert_allclose(np.sort(result.nodes[0]), np.sort(exact), rtol=1e-8)  # full Lanczos: exact nodes
+    np.testing.assert_allclose(result.weights.sum(axis=1), 1.0, rtol=1e-9)
+    assert np.trapezoid(result.density, result.grid) == pytest.approx(1.0, abs=1e-3)
+    slq_trace = 10 * (result.nodes * result.weights).sum(axis=1).mean()
+    assert slq_trace == pytest.approx(exact.sum(), rel=0.05)
+
+
+def test_negative_eigenvalues_show_in_the_density():
+    result = hessian.spectral_density(
+        Quadratic(6), NO_DATA, loss_fn=indefinite([3, 2, 1, -1, -2, -3.0]), num_vectors=8, num_steps=6
+    )
+    assert result.grid[np.argmax(result.density)] != 0 and result.nodes.min() == pytest.approx(-3.0)
+    assert result.density[result.grid < -2.5].max() > 0.01
+
+
+def test_batchnorm_mode_is_explicit_and_restored():
+    model = alternet_hf.create_model("resnet-50-cifar100", **TINY["resnet-50-cifar100"]).double()
+    model.train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    batch = (torch.randn(8, 3, 16, 16, dtype=torch.float64), torch.randint(0, 5, (8,)))
+    in_train = hessian.top_eigenvalues(model, batch, batchnorm="train", top_k=2, tol=1e-4)
+    in_eval = hessian.top_eigenvalues(model, batch, batchnorm="eval", top_k=2, tol=1e-4)
+    assert in_train.eigenvalues[0] >= in_train.eigenvalues[1]
+    assert not np.allclose(in_train.eigenvalues, in_eval.eigenvalues)
+    assert model.training
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(value, before[key], rtol=0, atol=0)  # running statistics untouched
+    with pytest.raises(ValueError, match="batchnorm"):
+        hessian.top_eigenvalues(model, batch, batchnorm="frozen")
+
+
+def test_max_eigenvalue_spectrum_pools_every_minibatch():
+    model = alternet_hf.create_model("vit-ti-cifar100", **TINY["vit-ti-cifar100"])
+    loader = [(torch.randn(4, 3, 16, 16), torch.randint(0, 5, (4,))) for _ in range(3)]
+    result = hessian.max_eigenvalue_spectrum(model, loader, top_k=2, weight_decay=0.05, tol=1e-2, bins=10)
+    assert result.eigenvalues.shape == (3, 2)
+    assert np.all(np.diff(result.eigenvalues, axis=1) <= 0)
+    assert result.counts.sum() == 6 and len(result.bin_edges) == 11
+    assert result.num_hvps > 0 and set(result.to_dict()) == {"eigenvalues", "counts", "bin_edges", "num_hvps"}
