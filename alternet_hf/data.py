@@ -167,5 +167,4 @@ def with_transform(dataset, transform):
         def apply(batch):
             return {"pixel_values": [transform(image) for image in batch["image"]], "labels": batch["label"]}
 
-    dataset.set_transform(apply)
-    return dataset
+    return dataset.with_transform(apply)  # a new view: the caller's dataset keeps returning PIL images

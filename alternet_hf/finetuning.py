@@ -54,10 +54,10 @@ def finetune(
     model.config.label2id = {name: i for i, name in enumerate(names)}
 
     size, mean, std = model.config.image_size, model.config.image_mean, model.config.image_std
-    with_transform(
+    train_data = with_transform(
         train_data, train_transform(size, mean, std, crop_padding=size // 8, horizontal_flip=horizontal_flip)
     )
-    with_transform(eval_data, eval_transform(size, mean, std))
+    eval_data = with_transform(eval_data, eval_transform(size, mean, std))
 
     metric = evaluate.load(EVALUATE_METRIC_PATH)
 

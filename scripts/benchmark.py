@@ -5,6 +5,8 @@ torch.compile, or (--training) one epoch of the training engine with the paper's
     python scripts/benchmark.py                                   # the three zoo models, batch 32, eager
     python scripts/benchmark.py --batch-sizes 256 1024 --compile both --dtype bfloat16   # on a GPU
     python scripts/benchmark.py --training --models alternet-50-cifar100 --batch-sizes 96 --num-workers 8
+    python scripts/benchmark.py --corruptions --num-images 1000      # CIFAR-C generation vs per-image NumPy
+    python scripts/benchmark.py --hessian --models outputs/alternet-digits   # Lanczos vs power iteration
 """
 
 import argparse
@@ -45,8 +47,24 @@ def main() -> None:
     )
     parser.add_argument("--training-images", type=int, default=960, help="images in the --training epoch")
     parser.add_argument("--num-workers", type=int, default=0, help="data-loading processes for --training")
+    parser.add_argument(
+        "--corruptions", action="store_true", help="time CIFAR-C corruption generation against imagecorruptions"
+    )
+    parser.add_argument("--num-images", type=int, default=1000, help="images per corruption for --corruptions")
+    parser.add_argument(
+        "--hessian",
+        action="store_true",
+        help="count Hessian-vector products of Lanczos and power iteration for the top eigenvalue (digits batch)",
+    )
     parser.add_argument("--output", type=Path, default=None, help="also write the results as JSON here")
     args = parser.parse_args()
+    if args.corruptions or args.hessian:
+        results = analysis_benchmarks(args)
+        if args.output:
+            args.output.parent.mkdir(parents=True, exist_ok=True)
+            args.output.write_text(json.dumps(results, indent=2))
+            print(f"\nwrote {args.output}")
+        return
 
     compiled_options = {"no": [False], "yes": [True], "both": [False, True]}[args.compile]
     modes = ["train"] if args.training else args.modes
@@ -84,6 +102,36 @@ def main() -> None:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps([r.to_dict() for r in results], indent=2))
         print(f"\nwrote {args.output}")
+
+
+def analysis_benchmarks(args) -> list[dict]:
+    from analysis.benchmark import corruption_speed, hessian_convergence
+
+    if args.corruptions:
+        rows = corruption_speed(num_images=args.num_images, device=args.device)
+        print(f"\n{args.num_images} images 32×32, severity 3, on {rows[0]['device']}")
+        print("| corruption | ours images/s | imagecorruptions images/s | speed-up |\n|---|---|---|---|")
+        for r in rows:
+            theirs = f"{r['numpy_images_per_s']:,.0f}" if r["numpy_images_per_s"] else f"— ({r['note']})"
+            speedup = f"{r['speedup']:.1f}×" if r["speedup"] else "—"
+            print(f"| {r['corruption']} | {r['ours_images_per_s']:,.0f} | {theirs} | {speedup} |")
+        return rows
+    rows = []
+    for name in tqdm(args.models, desc="hessian", unit="model"):
+        for batch_size in args.batch_sizes:
+            rows.append(hessian_convergence(name, batch_size=batch_size, device=args.device))
+    print(
+        "\n| model | batch | top eigenvalue | HVPs to 1%: Lanczos | power | own stop: Lanczos (error) | power (error) |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r['model']} | {r['batch_size']} | {r['top_eigenvalue']:.4g} | {r['lanczos_hvps_to_tolerance']} | "
+            f"{r['power_hvps_to_tolerance'] or 'never'} | "
+            f"{r['lanczos_hvps_own_stop']} ({r['lanczos_error_own_stop']:.1e}) | "
+            f"{r['power_hvps_own_stop']} ({r['power_error_own_stop']:.1e}) |"
+        )
+    return rows
 
 
 if __name__ == "__main__":

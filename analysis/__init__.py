@@ -1,0 +1,19 @@
+"""The measurements of "How Do Vision Transformers Work?" (Park & Kim, ICLR 2022) as a library.
+
+Each topic is a module with functions `fn(model, data, *, ..., device=None) -> SomethingResult`
+(dataclasses of numpy arrays with `to_dict()`) and `plot_something(result, ax=None)`:
+
+- `blocks`: any model as the sequence of tagged blocks (stem, conv, MSA, MLP, pool, head)
+- `fourier`: relative log amplitude of feature maps by frequency (`fourier_log_amplitude`)
+- `variance`: feature-map variance by depth (`feature_map_variance`)
+- `hessian`: top eigenvalues by Lanczos, Hutchinson trace, spectral density, max-eigenvalue spectra
+- `landscape`: filter-normalised 1-D and 2-D loss landscapes
+- `corruptions`: the 15 CIFAR-C corruptions on batched torch tensors
+- `robustness`: CIFAR-100-C from three sources, evaluation per corruption and severity, frequency-band noise
+- `lesion`: accuracy with each residual block removed
+- `cka`: minibatch CKA between the blocks of one or two models
+"""
+
+from . import blocks, cka, corruptions, fourier, hessian, landscape, lesion, robustness, variance
+
+__all__ = ["blocks", "cka", "corruptions", "fourier", "hessian", "landscape", "lesion", "robustness", "variance"]

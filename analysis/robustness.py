@@ -1,0 +1,388 @@
+"""Robustness: CIFAR-100-C from three sources behind one interface, and frequency-band noise
+(Hendrycks & Dietterich 2019; Park & Kim 2022, Fig. 2(b) and Table 1; PAPER.md §6).
+
+A corruption source yields `(images, labels)` batches — uint8 (B, 3, H, W) and int64 (B,) tensors —
+for each corruption and severity:
+
+- `ZenodoArrays`: the released arrays (Zenodo record 3555552): one `<corruption>.npy` per type
+  (5·N × 32 × 32 × 3 uint8, severity s at rows N·(s−1) … N·s) and `labels.npy`, memory-mapped.
+- `ParquetCorruptions`: a parquet / `save_to_disk` dataset or Hub id with columns image, label,
+  corruption, severity — the schema `scripts/publish_cifar100c.py` writes, since the Hub copies that
+  exist are loading-script datasets current `datasets` refuses.
+- `GeneratedCorruptions`: any clean test set corrupted on the fly with `analysis.corruptions`, on the
+  evaluation device, seeded by (seed, corruption, severity, chunk): reproducible whatever the batch size.
+
+`evaluate_corruptions` reports accuracy, NLL and ECE per corruption × severity and their means.
+`frequency_noise` measures Δaccuracy under noise restricted to one frequency band at a time.
+"""
+
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from alternet_hf.metrics import classification_metrics
+
+from . import _common
+from ._common import AnalysisResult, analysis_mode, iterate_batches, logits_of, model_normalization, resolve_device
+from .corruptions import CORRUPTIONS, SEVERITIES, corrupt
+
+Batches = Iterator[tuple[torch.Tensor, torch.Tensor]]
+
+
+def _check(corruption: str, severity: int) -> None:
+    if corruption not in CORRUPTIONS:
+        raise ValueError(f"unknown corruption {corruption!r}; the CIFAR-C ones are {', '.join(CORRUPTIONS)}")
+    if severity not in SEVERITIES:
+        raise ValueError(f"severity must be one of {SEVERITIES}, not {severity!r}")
+
+
+def _images_to_tensor(images: np.ndarray) -> torch.Tensor:
+    """(B, H, W, 3) uint8 array -> (B, 3, H, W) uint8 tensor."""
+    return (
+        torch.from_numpy(np.array(images, dtype=np.uint8)).permute(0, 3, 1, 2).contiguous()
+    )  # a copy: mmaps are read-only
+
+
+class ZenodoArrays:
+    """The released CIFAR-10-C / CIFAR-100-C `.npy` arrays in `directory`."""
+
+    def __init__(self, directory: str | Path):
+        self.directory = Path(directory)
+        labels_file = self.directory / "labels.npy"
+        if not labels_file.exists():
+            raise FileNotFoundError(
+                f"{labels_file} not found: a CIFAR-C directory holds labels.npy and one <corruption>.npy per "
+                f"corruption (download CIFAR-100-C from Zenodo record 3555552 and unpack it)"
+            )
+        self.labels = np.load(labels_file, mmap_mode="r")
+        if len(self.labels) % len(SEVERITIES):
+            raise ValueError(f"{labels_file} has {len(self.labels)} labels, not a multiple of {len(SEVERITIES)}")
+        self.per_severity = len(self.labels) // len(SEVERITIES)
+
+    def available(self) -> list[str]:
+        return [c for c in CORRUPTIONS if (self.directory / f"{c}.npy").exists()]
+
+    def batches(self, corruption: str, severity: int, *, batch_size: int = 256) -> Batches:
+        _check(corruption, severity)
+        path = self.directory / f"{corruption}.npy"
+        if not path.exists():
+            raise FileNotFoundError(f"{path} not found; {self.directory} has {self.available()}")
+        images = np.load(path, mmap_mode="r")
+        if images.ndim != 4 or images.shape[-1] != 3 or len(images) != len(self.labels):
+            raise ValueError(
+                f"{path} has shape {images.shape}; expected ({len(self.labels)}, H, W, 3) uint8 like labels.npy"
+            )
+        start = self.per_severity * (severity - 1)
+        for offset in range(0, self.per_severity, batch_size):
+            rows = slice(start + offset, start + min(offset + batch_size, self.per_severity))
+            yield _images_to_tensor(images[rows]), torch.from_numpy(np.array(self.labels[rows], dtype=np.int64))
+
+
+class ParquetCorruptions:
+    """A dataset with columns image, label, corruption, severity: a parquet file or folder, a
+    `save_to_disk` folder, or a Hub id."""
+
+    COLUMNS = ("image", "label", "corruption", "severity")
+
+    def __init__(self, source: str | Path, *, split: str = "test"):
+        from alternet_hf.data import load_raw_dataset
+
+        self.dataset = load_raw_dataset(str(source), split=split)
+        missing = [c for c in self.COLUMNS if c not in self.dataset.column_names]
+        if missing:
+            raise ValueError(f"{source} lacks columns {missing}; a CIFAR-C dataset has columns {self.COLUMNS}")
+        keys = self.dataset.select_columns(["corruption", "severity"]).to_pandas()
+        self.rows = {key: np.asarray(group) for key, group in keys.groupby(["corruption", "severity"]).indices.items()}
+
+    def available(self) -> list[str]:
+        return [c for c in CORRUPTIONS if any(key[0] == c for key in self.rows)]
+
+    def batches(self, corruption: str, severity: int, *, batch_size: int = 256) -> Batches:
+        _check(corruption, severity)
+        rows = self.rows.get((corruption, severity))
+        if rows is None:
+            raise KeyError(f"no rows with corruption={corruption!r}, severity={severity}; it has {self.available()}")
+        for offset in range(0, len(rows), batch_size):
+            batch = self.dataset[rows[offset : offset + batch_size]]
+            images = np.stack([np.asarray(image.convert("RGB")) for image in batch["image"]])
+            yield _images_to_tensor(images), torch.tensor(batch["label"], dtype=torch.int64)
+
+
+class GeneratedCorruptions:
+    """Corrupts clean images on the fly: `images` uint8 (N, 3, H, W), `labels` (N,).
+
+    Images are corrupted in chunks of `chunk_size`, each with its own generator seeded from (seed,
+    corruption, severity, chunk), so the result depends neither on the batch size asked for nor on
+    which sets were generated before.
+    """
+
+    def __init__(
+        self, images: torch.Tensor, labels: torch.Tensor, *, seed: int = 0, chunk_size: int = 1000, device=None
+    ):
+        if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[1] != 3:
+            raise ValueError(f"images must be uint8 (N, 3, H, W), got {images.dtype} {tuple(images.shape)}")
+        if len(labels) != len(images):
+            raise ValueError(f"{len(images)} images but {len(labels)} labels")
+        self.images, self.labels = images, torch.as_tensor(labels, dtype=torch.int64)
+        self.seed, self.chunk_size = seed, chunk_size
+        self.device = torch.device(device or "cpu")
+
+    @classmethod
+    def from_dataset(cls, dataset, **kwargs) -> "GeneratedCorruptions":
+        """From a `datasets.Dataset` with image and label columns (e.g. `load_image_classification`)."""
+        images = np.stack([np.asarray(image.convert("RGB")) for image in dataset["image"]])
+        return cls(_images_to_tensor(images), torch.tensor(dataset["label"]), **kwargs)
+
+    def available(self) -> list[str]:
+        return list(CORRUPTIONS)
+
+    def batches(self, corruption: str, severity: int, *, batch_size: int = 256) -> Batches:
+        _check(corruption, severity)
+        for chunk in range(0, len(self.images), self.chunk_size):
+            key = f"{self.seed}/{corruption}/{severity}/{chunk}".encode()
+            generator = torch.Generator(device=self.device).manual_seed(zlib.crc32(key))
+            clean = self.images[chunk : chunk + self.chunk_size].to(self.device, non_blocking=True)
+            corrupted = corrupt(clean, corruption, severity, generator=generator)
+            labels = self.labels[chunk : chunk + self.chunk_size]
+            for start in range(0, len(corrupted), batch_size):
+                yield corrupted[start : start + batch_size], labels[start : start + batch_size]
+
+
+def load_corruption_source(source: str | Path, **kwargs):
+    """`ZenodoArrays` for a folder with labels.npy, else `ParquetCorruptions` (folder, file or Hub id)."""
+    path = Path(source)
+    if path.is_dir() and (path / "labels.npy").exists():
+        return ZenodoArrays(path)
+    return ParquetCorruptions(source, **kwargs)
+
+
+def save_as_arrays(source, directory: str | Path, *, corruptions: Sequence[str] = CORRUPTIONS) -> Path:
+    """Write `source`'s corruptions in the Zenodo layout (every severity of a type in one array)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    labels = None
+    for corruption in corruptions:
+        parts = [list(source.batches(corruption, s)) for s in SEVERITIES]
+        images = torch.cat([images for part in parts for images, _ in part]).permute(0, 2, 3, 1)
+        np.save(directory / f"{corruption}.npy", images.cpu().numpy())
+        labels = torch.cat([y for part in parts for _, y in part]).numpy()
+    np.save(directory / "labels.npy", labels)
+    return directory
+
+
+def save_as_parquet(source, path: str | Path, *, corruptions: Sequence[str] = CORRUPTIONS, rows_per_file=None):
+    """Write `source` as a parquet dataset with columns image (PNG), label, corruption, severity."""
+    import datasets
+    from PIL import Image
+
+    def examples():
+        for corruption in corruptions:
+            for severity in SEVERITIES:
+                for images, labels in source.batches(corruption, severity):
+                    for image, label in zip(images.permute(0, 2, 3, 1).cpu().numpy(), labels.tolist()):
+                        yield {"image": Image.fromarray(image), "label": label, "corruption": corruption,
+                               "severity": severity}  # fmt: skip
+
+    features = datasets.Features(
+        {
+            "image": datasets.Image(),
+            "label": datasets.Value("int64"),
+            "corruption": datasets.Value("string"),
+            "severity": datasets.Value("int8"),
+        }
+    )
+    dataset = datasets.Dataset.from_generator(examples, features=features)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    dataset.to_parquet(str(path))
+    return path
+
+
+@dataclass
+class CorruptionResult(AnalysisResult):
+    """Metrics per corruption (rows, in `corruptions` order) × severity (columns); `clean` holds the
+    metrics of the uncorrupted source images if they were given."""
+
+    corruptions: list[str]
+    severities: list[int]
+    accuracy: np.ndarray
+    nll: np.ndarray
+    ece: np.ndarray
+    mean_accuracy: float
+    mean_nll: float
+    mean_ece: float
+    clean: dict | None = None
+
+
+def _model_inputs(images: torch.Tensor, model: nn.Module, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """uint8 images -> normalised float inputs at the model's image size."""
+    inputs = images.float() / 255.0
+    size = getattr(getattr(model, "config", None), "image_size", None)
+    if size and inputs.shape[-1] != size:
+        inputs = F.interpolate(inputs, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
+    return (inputs - mean.to(inputs.device)) / std.to(inputs.device)
+
+
+@torch.no_grad()
+def _predict(model, batches: Batches, device, mean, std) -> tuple[np.ndarray, np.ndarray]:
+    logits, labels = [], []
+    for images, targets in batches:
+        inputs = _model_inputs(images.to(device, non_blocking=True), model, mean, std)
+        logits.append(logits_of(model(inputs)).float().cpu())
+        labels.append(targets)
+    return torch.cat(logits).numpy(), torch.cat(labels).numpy()
+
+
+def evaluate_corruptions(
+    model: nn.Module,
+    source,
+    *,
+    corruptions: Sequence[str] = CORRUPTIONS,
+    severities: Sequence[int] = SEVERITIES,
+    clean: tuple[torch.Tensor, torch.Tensor] | None = None,
+    batch_size: int = 256,
+    device: str | torch.device | None = None,
+    progress: bool = False,
+) -> CorruptionResult:
+    """Accuracy, NLL and ECE of `model` on every corruption × severity of `source` and their means.
+
+    Images are scaled to [0, 1], resized to the model's `image_size` if they differ, and normalised
+    with the model's mean and std. `clean`: optional uint8 (N, 3, H, W) images and labels to report too.
+    """
+    device = resolve_device(model, device)
+    mean, std = model_normalization(model)
+    shape = (len(corruptions), len(severities))
+    metrics = {name: np.full(shape, np.nan) for name in ("accuracy", "nll", "ece")}
+    sets = [(i, c, j, s) for i, c in enumerate(corruptions) for j, s in enumerate(severities)]
+    with analysis_mode(model, device=device):
+        clean_metrics = None
+        if clean is not None:
+            logits, labels = _predict(model, [clean], device, mean, std)
+            clean_metrics = classification_metrics(logits, labels)
+        for i, corruption, j, severity in _common.progress(sets, enabled=progress, desc="CIFAR-C", unit="set"):
+            logits, labels = _predict(
+                model, source.batches(corruption, severity, batch_size=batch_size), device, mean, std
+            )
+            values = classification_metrics(logits, labels)
+            for name in metrics:
+                metrics[name][i, j] = values[name]
+    return CorruptionResult(
+        list(corruptions),
+        list(severities),
+        metrics["accuracy"],
+        metrics["nll"],
+        metrics["ece"],
+        float(metrics["accuracy"].mean()),
+        float(metrics["nll"].mean()),
+        float(metrics["ece"].mean()),
+        clean_metrics,
+    )
+
+
+def plot_corruptions(result: CorruptionResult, ax=None):
+    """Accuracy against severity, one line per corruption, with the mean in black."""
+    ax = _common.new_axes(ax, figsize=(6, 4))
+    for corruption, accuracy in zip(result.corruptions, result.accuracy):
+        ax.plot(result.severities, 100 * accuracy, linewidth=0.8, alpha=0.7, label=corruption)
+    ax.plot(result.severities, 100 * result.accuracy.mean(axis=0), color="k", linewidth=2.5, label="mean")
+    ax.set_xticks(result.severities)
+    ax.set_xlabel("severity")
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title(f"Corruption robustness: mean accuracy {100 * result.mean_accuracy:.1f}%")
+    ax.legend(fontsize=6, ncol=2)
+    return ax
+
+
+def band_pass_noise(
+    shape: tuple[int, ...],
+    frequency: float,
+    *,
+    bandwidth: float = 0.2,
+    eps: float = 0.7,
+    generator: torch.Generator | None = None,
+    device=None,
+) -> torch.Tensor:
+    """Random ±eps noise keeping only the frequencies whose largest component |f|∞ (units of π) lies in
+    (frequency − bandwidth/2, frequency + bandwidth/2]: a square band around the centre of the spectrum."""
+    signs = torch.randint(0, 2, shape, generator=generator, device=device or "cpu").float() * 2 - 1
+    height, width = shape[-2:]
+    fy = torch.fft.fftfreq(height, device=signs.device).abs() * 2  # units of π
+    fx = torch.fft.fftfreq(width, device=signs.device).abs() * 2
+    radius = torch.maximum(fy[:, None], fx[None, :])
+    mask = (radius > frequency - bandwidth / 2) & (radius <= frequency + bandwidth / 2)
+    return torch.fft.ifft2(torch.fft.fft2(eps * signs) * mask).real
+
+
+@dataclass
+class FrequencyNoiseResult(AnalysisResult):
+    """Accuracy with noise in each band of centre `frequencies` (units of π), and its change from clean."""
+
+    frequencies: np.ndarray
+    accuracy: np.ndarray
+    clean_accuracy: float
+    delta_accuracy: np.ndarray
+    eps: float
+    bandwidth: float
+
+
+@torch.no_grad()
+def frequency_noise(
+    model: nn.Module,
+    data,
+    *,
+    frequencies: Sequence[float] = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
+    eps: float = 0.7,
+    bandwidth: float = 0.2,
+    max_batches: int | None = None,
+    seed: int = 0,
+    device: str | torch.device | None = None,
+    progress: bool = False,
+) -> FrequencyNoiseResult:
+    """Δaccuracy of `model` when band-limited noise is added to its (normalised) inputs, per band.
+
+    The noise is drawn once per batch and band-passed for each frequency, so bands differ only in
+    where the noise energy lies. Following the reference generator, it is added in the model's input
+    space (after normalisation).
+    """
+    device = resolve_device(model, device)
+    frequencies = np.asarray(frequencies, dtype=float)
+    correct, clean_correct, count = np.zeros(len(frequencies)), 0, 0
+    with analysis_mode(model, device=device):
+        batches = iterate_batches(data, max_batches=max_batches)
+        for index, (inputs, targets) in enumerate(
+            _common.progress(batches, enabled=progress, desc="frequency noise", unit="batch")
+        ):
+            inputs, targets = inputs.to(device), targets.to(device)
+            clean_correct += (logits_of(model(inputs)).argmax(-1) == targets).sum().item()
+            for k, frequency in enumerate(frequencies):
+                generator = torch.Generator(device=device).manual_seed(seed * 1_000_003 + index)
+                noise = band_pass_noise(
+                    inputs.shape, frequency, bandwidth=bandwidth, eps=eps, generator=generator, device=device
+                )
+                correct[k] += (logits_of(model(inputs + noise)).argmax(-1) == targets).sum().item()
+            count += len(targets)
+    if count == 0:
+        raise ValueError("the data gave no batches")
+    accuracy, clean_accuracy = correct / count, clean_correct / count
+    return FrequencyNoiseResult(frequencies, accuracy, clean_accuracy, accuracy - clean_accuracy, eps, bandwidth)
+
+
+def plot_frequency_noise(results: FrequencyNoiseResult | dict[str, FrequencyNoiseResult], ax=None):
+    """Δaccuracy (%) against the noise frequency, one line per model (pass a {name: result} dict)."""
+    ax = _common.new_axes(ax)
+    results = results if isinstance(results, dict) else {None: results}
+    for name, result in results.items():
+        ax.plot(result.frequencies, 100 * result.delta_accuracy, marker="o", markersize=3, label=name)
+    ax.axhline(0.0, color="0.5", linewidth=0.8)
+    ax.set_xlabel("noise frequency (π)")
+    ax.set_ylabel("Δ accuracy (%)")
+    ax.set_title("Robustness to frequency-band noise")
+    if any(name is not None for name in results):
+        ax.legend()
+    return ax

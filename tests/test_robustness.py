@@ -1,0 +1,128 @@
+"""CIFAR-C sources agree with each other; corruption evaluation and frequency-band noise give known answers."""
+
+import numpy as np
+import pytest
+import torch
+from conftest import TINY
+from torch import nn
+
+import alternet_hf
+from analysis import robustness
+from analysis.corruptions import CORRUPTIONS, SEVERITIES
+
+SOME = ("gaussian_noise", "glass_blur", "fog", "jpeg_compression")
+
+
+@pytest.fixture(scope="module")
+def clean():
+    """Six 32×32 crops of a real photograph and their labels."""
+    from skimage import data
+
+    photo = torch.from_numpy(data.astronaut()).permute(2, 0, 1)
+    crops = [photo[:, 64 * i : 64 * i + 64 : 2, 100:164:2] for i in range(6)]
+    return torch.stack(crops).contiguous(), torch.tensor([0, 1, 2, 3, 4, 0])
+
+
+@pytest.fixture(scope="module")
+def generated(clean):
+    return robustness.GeneratedCorruptions(*clean, seed=3)
+
+
+def _all(source, corruption, severity, batch_size=4):
+    images, labels = zip(*source.batches(corruption, severity, batch_size=batch_size))
+    return torch.cat(images), torch.cat(labels)
+
+
+def test_generated_corruptions_are_reproducible_and_seeded(generated, clean):
+    first, labels = _all(generated, "gaussian_noise", 3)
+    again, _ = _all(robustness.GeneratedCorruptions(*clean, seed=3), "gaussian_noise", 3)
+    other, _ = _all(robustness.GeneratedCorruptions(*clean, seed=4), "gaussian_noise", 3)
+    assert first.dtype == torch.uint8 and first.shape == clean[0].shape
+    assert torch.equal(first, again) and not torch.equal(first, other)
+    assert torch.equal(labels, clean[1])
+
+
+def test_three_sources_agree(generated, tmp_path):
+    arrays = robustness.ZenodoArrays(robustness.save_as_arrays(generated, tmp_path / "zenodo", corruptions=SOME))
+    parquet = robustness.ParquetCorruptions(
+        robustness.save_as_parquet(generated, tmp_path / "c.parquet", corruptions=SOME)
+    )
+    assert arrays.available() == list(SOME) and parquet.available() == list(SOME)
+    for corruption in SOME:
+        for severity in SEVERITIES:
+            expected = _all(generated, corruption, severity)
+            for source in (arrays, parquet):
+                images, labels = _all(source, corruption, severity, batch_size=5)
+                assert torch.equal(images, expected[0]), (type(source).__name__, corruption, severity)
+                assert torch.equal(labels, expected[1])
+    assert isinstance(robustness.load_corruption_source(tmp_path / "zenodo"), robustness.ZenodoArrays)
+    assert isinstance(robustness.load_corruption_source(tmp_path / "c.parquet"), robustness.ParquetCorruptions)
+
+
+def test_source_errors_say_what_is_wrong(generated, tmp_path):
+    with pytest.raises(FileNotFoundError, match="labels.npy"):
+        robustness.ZenodoArrays(tmp_path)
+    directory = robustness.save_as_arrays(generated, tmp_path / "z", corruptions=["fog"])
+    with pytest.raises(FileNotFoundError, match="fog"):
+        next(robustness.ZenodoArrays(directory).batches("frost", 1))
+    with pytest.raises(ValueError, match="unknown corruption"):
+        next(generated.batches("rain", 1))
+    with pytest.raises(ValueError, match="severity"):
+        next(generated.batches("fog", 6))
+    with pytest.raises(RuntimeError, match="Offline"):
+        robustness.ParquetCorruptions("nobody/cifar100-c")
+
+
+def test_evaluate_corruptions_is_the_same_from_every_source(generated, tmp_path, clean):
+    model = alternet_hf.create_model("resnet-50-cifar100", **{**TINY["resnet-50-cifar100"], "image_size": 32})
+    arrays = robustness.ZenodoArrays(robustness.save_as_arrays(generated, tmp_path, corruptions=SOME))
+    from_arrays = robustness.evaluate_corruptions(model, arrays, corruptions=SOME, clean=clean)
+    generated_result = robustness.evaluate_corruptions(model, generated, corruptions=SOME, batch_size=4)
+    assert from_arrays.accuracy.shape == (len(SOME), len(SEVERITIES))
+    np.testing.assert_allclose(from_arrays.accuracy, generated_result.accuracy)
+    np.testing.assert_allclose(from_arrays.nll, generated_result.nll, rtol=1e-5)
+    assert from_arrays.mean_accuracy == pytest.approx(from_arrays.accuracy.mean())
+    assert set(from_arrays.clean) >= {"accuracy", "nll", "ece"}
+    assert len(CORRUPTIONS) == 15
+
+
+def test_band_pass_noise_lives_in_its_band():
+    generator = torch.Generator().manual_seed(0)
+    noise = robustness.band_pass_noise((2, 3, 32, 32), 0.5, bandwidth=0.2, generator=generator)
+    spectrum = torch.fft.fft2(noise).abs()
+    f = torch.fft.fftfreq(32).abs() * 2
+    radius = torch.maximum(f[:, None], f[None, :])
+    inside = (radius > 0.4) & (radius <= 0.6)
+    assert spectrum[..., ~inside].max() < 1e-4 and spectrum[..., inside].mean() > 1.0
+    assert noise.dtype == torch.float32 and noise.shape == (2, 3, 32, 32)
+
+
+def test_frequency_noise_spares_a_model_blind_to_high_frequencies():
+    class AverageThenLinear(nn.Module):
+        """Sees only each channel's mean, i.e. frequency 0: band-limited noise cannot change its output."""
+
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(3, 4)
+
+        def forward(self, x):
+            return self.linear(x.mean(dim=(2, 3)))
+
+    model = AverageThenLinear()
+    inputs = torch.randn(64, 3, 16, 16)
+    targets = model(inputs).argmax(-1)
+    result = robustness.frequency_noise(model, (inputs, targets), frequencies=(0.3, 0.9))
+    assert result.clean_accuracy == 1.0
+    np.testing.assert_array_equal(result.delta_accuracy, 0.0)
+
+
+def test_frequency_noise_accuracy_is_that_of_the_noisy_inputs():
+    model = alternet_hf.create_model("resnet-50-cifar100", **TINY["resnet-50-cifar100"]).eval()
+    inputs, targets = torch.randn(16, 3, 16, 16), torch.randint(0, 5, (16,))
+    result = robustness.frequency_noise(model, (inputs, targets), eps=3.0, seed=2)
+    assert result.accuracy.shape == (9,)
+    generator = torch.Generator().manual_seed(2 * 1_000_003)  # the first batch's noise
+    noise = robustness.band_pass_noise(inputs.shape, 0.7, eps=3.0, generator=generator)
+    with torch.no_grad():
+        expected = (model(inputs + noise).logits.argmax(-1) == targets).float().mean().item()
+    assert result.accuracy[6] == pytest.approx(expected)
