@@ -295,22 +295,23 @@ def elastic_transform(x, parameters, generator):
     source = torch.stack([centre + side, centre + torch.tensor([side, -side], device=device), centre - side])
     target = source + _uniform((batch, 3, 2), -affine_shift, affine_shift, generator, device).double()
     ones = torch.ones(batch, 3, 1, dtype=torch.float64, device=device)
-    # Solve target = [source, 1] @ A for A (3×2); then dst = src·A, so src = (dst − t)·L⁻¹.
+    # Solve target = [source, 1] @ A for A (3×2): dst = src·L + t, so src = (dst − t)·L⁻¹.
     forward = torch.linalg.solve(torch.cat([source.expand(batch, 3, 2), ones], dim=2), target)
-    linear, translation = forward[:, :2], forward[:, 2:]
+    inverse, translation = torch.linalg.inv(forward[:, :2]).float(), forward[:, 2:].float()
     # A smooth random displacement field, α·Gaussian(σ) of uniform noise.
-    field = _uniform((batch, 2, height, width), -1.0, 1.0, generator, device).double()
-    field = alpha * gaussian_blur(field, sigma, truncate=3.0, mode="reflect") if sigma > 0 else alpha * field
+    field = _uniform((batch, 2, height, width), -1.0, 1.0, generator, device)
+    field = alpha * (gaussian_blur(field, sigma, truncate=3.0, mode="reflect") if sigma > 0 else field)
     ys, xs = torch.meshgrid(
-        torch.arange(height, dtype=torch.float64, device=device),
-        torch.arange(width, dtype=torch.float64, device=device),
+        torch.arange(height, dtype=torch.float32, device=device),
+        torch.arange(width, dtype=torch.float32, device=device),
         indexing="ij",
     )
     points = torch.stack([xs + field[:, 0], ys + field[:, 1]], dim=-1).view(batch, -1, 2)
-    sources = torch.linalg.solve(linear.transpose(1, 2), (points - translation).transpose(1, 2)).transpose(1, 2)
-    grid = sources.view(batch, height, width, 2)
-    grid = torch.stack([2 * grid[..., 0] / (width - 1) - 1, 2 * grid[..., 1] / (height - 1) - 1], dim=-1)
-    return F.grid_sample(x, grid.to(x.dtype), mode="bilinear", padding_mode="reflection", align_corners=True)
+    grid = torch.bmm(points - translation, inverse).view(batch, height, width, 2)  # pixel coordinates in the source
+    scale = torch.tensor([2 / (width - 1), 2 / (height - 1)], device=device)
+    return F.grid_sample(
+        x, (grid * scale - 1).to(x.dtype), mode="bilinear", padding_mode="reflection", align_corners=True
+    )
 
 
 def pixelate(x, factor, generator):
