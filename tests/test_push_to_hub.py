@@ -1,0 +1,78 @@
+"""scripts/push_to_hub.py --dry-run: the folder loads with Auto classes and pipeline, with and without
+alternet_hf, and its card's model-index is the evaluation JSON."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY
+from huggingface_hub import ModelCard
+from transformers import AutoModelForImageClassification, pipeline
+
+import alternet_hf
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(*args, **kwargs):
+    completed = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, timeout=600, **kwargs)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return completed
+
+
+@pytest.mark.parametrize("preset", ["alternet-50-cifar100", "vit-ti-cifar100"])
+def test_dry_run_release(preset, tmp_path, photo):
+    model = alternet_hf.create_model(preset, **{**TINY[preset], "num_labels": 10}).eval()
+    model.save_pretrained(tmp_path / "model")
+    run(ROOT / "scripts" / "evaluate.py", "--model", tmp_path / "model", "--dataset", "digits")
+    evaluation = json.loads((tmp_path / "model" / "eval_digits_test.json").read_text())["metrics"]
+    release = tmp_path / "release"
+    run(
+        ROOT / "scripts" / "push_to_hub.py", "--model", tmp_path / "model", "--repo-id", "me/tiny", "--dry-run", release
+    )
+
+    card = ModelCard.load(release / "README.md")
+    assert card.data.library_name == "transformers" and "how-do-vits-work" in card.data.tags
+    reported = {result.metric_type: result.metric_value for result in card.data.eval_results}
+    assert reported == {k: v for k, v in evaluation.items() if v is not None}
+    assert 'from_pretrained("me/tiny")' in card.text and "@inproceedings{park2022how" in card.text
+
+    loaded = AutoModelForImageClassification.from_pretrained(release).eval()
+    pixel_values = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        expected = model(pixel_values).logits
+        torch.testing.assert_close(loaded(pixel_values).logits, expected)
+    assert len(pipeline("image-classification", model=str(release))(photo)) == 5
+
+    torch.save(pixel_values, tmp_path / "input.pt")
+    torch.save(expected, tmp_path / "expected.pt")
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules["alternet_hf"] = None  # the package is not installed for this user
+        import torch
+        from PIL import Image
+        from transformers import AutoModelForImageClassification, pipeline
+        model = AutoModelForImageClassification.from_pretrained({str(release)!r}, trust_remote_code=True).eval()
+        with torch.no_grad():
+            logits = model(torch.load({str(tmp_path / "input.pt")!r}, weights_only=True)).logits
+        torch.testing.assert_close(logits, torch.load({str(tmp_path / "expected.pt")!r}, weights_only=True))
+        classify = pipeline("image-classification", model={str(release)!r}, trust_remote_code=True)
+        print(len(classify(Image.new("RGB", (40, 30)))), "predictions without alternet_hf")
+        """
+    )
+    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "PYTHONPATH": ""}
+    assert "5 predictions without alternet_hf" in run("-c", script, env=env, cwd=tmp_path).stdout
+
+
+def test_a_model_without_evaluation_is_refused(tmp_path):
+    alternet_hf.create_model("resnet-50-cifar100", **TINY["resnet-50-cifar100"]).save_pretrained(tmp_path / "m")
+    command = [sys.executable, ROOT / "scripts" / "push_to_hub.py", "--model", tmp_path / "m", "--repo-id", "a/b",
+               "--dry-run", tmp_path / "out"]  # fmt: skip
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert completed.returncode != 0 and "scripts/evaluate.py --model" in completed.stderr
