@@ -314,10 +314,21 @@ def elastic_transform(x, parameters, generator):
     )
 
 
+def _box_matrix(size: int, new_size: int, device) -> torch.Tensor:
+    """(new_size, size) weights of a box filter (PIL's BOX): each output pixel averages the inputs its
+    footprint covers, partially covered ones by their overlap."""
+    edges = torch.arange(new_size + 1, dtype=torch.float64, device=device) * (size / new_size)
+    pixels = torch.arange(size, dtype=torch.float64, device=device)
+    overlap = (torch.minimum(edges[1:, None], pixels + 1) - torch.maximum(edges[:-1, None], pixels)).clamp(min=0)
+    return overlap / overlap.sum(dim=1, keepdim=True)
+
+
 def pixelate(x, factor, generator):
     height, width = x.shape[-2:]
-    small = F.interpolate(x, size=(int(height * factor), int(width * factor)), mode="area")
-    return F.interpolate(small, size=(height, width), mode="nearest")
+    rows = _box_matrix(height, int(height * factor), x.device).to(x.dtype)
+    cols = _box_matrix(width, int(width * factor), x.device).to(x.dtype)
+    small = rows @ x @ cols.T  # box downscale as two matrix products over the whole batch
+    return small[..., rows.argmax(dim=0)[:, None], cols.argmax(dim=0)[None, :]]  # nearest upscale
 
 
 def jpeg_compression(x, quality, generator):
