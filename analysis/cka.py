@@ -1,13 +1,19 @@
 """Minibatch CKA between blocks (Kornblith et al. 2019; Nguyen, Raghu & Kornblith 2021; PAPER.md §6).
 
-Linear-kernel CKA with the unbiased, U-centred HSIC estimator (Song et al. 2012), accumulated over
-minibatches: CKA(i, j) = Σ HSIC₁(K_i, L_j) / √(Σ HSIC₁(K_i, K_i) · Σ HSIC₁(L_j, L_j)), so the memory
-needed does not grow with the number of samples. Everything is computed in float64: the common
-PyTorch package works in float32, where the Gram matrices of large activations overflow or cancel
-and return NaNs.
+Linear-kernel CKA with the unbiased HSIC estimator of Song et al. (2012), summed over minibatches:
+
+    CKA(i, j) = Σ_b HSIC₁(K_i, L_j) / √(Σ_b HSIC₁(K_i, K_i) · Σ_b HSIC₁(L_j, L_j))
+
+so memory depends on the batch size, not on the number of samples, and the per-batch estimates carry
+no small-sample bias. What differs from the common PyTorch package: everything is float64 (in float32
+the Gram matrices of large activations overflow, and the result is NaN), features are centred before
+their Gram matrix (which HSIC₁ does not notice, but a large mean otherwise cancels away the digits
+that matter), and every layer pair of a batch comes from one matrix product of U-centred Gram
+matrices instead of a double loop.
 """
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,47 +22,112 @@ from torch import nn
 
 from . import _common
 from ._common import AnalysisResult, analysis_mode, iterate_batches, new_axes, resolve_device
-from .blocks import BlockAdapter, run_blocks
+from .blocks import BlockAdapter, block_kinds, run_blocks
 
 
-def unbiased_hsic(gram_x: torch.Tensor, gram_y: torch.Tensor) -> torch.Tensor:
-    """HSIC₁ of two n×n Gram matrices (n ≥ 4): unbiased, with the diagonals removed (Song et al. 2012)."""
-    n = gram_x.shape[0]
-    if n < 4 or gram_x.shape != (n, n) or gram_y.shape != (n, n):
-        raise ValueError(f"unbiased HSIC needs two n×n Gram matrices with n ≥ 4, got {tuple(gram_x.shape)}, "
-                         f"{tuple(gram_y.shape)}: use batches of at least 4 samples")  # fmt: skip
-    k = gram_x.double().clone().fill_diagonal_(0)
-    l = gram_y.double().clone().fill_diagonal_(0)  # noqa: E741
-    k_sum, l_sum = k.sum(dim=0), l.sum(dim=0)
-    trace = (k * l).sum()  # tr(K L) for symmetric matrices
-    return (trace + k_sum.sum() * l_sum.sum() / ((n - 1) * (n - 2)) - 2 * (k_sum @ l_sum) / (n - 2)) / (n * (n - 3))
+def _float64_device(tensor: torch.Tensor) -> torch.device:
+    # MPS has no float64; everything else computes where the features already are.
+    return torch.device("cpu") if tensor.device.type == "mps" else tensor.device
 
 
 def linear_gram(features: torch.Tensor) -> torch.Tensor:
-    flat = features.reshape(features.shape[0], -1).double()
+    """X Xᵀ of the features flattened per sample and centred over the batch, in float64.
+
+    Centring leaves HSIC₁ unchanged (U-centring removes it anyway) but keeps a large mean from swamping
+    the spread: with a feature offset of 100, the uncentred formula already loses six digits in float64.
+    """
+    flat = features.reshape(features.shape[0], -1).to(_float64_device(features), torch.float64)
+    flat = flat - flat.mean(dim=0)
     return flat @ flat.T
 
 
+def _check_grams(*grams: torch.Tensor) -> int:
+    n = grams[0].shape[0] if grams[0].ndim == 2 else -1
+    if any(gram.shape != (n, n) for gram in grams) or n < 4:
+        shapes = ", ".join(str(tuple(gram.shape)) for gram in grams)
+        raise ValueError(
+            f"unbiased HSIC needs n×n Gram matrices with n ≥ 4 samples, got {shapes}; "
+            "use batches of at least 4 samples (drop_last=True in the DataLoader)"
+        )
+    return n
+
+
+def unbiased_hsic(gram_x: torch.Tensor, gram_y: torch.Tensor) -> torch.Tensor:
+    """HSIC₁ of two n×n Gram matrices (Song et al. 2012), in float64.
+
+    HSIC₁ = [tr(K̃L̃) + 1ᵀK̃1 · 1ᵀL̃1 / ((n−1)(n−2)) − 2/(n−2) · 1ᵀK̃L̃1] / (n(n−3)), K̃ = K with a zero diagonal:
+    the diagonal (each sample with itself) is what biases the plain estimator.
+    """
+    n = _check_grams(gram_x, gram_y)
+    k = gram_x.to(torch.float64).clone().fill_diagonal_(0)
+    l = gram_y.to(k.device, torch.float64).clone().fill_diagonal_(0)  # noqa: E741
+    k_sums, l_sums = k.sum(dim=1), l.sum(dim=0)  # K̃1 and 1ᵀL̃
+    trace = (k * l.T).sum()
+    return (trace + k_sums.sum() * l_sums.sum() / ((n - 1) * (n - 2)) - 2 * (k_sums @ l_sums) / (n - 2)) / (n * (n - 3))
+
+
+def u_centre(gram: torch.Tensor) -> torch.Tensor:
+    """The U-centred Gram matrix (Székely & Rizzo 2014), scaled so that HSIC₁(K, L) = ⟨U(K), U(L)⟩.
+
+    One inner product per layer pair is what lets a single matrix product give all pairs of a batch.
+    """
+    n = _check_grams(gram)
+    k = gram.to(torch.float64).clone().fill_diagonal_(0)
+    row_sums = k.sum(dim=1)
+    centred = k - row_sums[:, None] / (n - 2) - row_sums[None, :] / (n - 2) + row_sums.sum() / ((n - 1) * (n - 2))
+    return centred.fill_diagonal_(0) / np.sqrt(n * (n - 3))
+
+
 class MinibatchCKA:
-    """Accumulates HSIC₁ between every pair of layers of two representations over minibatches."""
+    """Sums HSIC₁ between every pair of layers of two representations (or of one with itself) over batches.
+
+    `update` takes one batch's features, one tensor per layer with the samples on dimension 0; the
+    layers may have any shapes, but the number of layers stays the same from batch to batch.
+    """
 
     def __init__(self):
-        self.cross = self.self_a = self.self_b = None
+        self.cross: torch.Tensor | None = None  # Σ_b HSIC₁(K_i, L_j)
+        self.self_a: torch.Tensor | None = None  # Σ_b HSIC₁(K_i, K_i)
+        self.self_b: torch.Tensor | None = None  # Σ_b HSIC₁(L_j, L_j)
         self.num_samples = 0
+        self.num_batches = 0
 
-    def update(self, features_a: list[torch.Tensor], features_b: list[torch.Tensor]) -> None:
-        grams_a = [linear_gram(f) for f in features_a]
-        grams_b = [linear_gram(f) for f in features_b]
-        cross = torch.stack([torch.stack([unbiased_hsic(a, b) for b in grams_b]) for a in grams_a]).cpu()
-        self_a = torch.stack([unbiased_hsic(a, a) for a in grams_a]).cpu()
-        self_b = torch.stack([unbiased_hsic(b, b) for b in grams_b]).cpu()
+    @staticmethod
+    def _centred_grams(features: Sequence[torch.Tensor]) -> torch.Tensor:
+        if not features:
+            raise ValueError("no layers were given")
+        sizes = {f.shape[0] for f in features}
+        if len(sizes) != 1:
+            raise ValueError(f"every layer must hold the same samples; got batch sizes {sorted(sizes)}")
+        return torch.stack([u_centre(linear_gram(f)).flatten() for f in features])  # (layers, n²)
+
+    def update(self, features_a: Sequence[torch.Tensor], features_b: Sequence[torch.Tensor] | None = None) -> None:
+        """Add one batch; `features_b=None` compares `features_a` with itself at half the cost."""
+        grams_a = self._centred_grams(features_a)
+        if features_b is None:
+            cross = grams_a @ grams_a.T
+            self_a = self_b = cross.diagonal()
+        else:
+            if features_b and features_b[0].shape[0] != features_a[0].shape[0]:
+                raise ValueError(
+                    f"both representations must hold the same samples: {features_a[0].shape[0]} vs "
+                    f"{features_b[0].shape[0]}"
+                )
+            grams_b = self._centred_grams(features_b).to(grams_a.device)
+            cross = grams_a @ grams_b.T
+            self_a, self_b = (grams_a * grams_a).sum(dim=1), (grams_b * grams_b).sum(dim=1)
+        cross, self_a, self_b = cross.cpu(), self_a.cpu(), self_b.cpu()
         if self.cross is None:
-            self.cross, self.self_a, self.self_b = cross, self_a, self_b
+            self.cross, self.self_a, self.self_b = cross, self_a.clone(), self_b.clone()
+        elif self.cross.shape != cross.shape:
+            raise ValueError(f"this batch has {tuple(cross.shape)} layers, earlier ones {tuple(self.cross.shape)}")
         else:
             self.cross, self.self_a, self.self_b = self.cross + cross, self.self_a + self_a, self.self_b + self_b
         self.num_samples += features_a[0].shape[0]
+        self.num_batches += 1
 
     def compute(self) -> np.ndarray:
+        """CKA of every layer pair, float64 (NaN for a layer whose features are constant)."""
         if self.cross is None:
             raise ValueError("no batches were accumulated")
         return (self.cross / torch.sqrt(self.self_a[:, None] * self.self_b[None, :])).numpy()
@@ -84,30 +155,45 @@ def cka(
     device: str | torch.device | None = None,
     progress: bool = False,
 ) -> CKAResult:
-    """Block × block minibatch CKA of `model` with itself, or with `other` on the same inputs."""
+    """Block × block minibatch CKA of `model` with itself, or with `other` on the same inputs.
+
+    `data` is inputs (B, C, H, W), one batch `(inputs, targets)` or a DataLoader; targets are unused.
+    Every batch needs at least 4 samples.
+    """
     device = resolve_device(model, device)
-    accumulator, kinds_a, kinds_b = MinibatchCKA(), None, None
-    with analysis_mode(model, device=device):
-        with analysis_mode(other, device=device) if other is not None else contextlib.nullcontext():
-            batches = iterate_batches(data, max_batches=max_batches)
-            for inputs, _ in _common.progress(batches, enabled=progress, desc="CKA", unit="batch"):
-                inputs = inputs.to(device)
-                run_a = run_blocks(model, inputs, adapter)
-                run_b = run_a if other is None else run_blocks(other, inputs, other_adapter)
-                accumulator.update(run_a.states, run_b.states)
-                kinds_a, kinds_b = run_a.kinds, run_b.kinds
+    kinds_a = block_kinds(model, adapter)
+    kinds_b = kinds_a if other is None else block_kinds(other, other_adapter)
+    batches = [data] if isinstance(data, torch.Tensor) else (x for x, _ in iterate_batches(data))
+    accumulator = MinibatchCKA()
+    with contextlib.ExitStack() as modes:
+        modes.enter_context(analysis_mode(model, device=device))
+        if other is not None:
+            modes.enter_context(analysis_mode(other, device=device))
+        for index, inputs in enumerate(_common.progress(batches, enabled=progress, desc="CKA", unit="batch")):
+            if max_batches is not None and index >= max_batches:
+                break
+            inputs = inputs.to(device)
+            states_a = run_blocks(model, inputs, adapter).states
+            states_b = None if other is None else run_blocks(other, inputs, other_adapter).states
+            accumulator.update(states_a, states_b)
+    if accumulator.num_batches == 0:
+        raise ValueError("the data gave no batches")
     return CKAResult(accumulator.compute(), kinds_a, kinds_b, accumulator.num_samples)
 
 
 def plot_cka(result: CKAResult, ax=None):
-    """The similarity matrix as a heat map, MSA blocks marked on both axes."""
+    """The similarity matrix as a heat map (first model along x), MSA blocks marked by cyan ticks."""
+    from matplotlib.ticker import MaxNLocator
+
     ax = new_axes(ax, figsize=(4.5, 4))
-    image = ax.imshow(result.similarity.T, origin="lower", cmap="magma", vmin=0, vmax=1)
+    image = ax.imshow(result.similarity.T, origin="lower", cmap="magma", vmin=0, vmax=1, interpolation="nearest")
     ax.figure.colorbar(image, ax=ax, label="CKA")
     for axis, kinds in ((ax.xaxis, result.kinds_a), (ax.yaxis, result.kinds_b)):
-        msa = [i for i, kind in enumerate(kinds) if kind == "msa"]
-        axis.set_ticks(msa, ["MSA"] * len(msa), fontsize=6, color="tab:cyan")
-    ax.set_xlabel("block (first model)")
-    ax.set_ylabel("block (second model)")
-    ax.set_title("Minibatch CKA")
+        axis.set_major_locator(MaxNLocator(integer=True))
+        axis.set_ticks([i for i, kind in enumerate(kinds) if kind == "msa"], minor=True)
+        axis.remove_overlapping_locs = False  # MSA marks sit on integer block ticks; keep them visible
+    ax.tick_params(which="minor", length=5, width=2, color="tab:cyan")
+    ax.set_xlabel("block")
+    ax.set_ylabel("block" if list(result.kinds_a) == list(result.kinds_b) else "block (second model)")
+    ax.set_title("Minibatch CKA (MSA ticks in cyan)")
     return ax

@@ -1,9 +1,10 @@
 """Lesion study (Park & Kim 2022, Fig. 11; PAPER.md §6): the accuracy lost when one block's residual
-branch is removed, block by block.
+branch is removed, one block at a time.
 
-The branch is removed by a forward hook that zeroes its output, so the block becomes its shortcut
-(identity, or the projection where the shape changes) with nothing rebuilt or copied. MSAs at the
-end of a stage are the ones a network relies on most.
+A forward hook zeroes the branch's output, so the block becomes its shortcut (the identity, or the
+projection where the shape changes) with nothing rebuilt, copied or re-loaded, and any model works
+whose branches can be named (zoo models know theirs; others give a `BlockAdapter`). The paper finds
+that MSAs at the end of a stage are the blocks a network relies on most.
 """
 
 from dataclasses import dataclass
@@ -14,42 +15,46 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import _common
-from ._common import AnalysisResult, analysis_mode, iterate_batches, logits_of, new_axes, resolve_device
+from ._common import AnalysisResult, analysis_mode, logits_of, materialize, new_axes, resolve_device
 from .blocks import BlockAdapter, block_kinds, residual_branches
 
 
 @dataclass
 class LesionResult(AnalysisResult):
-    """Accuracy and NLL with block i's residual branch removed (NaN for blocks without one)."""
+    """Accuracy and mean NLL with block i's residual branch removed (NaN for blocks without one)."""
 
     kinds: list[str]
     baseline_accuracy: float
     baseline_nll: float
     accuracy: np.ndarray
     nll: np.ndarray
+    num_samples: int
 
     @property
     def accuracy_drop(self) -> np.ndarray:
-        return self.baseline_accuracy - self.accuracy
+        """Baseline minus lesioned accuracy per block: how much the network relies on that block."""
+        return self.baseline_accuracy - np.asarray(self.accuracy)
 
 
-def _zero_output(module, args, output):
+def zero_branch_output(module: nn.Module, args, output):
+    """Forward hook that removes a residual branch; of a tuple (output, attention weights, ...) only the
+    first element is the branch's contribution to the residual stream."""
     if isinstance(output, tuple):
         return (torch.zeros_like(output[0]), *output[1:])
     return torch.zeros_like(output)
 
 
-@torch.no_grad()
-def _accuracy_and_nll(model, batches) -> tuple[float, float]:
+def _accuracy_and_nll(model: nn.Module, batches: list[_common.Batch]) -> tuple[float, float]:
     correct, nll, count = 0, 0.0, 0
     for inputs, targets in batches:
-        logits = logits_of(model(inputs)).float()
-        correct += (logits.argmax(-1) == targets).sum().item()
+        logits = logits_of(model(inputs)).double()
+        correct += (logits.argmax(dim=-1) == targets).sum().item()
         nll += F.cross_entropy(logits, targets, reduction="sum").item()
         count += len(targets)
     return correct / count, nll / count
 
 
+@torch.no_grad()
 def lesion_study(
     model: nn.Module,
     data,
@@ -59,34 +64,43 @@ def lesion_study(
     device: str | torch.device | None = None,
     progress: bool = False,
 ) -> LesionResult:
-    """Evaluate `model` on `data` intact, then once per residual block with that block's branch removed."""
+    """Evaluate `model` (eval mode) on `data` intact, then once per residual block with its branch removed.
+
+    `data` is one batch `(inputs, targets)` or a DataLoader; its batches are drawn once and reused, so
+    every lesion sees the same images.
+    """
     device = resolve_device(model, device)
     kinds = block_kinds(model, adapter)
     branches = residual_branches(model, adapter)
-    batches = [(x.to(device), y.to(device)) for x, y in iterate_batches(data, max_batches=max_batches)]
-    if not batches:
-        raise ValueError("the data gave no batches")
+    batches = materialize(data, max_batches=max_batches, device=device)
     accuracy, nll = np.full(len(kinds), np.nan), np.full(len(kinds), np.nan)
+    lesions = [(index, branch) for index, branch in enumerate(branches) if branch is not None]
     with analysis_mode(model, device=device):
         baseline_accuracy, baseline_nll = _accuracy_and_nll(model, batches)
-        lesions = [(i, branch) for i, branch in enumerate(branches) if branch is not None]
         for index, branch in _common.progress(lesions, enabled=progress, desc="lesion", unit="block"):
-            handle = branch.register_forward_hook(_zero_output)
+            handle = branch.register_forward_hook(zero_branch_output)
             try:
                 accuracy[index], nll[index] = _accuracy_and_nll(model, batches)
             finally:
                 handle.remove()
-    return LesionResult(kinds, baseline_accuracy, baseline_nll, accuracy, nll)
+    num_samples = sum(len(targets) for _, targets in batches)
+    return LesionResult(kinds, baseline_accuracy, baseline_nll, accuracy, nll, num_samples)
 
 
 def plot_lesion(result: LesionResult, ax=None):
-    """Accuracy drop (points) per removed block; MSA blocks in orange, on a shaded band."""
+    """Accuracy drop (percentage points) per removed block, as in the paper: MSA bars orange on grey bands."""
+    from matplotlib.patches import Patch
+
     ax = new_axes(ax)
     positions = np.arange(len(result.kinds))
+    lesioned = ~np.isnan(np.asarray(result.accuracy, dtype=float))
     _common.shade_msa_blocks(ax, result.kinds, positions)
-    colours = ["tab:orange" if kind == "msa" else "tab:blue" for kind in result.kinds]
-    ax.bar(positions, 100 * np.nan_to_num(result.accuracy_drop), color=colours)
-    ax.set_xlabel("block")
+    colours = ["tab:orange" if kind == "msa" else "tab:blue" for kind in np.asarray(result.kinds)[lesioned]]
+    ax.bar(positions[lesioned], 100 * result.accuracy_drop[lesioned], color=colours, zorder=2)
+    ax.axhline(0, color="0.3", linewidth=0.8, zorder=1)
+    ax.set_xlim(-0.5, len(result.kinds) - 0.5)
+    ax.set_xlabel("block removed")
     ax.set_ylabel("accuracy drop (points)")
-    ax.set_title(f"Lesion study (baseline {100 * result.baseline_accuracy:.1f}%, MSA in orange)")
+    ax.set_title(f"Lesion study (baseline accuracy {100 * result.baseline_accuracy:.1f}%)")
+    ax.legend(handles=[Patch(color="tab:blue", label="Conv / MLP"), Patch(color="tab:orange", label="MSA")])
     return ax
