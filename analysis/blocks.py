@@ -7,7 +7,7 @@ square feature maps before spatial analyses.
 """
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -16,7 +16,8 @@ from torch import nn
 import alternet_hf
 from alternet_hf.blocks import BLOCK_KINDS
 
-from ._common import logits_of
+from . import _common
+from ._common import analysis_mode, iterate_batches, logits_of, resolve_device
 
 
 @dataclass
@@ -126,3 +127,27 @@ def as_feature_map(state: torch.Tensor, num_prefix_tokens: int = 1) -> torch.Ten
             "set num_prefix_tokens on the BlockAdapter"
         )
     return tokens.transpose(1, 2).reshape(state.shape[0], state.shape[2], side, side)
+
+
+def feature_maps_by_batch(
+    model: nn.Module,
+    data,
+    *,
+    adapter: BlockAdapter | None = None,
+    max_batches: int | None = None,
+    device: str | torch.device | None = None,
+    progress: bool = False,
+    desc: str = "blocks",
+) -> Iterator[tuple[list[str], list[torch.Tensor | None]]]:
+    """For each batch of `data` (inputs, a batch `(inputs, targets)` or a DataLoader), in eval mode:
+    the kinds `["input", *block kinds]` and the input with every block output as (B, C, H, W) maps
+    (None for a state without spatial layout). The spatial analyses are reductions of this stream."""
+    device = resolve_device(model, device)
+    batches = [data] if isinstance(data, torch.Tensor) else (x for x, _ in iterate_batches(data))
+    with analysis_mode(model, device=device), torch.no_grad():
+        for index, inputs in enumerate(_common.progress(batches, enabled=progress, desc=desc, unit="batch")):
+            if max_batches is not None and index >= max_batches:
+                return
+            inputs = inputs.to(device)
+            run = run_blocks(model, inputs, adapter)
+            yield ["input", *run.kinds], [inputs] + [as_feature_map(s, run.num_prefix_tokens) for s in run.states]

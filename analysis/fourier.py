@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 from . import _common
-from ._common import AnalysisResult, analysis_mode, iterate_batches, new_axes, resolve_device
-from .blocks import BlockAdapter, as_feature_map, run_blocks
+from ._common import AnalysisResult, new_axes
+from .blocks import BlockAdapter, feature_maps_by_batch
 
 
 @dataclass
@@ -61,7 +61,6 @@ def half_diagonal(log_amplitude: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     return 2.0 * np.arange(len(values)) / side, values - values[0]
 
 
-@torch.no_grad()
 def fourier_log_amplitude(
     model: nn.Module,
     images,
@@ -77,20 +76,16 @@ def fourier_log_amplitude(
     `images`: model inputs (B, C, H, W) already normalised, a batch `(inputs, targets)` or a DataLoader.
     `num_frequencies` points on [0, π] (default: those of the largest map).
     """
-    device = resolve_device(model, device)
-    batches = [images] if isinstance(images, torch.Tensor) else (x for x, _ in iterate_batches(images))
     sums, count, kinds = None, 0, None
-    with analysis_mode(model, device=device):
-        for index, inputs in enumerate(_common.progress(batches, enabled=progress, desc="fourier", unit="batch")):
-            if max_batches is not None and index >= max_batches:
-                break
-            inputs = inputs.to(device)
-            run = run_blocks(model, inputs, adapter)
-            kinds = ["input"] + run.kinds
-            maps = [inputs] + [as_feature_map(state, run.num_prefix_tokens) for state in run.states]
-            amplitudes = [None if m is None else mean_log_amplitude(m) * len(inputs) for m in maps]
-            sums = amplitudes if sums is None else [None if s is None else s + a for s, a in zip(sums, amplitudes)]
-            count += len(inputs)
+    stream = feature_maps_by_batch(
+        model, images, adapter=adapter, max_batches=max_batches, device=device, progress=progress, desc="fourier"
+    )
+    for kinds_of_batch, maps in stream:
+        kinds = kinds_of_batch
+        size = len(maps[0])
+        amplitudes = [None if m is None else mean_log_amplitude(m) * size for m in maps]
+        sums = amplitudes if sums is None else [None if s is None else s + a for s, a in zip(sums, amplitudes)]
+        count += size
     if sums is None:
         raise ValueError("no images were given")
 

@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from . import _common
-from ._common import AnalysisResult, analysis_mode, iterate_batches, new_axes, resolve_device
-from .blocks import BlockAdapter, as_feature_map, run_blocks
+from ._common import AnalysisResult, new_axes
+from .blocks import BlockAdapter, feature_maps_by_batch
 
 
 @dataclass
@@ -29,7 +29,6 @@ def spatial_variance(feature_map: torch.Tensor) -> torch.Tensor:
     return feature_map.double().flatten(2).var(dim=-1).mean(dim=1).sum()
 
 
-@torch.no_grad()
 def feature_map_variance(
     model: nn.Module,
     data,
@@ -41,20 +40,15 @@ def feature_map_variance(
 ) -> VarianceResult:
     """Feature-map variance of the input and every block output of `model`, averaged over `data`
     (model inputs (B, C, H, W), one batch `(inputs, targets)` or a DataLoader)."""
-    device = resolve_device(model, device)
-    batches = [data] if isinstance(data, torch.Tensor) else (x for x, _ in iterate_batches(data))
     sums, count, kinds = None, 0, None
-    with analysis_mode(model, device=device):
-        for index, inputs in enumerate(_common.progress(batches, enabled=progress, desc="variance", unit="batch")):
-            if max_batches is not None and index >= max_batches:
-                break
-            inputs = inputs.to(device)
-            run = run_blocks(model, inputs, adapter)
-            kinds = ["input"] + run.kinds
-            maps = [inputs] + [as_feature_map(state, run.num_prefix_tokens) for state in run.states]
-            batch_sums = np.array([np.nan if m is None else spatial_variance(m).item() for m in maps])
-            sums = batch_sums if sums is None else sums + batch_sums
-            count += len(inputs)
+    stream = feature_maps_by_batch(
+        model, data, adapter=adapter, max_batches=max_batches, device=device, progress=progress, desc="variance"
+    )
+    for kinds_of_batch, maps in stream:
+        kinds = kinds_of_batch
+        batch_sums = np.array([np.nan if m is None else spatial_variance(m).item() for m in maps])
+        sums = batch_sums if sums is None else sums + batch_sums
+        count += len(maps[0])
     if sums is None:
         raise ValueError("no images were given")
     return VarianceResult(sums / count, kinds)
