@@ -94,10 +94,18 @@ def _pixels(model, image: Image.Image) -> torch.Tensor:
     return torch.from_numpy(resized).permute(2, 0, 1)[None] / 255
 
 
+def _statistics(model) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.tensor(model.config.image_mean).view(1, 3, 1, 1), torch.tensor(model.config.image_std).view(1, 3, 1, 1)
+
+
 def _normalise(model, pixels: torch.Tensor) -> torch.Tensor:
-    mean = torch.tensor(model.config.image_mean).view(1, 3, 1, 1)
-    std = torch.tensor(model.config.image_std).view(1, 3, 1, 1)
+    mean, std = _statistics(model)
     return (pixels - mean) / std
+
+
+def _denormalise(model, inputs: torch.Tensor) -> torch.Tensor:
+    mean, std = _statistics(model)
+    return (inputs * std + mean).clamp(0, 1)
 
 
 class Space:
@@ -152,12 +160,10 @@ class Space:
         for entry in self.ready:
             pixels = _pixels(entry.model, image)
             if corruption == FREQUENCY_NOISE:
+                # As in analysis.robustness.frequency_noise: the noise is added in the model's input space.
                 inputs = _normalise(entry.model, pixels)
-                noise = band_pass_noise(inputs.shape, frequency, generator=torch.Generator().manual_seed(0))
-                inputs = inputs + noise
-                std = torch.tensor(entry.model.config.image_std).view(1, 3, 1, 1)
-                mean = torch.tensor(entry.model.config.image_mean).view(1, 3, 1, 1)
-                corrupted = (inputs * std + mean).clamp(0, 1)
+                inputs = inputs + band_pass_noise(inputs.shape, frequency, generator=generator.manual_seed(0))
+                corrupted = _denormalise(entry.model, inputs)
             else:
                 if corruption not in CORRUPTIONS:
                     raise gr.Error(f"Unknown corruption {corruption!r}.")
