@@ -137,7 +137,19 @@ def model_normalization(model: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.tensor(mean).view(1, -1, 1, 1), torch.tensor(std).view(1, -1, 1, 1)
 
 
+def count_batches(data, max_batches: int | None = None) -> int | None:
+    """How many batches `iterate_batches(data, max_batches=...)` will give, if that is known up front."""
+    if isinstance(data, torch.Tensor) or (isinstance(data, (tuple, list)) and len(data) == 2 and
+                                          isinstance(data[0], torch.Tensor)):  # fmt: skip
+        return 1
+    total = len(data) if hasattr(data, "__len__") else None
+    if total is None:
+        return max_batches
+    return total if max_batches is None else min(total, max_batches)
+
+
 def progress(iterable, *, enabled: bool, **kwargs):
+    """`iterable` with a tqdm bar when `enabled` (pass `total=` for generators)."""
     if not enabled:
         return iterable
     from tqdm.auto import tqdm

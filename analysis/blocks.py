@@ -144,8 +144,11 @@ def feature_maps_by_batch(
     (None for a state without spatial layout). The spatial analyses are reductions of this stream."""
     device = resolve_device(model, device)
     batches = [data] if isinstance(data, torch.Tensor) else (x for x, _ in iterate_batches(data))
+    total = _common.count_batches(data, max_batches)
     with analysis_mode(model, device=device), torch.no_grad():
-        for index, inputs in enumerate(_common.progress(batches, enabled=progress, desc=desc, unit="batch")):
+        for index, inputs in enumerate(
+            _common.progress(batches, enabled=progress, total=total, desc=desc, unit="batch")
+        ):
             if max_batches is not None and index >= max_batches:
                 return
             inputs = inputs.to(device)

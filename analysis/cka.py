@@ -164,12 +164,15 @@ def cka(
     kinds_a = block_kinds(model, adapter)
     kinds_b = kinds_a if other is None else block_kinds(other, other_adapter)
     batches = [data] if isinstance(data, torch.Tensor) else (x for x, _ in iterate_batches(data))
+    total = _common.count_batches(data, max_batches)
     accumulator = MinibatchCKA()
     with contextlib.ExitStack() as modes:
         modes.enter_context(analysis_mode(model, device=device))
         if other is not None:
             modes.enter_context(analysis_mode(other, device=device))
-        for index, inputs in enumerate(_common.progress(batches, enabled=progress, desc="CKA", unit="batch")):
+        for index, inputs in enumerate(
+            _common.progress(batches, enabled=progress, total=total, desc="CKA", unit="batch")
+        ):
             if max_batches is not None and index >= max_batches:
                 break
             inputs = inputs.to(device)

@@ -349,8 +349,9 @@ def max_eigenvalue_spectrum(
     per_batch, num_hvps = [], 0
     with analysis_mode(model, batchnorm=batchnorm, device=device):
         batches = _common.iterate_batches(data, max_batches=max_batches)
+        total = _common.count_batches(data, max_batches)
         for index, (inputs, targets) in enumerate(
-            _common.progress(batches, enabled=progress, desc="max-eigenvalue spectrum", unit="batch")
+            _common.progress(batches, enabled=progress, total=total, desc="max-eigenvalue spectrum", unit="batch")
         ):
             operator = HessianOperator(
                 model, [(inputs.to(device), targets.to(device))], loss_fn=loss_fn, weight_decay=weight_decay

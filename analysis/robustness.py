@@ -355,8 +355,9 @@ def frequency_noise(
     correct, clean_correct, count = np.zeros(len(frequencies)), 0, 0
     with analysis_mode(model, device=device):
         batches = iterate_batches(data, max_batches=max_batches)
+        total = _common.count_batches(data, max_batches)
         for index, (inputs, targets) in enumerate(
-            _common.progress(batches, enabled=progress, desc="frequency noise", unit="batch")
+            _common.progress(batches, enabled=progress, total=total, desc="frequency noise", unit="batch")
         ):
             inputs, targets = inputs.to(device), targets.to(device)
             clean_correct += (logits_of(model(inputs)).argmax(-1) == targets).sum().item()
