@@ -1,5 +1,6 @@
 """Speed measurements of the analyses (`scripts/benchmark.py --corruptions / --hessian`), not tests."""
 
+import contextlib
 import time
 
 import numpy as np
@@ -8,51 +9,95 @@ import torch
 from .corruptions import CORRUPTIONS, corrupt
 
 
+@contextlib.contextmanager
+def _imagecorruptions_on_current_libraries(module):
+    """imagecorruptions 1.1.2 predates NumPy 2 (`np.float_`, used by fog) and scikit-image 0.19
+    (`gaussian(multichannel=...)`, used by glass blur). Restore both names while it is timed, then undo."""
+    original_gaussian = module.gaussian
+    had_float_ = "float_" in np.__dict__
+
+    def gaussian(image, *args, multichannel=None, **kwargs):
+        if multichannel:
+            kwargs.setdefault("channel_axis", -1)
+        return original_gaussian(image, *args, **kwargs)
+
+    module.gaussian = gaussian
+    if not had_float_:
+        np.float_ = np.float64
+    try:
+        yield
+    finally:
+        module.gaussian = original_gaussian
+        if not had_float_:
+            del np.float_
+
+
 def corruption_speed(
-    *,
     num_images: int = 1000,
     severity: int = 3,
     corruptions=CORRUPTIONS,
+    device=None,
+    *,
     image_size: int = 32,
     repeats: int = 3,
-    device=None,
+    num_threads: int | None = None,
 ) -> list[dict]:
-    """Images/s of our batched corruptions against per-image NumPy ones (`imagecorruptions`) on the
-    same images, one corruption at a time. `imagecorruptions` uses ImageNet-C severities (the work per
-    image is alike) and is optional: without it, or where it fails, its column is None with the reason."""
+    """Images/s of our batched corruptions against the per-image NumPy ones of `imagecorruptions`, on the
+    same random uint8 images, one corruption at a time; one dict per corruption.
+
+    Ours: the whole batch on `device` (default CPU) with `num_threads` torch threads (default: torch's
+    setting), the best of `repeats` runs after a warm-up. NumPy: one pass over the images, single-threaded
+    as the reference runs, after a warm-up image. `imagecorruptions` is optional and not a dependency (pip
+    install imagecorruptions); it uses ImageNet-C severities, so the work per image is alike but not the
+    same. Where it is missing or fails, its column is None and `note` says why. It runs with the two names
+    it needs from NumPy 1 / old scikit-image put back for the duration (see above).
+    """
     try:
-        from imagecorruptions import corrupt as numpy_corrupt
-    except ImportError as error:  # not a dependency: it pins old scikit-image/NumPy behaviour
-        numpy_corrupt, missing = None, f"imagecorruptions not importable ({error}); pip install imagecorruptions"
+        import imagecorruptions
+        import imagecorruptions.corruptions
+    except ImportError as error:
+        imagecorruptions, missing = None, f"imagecorruptions not importable ({error}): pip install imagecorruptions"
     device = torch.device(device or "cpu")
     generator = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (num_images, 3, image_size, image_size), dtype=torch.uint8, generator=generator)
     batch = images.to(device)
+    arrays = images.permute(0, 2, 3, 1).numpy()  # (N, H, W, 3) uint8, the package's layout
+    threads = torch.get_num_threads()
     rows = []
     for name in corruptions:
-        seconds = []
-        for _ in range(repeats + 1):  # the first run warms up allocator and kernels; the best of the rest counts
-            start = time.perf_counter()
-            corrupt(batch, name, severity, generator=torch.Generator(device=device).manual_seed(0))
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            seconds.append(time.perf_counter() - start)
-        ours = num_images / min(seconds[1:])
-        theirs, note = None, missing if numpy_corrupt is None else None
-        if numpy_corrupt is not None:
-            arrays = images.permute(0, 2, 3, 1).numpy()
-            try:
+        torch.set_num_threads(num_threads or threads)
+        try:
+            seconds = []
+            for _ in range(repeats + 1):  # the first run warms up the allocator, caches and kernels
                 start = time.perf_counter()
-                for array in arrays:
-                    numpy_corrupt(array, corruption_name=name, severity=severity)
-                theirs = num_images / (time.perf_counter() - start)
-            except Exception as error:  # report the reference tool's failure, keep measuring the rest
+                corrupt(batch, name, severity, generator=torch.Generator(device=device).manual_seed(0))
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                seconds.append(time.perf_counter() - start)
+            used_threads = torch.get_num_threads()
+        finally:
+            torch.set_num_threads(threads)
+        ours = num_images / min(seconds[1:])
+        theirs, note = None, missing if imagecorruptions is None else None
+        if imagecorruptions is not None:
+            np.random.seed(0)  # the package draws from NumPy's global RNG
+            try:
+                with _imagecorruptions_on_current_libraries(imagecorruptions.corruptions):
+                    imagecorruptions.corrupt(arrays[0], corruption_name=name, severity=severity)
+                    start = time.perf_counter()
+                    for array in arrays:
+                        imagecorruptions.corrupt(array, corruption_name=name, severity=severity)
+                    theirs = num_images / (time.perf_counter() - start)
+            except Exception as error:  # report the package's failure, keep measuring the rest
                 note = f"imagecorruptions failed: {type(error).__name__}: {error}"
         rows.append(
             {
                 "corruption": name,
+                "severity": severity,
                 "images": num_images,
+                "image_size": image_size,
                 "device": str(device),
+                "torch_threads": used_threads if device.type == "cpu" else None,
                 "ours_images_per_s": ours,
                 "numpy_images_per_s": theirs,
                 "speedup": ours / theirs if theirs else None,

@@ -16,6 +16,7 @@ for each corruption and severity:
 `frequency_noise` measures Δaccuracy under noise restricted to one frequency band at a time.
 """
 
+import tempfile
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -197,10 +198,11 @@ def save_as_parquet(source, path: str | Path, *, corruptions: Sequence[str] = CO
             "severity": datasets.Value("int8"),
         }
     )
-    dataset = datasets.Dataset.from_generator(examples, features=features)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    dataset.to_parquet(str(path))
+    with tempfile.TemporaryDirectory() as cache:  # from_generator caches by arguments, not by the images made
+        dataset = datasets.Dataset.from_generator(examples, features=features, cache_dir=cache)
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        dataset.to_parquet(str(path))
     return path
 
 
