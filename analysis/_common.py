@@ -165,6 +165,18 @@ def shade_msa_blocks(ax, kinds: list[str], positions=None) -> None:
             ax.axvspan(position - 0.5, position + 0.5, color="0.85", zorder=0, linewidth=0)
 
 
+def plot_by_depth(values, kinds: list[str], ax=None, *, ylabel: str, title: str, color: str):
+    """One value per state (0 = input) against depth, MSA blocks shaded: the paper's by-depth figures."""
+    ax = new_axes(ax)
+    depth = np.arange(len(kinds))
+    shade_msa_blocks(ax, kinds, depth)
+    ax.plot(depth, values, marker="o", markersize=3, color=color)
+    ax.set_xlabel("depth (0 = input)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    return ax
+
+
 def new_axes(ax, figsize=(5, 3.5)):
     if ax is not None:
         return ax

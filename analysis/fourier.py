@@ -100,14 +100,10 @@ def fourier_log_amplitude(
 
 def plot_fourier(result: FourierResult, ax=None):
     """ΔlogA at π by depth, MSA blocks shaded: the paper's Fig. 2 (right)."""
-    ax = new_axes(ax)
-    depth = np.arange(len(result.kinds))
-    _common.shade_msa_blocks(ax, result.kinds, depth)
-    ax.plot(depth, result.high_frequency, marker="o", markersize=3, color="tab:blue")
-    ax.set_xlabel("depth (0 = input)")
-    ax.set_ylabel("ΔlogA at π")
-    ax.set_title("High-frequency log amplitude (MSA shaded)")
-    return ax
+    return _common.plot_by_depth(
+        result.high_frequency, result.kinds, ax, ylabel="ΔlogA at π",
+        title="High-frequency log amplitude (MSA shaded)", color="tab:blue",
+    )  # fmt: skip
 
 
 def plot_fourier_curves(result: FourierResult, ax=None):

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from . import _common
-from ._common import AnalysisResult, new_axes
+from ._common import AnalysisResult
 from .blocks import BlockAdapter, feature_maps_by_batch
 
 
@@ -56,12 +56,9 @@ def feature_map_variance(
 
 def plot_variance(result: VarianceResult, ax=None):
     """Feature-map variance by depth on a log scale, MSA blocks shaded."""
-    ax = new_axes(ax)
-    depth = np.arange(len(result.kinds))
-    _common.shade_msa_blocks(ax, result.kinds, depth)
-    ax.plot(depth, result.variance, marker="o", markersize=3, color="tab:red")
+    ax = _common.plot_by_depth(
+        result.variance, result.kinds, ax, ylabel="feature-map variance",
+        title="Feature-map variance (MSA shaded)", color="tab:red",
+    )  # fmt: skip
     ax.set_yscale("log")
-    ax.set_xlabel("depth (0 = input)")
-    ax.set_ylabel("feature-map variance")
-    ax.set_title("Feature-map variance (MSA shaded)")
     return ax
