@@ -26,7 +26,7 @@ import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 import alternet_hf  # noqa: E402
-from alternet_hf.data import collate_images, load_image_classification, with_transform  # noqa: E402
+from alternet_hf.data import SeededAugmentation, collate_images, load_image_classification, with_transform  # noqa: E402
 from alternet_hf.recipe import eval_transform, train_transform  # noqa: E402
 from analysis import cka, fourier, hessian, landscape, lesion, robustness, variance  # noqa: E402
 from analysis.corruptions import CORRUPTIONS, SEVERITIES  # noqa: E402
@@ -45,7 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--analyses", default=",".join(ANALYSES), help=f"comma-separated, from {','.join(ANALYSES)}")
     parser.add_argument("--out", type=Path, default=Path("results"), help="folder for JSON and PNG files")
     parser.add_argument("--batch-size", type=int, default=256, help="evaluation batch size")
-    parser.add_argument("--max-batches", type=int, help="test batches per analysis (default: the whole split)")
+    parser.add_argument(
+        "--max-batches", type=int,
+        help="test batches per analysis (default: the whole split); generated CIFAR-C corrupts that many "
+        "batches' images, a --cifar-c source is always read whole",
+    )  # fmt: skip
     parser.add_argument("--train-batch-size", type=int, default=96, help="minibatch of Hessian and landscape")
     parser.add_argument("--hessian-batches", type=int, default=10, help="minibatches in the max-eigenvalue spectrum")
     parser.add_argument("--top-k", type=int, default=5, help="Hessian eigenvalues per minibatch")
@@ -107,13 +111,16 @@ def main() -> None:
     columns = dict(image_column=args.image_column, label_column=args.label_column)
     test_set = load_image_classification(args.dataset, split=args.test_split, **columns)
     test_loader = _loader(test_set, eval_transform(size, mean, std), args.batch_size, shuffle=False, seed=args.seed)
-    needs_train = {"hessian", "landscape"} & set(requested)
-    if needs_train:
+    if {"hessian", "landscape"} & set(requested):
         train_set = load_image_classification(args.dataset, split=args.train_split, **columns)
-        augment = train_transform(
-            size, mean, std, crop_padding=4, horizontal_flip=0.5, rand_augment="rand-m9-n2-mstd1.0"
+        augment = SeededAugmentation(
+            train_transform(size, mean, std, crop_padding=4, horizontal_flip=0.5, rand_augment="rand-m9-n2-mstd1.0"),
+            args.seed,
         )
-        train_loader = _loader(train_set, augment, args.train_batch_size, shuffle=True, seed=args.seed)
+
+        def train_loader():
+            # A fresh loader per analysis: each sees the same shuffled, augmented batches whatever ran before.
+            return _loader(train_set, augment, args.train_batch_size, shuffle=True, seed=args.seed)
 
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {"model": args.model, "dataset": args.dataset, "device": str(device)}
@@ -131,13 +138,13 @@ def main() -> None:
             figure = variance.plot_variance(result).figure
         elif name == "hessian":
             result = hessian.max_eigenvalue_spectrum(
-                model, train_loader, top_k=args.top_k, weight_decay=args.weight_decay, batchnorm=args.batchnorm,
+                model, train_loader(), top_k=args.top_k, weight_decay=args.weight_decay, batchnorm=args.batchnorm,
                 max_batches=args.hessian_batches, seed=args.seed, **common,
             )  # fmt: skip
             figure = hessian.plot_spectrum(result).figure
         elif name == "landscape":
             result = landscape.loss_landscape(
-                model, train_loader, num_points=args.landscape_points, weight_decay=args.weight_decay,
+                model, train_loader(), num_points=args.landscape_points, weight_decay=args.weight_decay,
                 batchnorm=args.batchnorm, max_batches=args.landscape_batches, seed=args.seed, **common,
             )  # fmt: skip
             figure = plt.figure(figsize=(10, 4), constrained_layout=True)
@@ -147,7 +154,10 @@ def main() -> None:
             if args.cifar_c:
                 source = robustness.load_corruption_source(args.cifar_c)
             else:
-                source = robustness.GeneratedCorruptions.from_dataset(test_set, seed=args.seed, device=device)
+                clean = test_set
+                if args.max_batches is not None:
+                    clean = test_set.select(range(min(len(test_set), args.max_batches * args.batch_size)))
+                source = robustness.GeneratedCorruptions.from_dataset(clean, seed=args.seed, device=device)
             result = robustness.evaluate_corruptions(
                 model, source, corruptions=args.corruptions.split(","),
                 severities=[int(s) for s in args.severities.split(",")], batch_size=args.batch_size, **common,

@@ -44,3 +44,22 @@ def test_unknown_analysis_is_refused(tmp_path):
     command = [sys.executable, str(ROOT / "scripts" / "analyze.py"), "--model", "x", "--analyses", "fourier,hesian"]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert completed.returncode != 0 and "unknown analyses ['hesian']" in completed.stderr
+
+
+def test_augmented_analyses_are_reproducible_whatever_ran_before(tmp_path):
+    """Hessian batches are seeded RandAugment draws from their own loader: the same with or without a
+    landscape run first."""
+    model = alternet_hf.create_model("alternet-50-cifar100", **{**TINY["alternet-50-cifar100"], "num_labels": 10})
+    model.save_pretrained(tmp_path / "model")
+    eigenvalues = []
+    for analyses in ("landscape,hessian", "hessian"):
+        out = tmp_path / analyses.replace(",", "-")
+        command = [
+            sys.executable, str(ROOT / "scripts" / "analyze.py"), "--model", str(tmp_path / "model"), "--out",
+            str(out), "--analyses", analyses, "--train-batch-size", "8", "--hessian-batches", "1", "--top-k", "1",
+            "--landscape-points", "3",
+        ]  # fmt: skip
+        completed = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        assert completed.returncode == 0, completed.stderr[-3000:]
+        eigenvalues.append(json.loads((out / "hessian.json").read_text())["result"]["eigenvalues"])
+    assert eigenvalues[0] == eigenvalues[1]
