@@ -22,6 +22,7 @@ fails on torch ≥ 2. Here:
 """
 
 import math
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -147,6 +148,8 @@ def _prepared(model, data, *, max_batches, device):
 def _lanczos_top(operator: HessianOperator, *, top_k: int, tol: float, max_steps: int, seed: int):
     if top_k < 1 or top_k > operator.dimension:
         raise ValueError(f"top_k must be between 1 and the number of parameters ({operator.dimension}), not {top_k}")
+    if max_steps < top_k:
+        raise ValueError(f"max_steps={max_steps} Lanczos steps cannot give top_k={top_k} eigenvalues; raise max_steps")
     history, values, residuals, converged = [], None, None, False
     steps = min(max_steps, operator.dimension)
     for alphas, betas in _lanczos(operator, operator.random_vector(_generator(seed)), steps):
@@ -155,8 +158,11 @@ def _lanczos_top(operator: HessianOperator, *, top_k: int, tol: float, max_steps
         if len(values) >= top_k and np.all(residuals[:top_k] <= tol * np.maximum(np.abs(values[:top_k]), 1e-12)):
             converged = True
             break
-    if len(values) < top_k:
-        raise RuntimeError(f"Lanczos found an invariant subspace of dimension {len(values)} < top_k={top_k}")
+    if len(values) < top_k:  # only an exact invariant subspace ends Lanczos this early
+        raise RuntimeError(
+            f"the Hessian has an invariant subspace of dimension {len(values)} containing the start vector, "
+            f"so Lanczos cannot find top_k={top_k} eigenvalues; try another seed or a smaller top_k"
+        )
     return EigenvalueResult(values[:top_k], residuals[:top_k], operator.num_hvps, converged, np.array(history))
 
 
@@ -319,9 +325,12 @@ def spectral_density(
 
 @dataclass
 class SpectrumResult(AnalysisResult):
-    """Top-k eigenvalues of every minibatch (`eigenvalues[b]`, descending) pooled into a histogram."""
+    """Top-k eigenvalues of every minibatch (`eigenvalues[b]`, descending, with Lanczos error bounds
+    `residuals[b]` and `converged[b]`) pooled into a histogram."""
 
     eigenvalues: np.ndarray
+    residuals: np.ndarray
+    converged: np.ndarray
     counts: np.ndarray
     bin_edges: np.ndarray
     num_hvps: int
@@ -357,13 +366,22 @@ def max_eigenvalue_spectrum(
                 model, [(inputs.to(device), targets.to(device))], loss_fn=loss_fn, weight_decay=weight_decay
             )
             result = _lanczos_top(operator, top_k=top_k, tol=tol, max_steps=max_steps, seed=seed + index)
-            per_batch.append(result.eigenvalues)
+            per_batch.append(result)
             num_hvps += result.num_hvps
     if not per_batch:
         raise ValueError("the data gave no batches")
-    eigenvalues = np.array(per_batch)
+    eigenvalues = np.array([result.eigenvalues for result in per_batch])
+    converged = np.array([result.converged for result in per_batch])
+    if not converged.all():
+        warnings.warn(
+            f"Lanczos did not reach tol={tol} within max_steps={max_steps} on {int((~converged).sum())} of "
+            f"{len(per_batch)} minibatches; their eigenvalues are less accurate (see `residuals`). "
+            "Raise max_steps or tol.",
+            stacklevel=2,
+        )
     counts, edges = np.histogram(eigenvalues.ravel(), bins=bins)
-    return SpectrumResult(eigenvalues, counts, edges, num_hvps)
+    residuals = np.array([result.residuals for result in per_batch])
+    return SpectrumResult(eigenvalues, residuals, converged, counts, edges, num_hvps)
 
 
 def plot_spectrum(result: SpectrumResult, ax=None, *, label: str | None = None):

@@ -129,4 +129,19 @@ def test_max_eigenvalue_spectrum_pools_every_minibatch():
     assert result.eigenvalues.shape == (3, 2)
     assert np.all(np.diff(result.eigenvalues, axis=1) <= 0)
     assert result.counts.sum() == 6 and len(result.bin_edges) == 11
-    assert result.num_hvps > 0 and set(result.to_dict()) == {"eigenvalues", "counts", "bin_edges", "num_hvps"}
+    assert result.residuals.shape == (3, 2) and result.converged.dtype == bool
+    fields = {"eigenvalues", "residuals", "converged", "counts", "bin_edges", "num_hvps"}
+    assert result.num_hvps > 0 and set(result.to_dict()) == fields
+
+
+def test_unconverged_minibatches_are_reported(least_squares):
+    model, batch, _ = least_squares
+    with pytest.warns(UserWarning, match="did not reach tol=1e-12 within max_steps=2 on 2 of 2 minibatches"):
+        result = hessian.max_eigenvalue_spectrum(model, [batch, batch], loss_fn=mse, top_k=2, tol=1e-12, max_steps=2)
+    assert not result.converged.any() and np.all(result.residuals > 0)
+
+
+def test_too_few_lanczos_steps_for_top_k_is_a_clear_error(least_squares):
+    model, batch, _ = least_squares
+    with pytest.raises(ValueError, match="max_steps=3 Lanczos steps cannot give top_k=5"):
+        hessian.top_eigenvalues(model, batch, loss_fn=mse, top_k=5, max_steps=3)
