@@ -51,17 +51,18 @@ def iterate_batches(data, *, max_batches: int | None = None) -> Iterator[Batch]:
 
     One batch is `(inputs, targets)` with tensors (or a dict with `pixel_values` and `labels`).
     """
-    is_single = (
-        isinstance(data, (tuple, list))
-        and len(data) == 2
-        and isinstance(data[0], torch.Tensor)
-        and isinstance(data[1], torch.Tensor)
-    ) or (isinstance(data, dict) and "pixel_values" in data)
-    batches: Iterable = [data] if is_single else data
+    batches: Iterable = [data] if _is_single_batch(data) else data
     for index, batch in enumerate(batches):
         if max_batches is not None and index >= max_batches:
             return
         yield _as_batch(batch)
+
+
+def _is_single_batch(data) -> bool:
+    """One `(inputs, targets)` pair or batch dict, rather than an iterable of them."""
+    if isinstance(data, dict):
+        return "pixel_values" in data or "inputs" in data
+    return isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(x, torch.Tensor) for x in data)
 
 
 def materialize(data, *, max_batches: int | None = None, device: torch.device | None = None) -> list[Batch]:
@@ -139,8 +140,7 @@ def model_normalization(model: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
 
 def count_batches(data, max_batches: int | None = None) -> int | None:
     """How many batches `iterate_batches(data, max_batches=...)` will give, if that is known up front."""
-    if isinstance(data, torch.Tensor) or (isinstance(data, (tuple, list)) and len(data) == 2 and
-                                          isinstance(data[0], torch.Tensor)):  # fmt: skip
+    if isinstance(data, torch.Tensor) or _is_single_batch(data):
         return 1
     total = len(data) if hasattr(data, "__len__") else None
     if total is None:

@@ -13,6 +13,7 @@ matrices instead of a double loop.
 """
 
 import contextlib
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -23,6 +24,8 @@ from torch import nn
 from . import _common
 from ._common import AnalysisResult, analysis_mode, iterate_batches, new_axes, resolve_device
 from .blocks import BlockAdapter, block_kinds, run_blocks
+
+MIN_BATCH_SIZE = 4  # the unbiased HSIC estimator divides by n(n-3)
 
 
 def _float64_device(tensor: torch.Tensor) -> torch.device:
@@ -43,7 +46,7 @@ def linear_gram(features: torch.Tensor) -> torch.Tensor:
 
 def _check_grams(*grams: torch.Tensor) -> int:
     n = grams[0].shape[0] if grams[0].ndim == 2 else -1
-    if any(gram.shape != (n, n) for gram in grams) or n < 4:
+    if any(gram.shape != (n, n) for gram in grams) or n < MIN_BATCH_SIZE:
         shapes = ", ".join(str(tuple(gram.shape)) for gram in grams)
         raise ValueError(
             f"unbiased HSIC needs n×n Gram matrices with n ≥ 4 samples, got {shapes}; "
@@ -158,14 +161,15 @@ def cka(
     """Block × block minibatch CKA of `model` with itself, or with `other` on the same inputs.
 
     `data` is inputs (B, C, H, W), one batch `(inputs, targets)` or a DataLoader; targets are unused.
-    Every batch needs at least 4 samples.
+    The unbiased HSIC needs at least 4 samples per batch: smaller batches (a DataLoader's last one)
+    are skipped with a warning.
     """
     device = resolve_device(model, device)
     kinds_a = block_kinds(model, adapter)
     kinds_b = kinds_a if other is None else block_kinds(other, other_adapter)
     batches = [data] if isinstance(data, torch.Tensor) else (x for x, _ in iterate_batches(data))
     total = _common.count_batches(data, max_batches)
-    accumulator = MinibatchCKA()
+    accumulator, skipped = MinibatchCKA(), 0
     with contextlib.ExitStack() as modes:
         modes.enter_context(analysis_mode(model, device=device))
         if other is not None:
@@ -175,12 +179,17 @@ def cka(
         ):
             if max_batches is not None and index >= max_batches:
                 break
+            if len(inputs) < MIN_BATCH_SIZE:
+                skipped += len(inputs)
+                continue
             inputs = inputs.to(device)
             states_a = run_blocks(model, inputs, adapter).states
             states_b = None if other is None else run_blocks(other, inputs, other_adapter).states
             accumulator.update(states_a, states_b)
+    if skipped:
+        warnings.warn(f"CKA skipped {skipped} samples in batches smaller than {MIN_BATCH_SIZE}", stacklevel=2)
     if accumulator.num_batches == 0:
-        raise ValueError("the data gave no batches")
+        raise ValueError(f"the data gave no batches of at least {MIN_BATCH_SIZE} samples")
     return CKAResult(accumulator.compute(), kinds_a, kinds_b, accumulator.num_samples)
 
 

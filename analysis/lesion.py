@@ -44,9 +44,10 @@ def zero_branch_output(module: nn.Module, args, output):
     return torch.zeros_like(output)
 
 
-def _accuracy_and_nll(model: nn.Module, batches: list[_common.Batch]) -> tuple[float, float]:
+def _accuracy_and_nll(model: nn.Module, batches: list[_common.Batch], device) -> tuple[float, float]:
     correct, nll, count = 0, 0.0, 0
     for inputs, targets in batches:
+        inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
         logits = logits_of(model(inputs)).double()
         correct += (logits.argmax(dim=-1) == targets).sum().item()
         nll += F.cross_entropy(logits, targets, reduction="sum").item()
@@ -67,20 +68,21 @@ def lesion_study(
     """Evaluate `model` (eval mode) on `data` intact, then once per residual block with its branch removed.
 
     `data` is one batch `(inputs, targets)` or a DataLoader; its batches are drawn once and reused, so
-    every lesion sees the same images.
+    every lesion sees the same images. They are kept where the loader made them (a test set may not
+    fit on the GPU) and moved to `device` one at a time.
     """
     device = resolve_device(model, device)
     kinds = block_kinds(model, adapter)
     branches = residual_branches(model, adapter)
-    batches = materialize(data, max_batches=max_batches, device=device)
+    batches = materialize(data, max_batches=max_batches)
     accuracy, nll = np.full(len(kinds), np.nan), np.full(len(kinds), np.nan)
     lesions = [(index, branch) for index, branch in enumerate(branches) if branch is not None]
     with analysis_mode(model, device=device):
-        baseline_accuracy, baseline_nll = _accuracy_and_nll(model, batches)
+        baseline_accuracy, baseline_nll = _accuracy_and_nll(model, batches, device)
         for index, branch in _common.progress(lesions, enabled=progress, desc="lesion", unit="block"):
             handle = branch.register_forward_hook(zero_branch_output)
             try:
-                accuracy[index], nll[index] = _accuracy_and_nll(model, batches)
+                accuracy[index], nll[index] = _accuracy_and_nll(model, batches, device)
             finally:
                 handle.remove()
     num_samples = sum(len(targets) for _, targets in batches)

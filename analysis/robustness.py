@@ -224,9 +224,14 @@ class CorruptionResult(AnalysisResult):
 
 def _model_inputs(images: torch.Tensor, model: nn.Module, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
     """uint8 images -> normalised float inputs at the model's image size."""
+    if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[1] != 3:
+        raise ValueError(
+            f"CIFAR-C sources must give uint8 RGB images of shape (B, 3, H, W), not {images.dtype} "
+            f"{tuple(images.shape)}; scale float images in [0, 1] by 255 and convert with .to(torch.uint8)"
+        )
     inputs = images.float() / 255.0
     size = getattr(getattr(model, "config", None), "image_size", None)
-    if size and inputs.shape[-1] != size:
+    if size and tuple(inputs.shape[-2:]) != (size, size):
         inputs = F.interpolate(inputs, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
     return (inputs - mean.to(inputs.device)) / std.to(inputs.device)
 

@@ -205,6 +205,19 @@ def test_cka_with_an_adapter():
         cka(model, [], adapter=adapter)
 
 
+def test_a_short_last_batch_is_skipped_with_a_warning():
+    model = TwoLayers()
+    adapter = BlockAdapter([("mlp", model.first), ("head", model.second)])
+    inputs = torch.randn(13, 5)
+    loader = [(inputs[:10], torch.zeros(10)), (inputs[10:], torch.zeros(3))]  # the last batch has 3 < 4 samples
+    with pytest.warns(UserWarning, match="skipped 3 samples"):
+        result = cka(model, loader, adapter=adapter)
+    assert result.num_samples == 10
+    assert result.similarity == pytest.approx(cka(model, inputs[:10], adapter=adapter).similarity, rel=1e-12)
+    with pytest.warns(UserWarning), pytest.raises(ValueError, match="at least 4 samples"):
+        cka(model, inputs[:3], adapter=adapter)
+
+
 def test_plot_cka():
     matplotlib.use("Agg")
     result = CKAResult(np.eye(4), ["stem", "conv", "msa", "head"], ["stem", "conv", "msa", "head"], 8)

@@ -84,6 +84,9 @@ def test_evaluate_corruptions_is_the_same_from_every_source(generated, tmp_path,
     assert from_arrays.mean_accuracy == pytest.approx(from_arrays.accuracy.mean())
     assert set(from_arrays.clean) >= {"accuracy", "nll", "ece"}
     assert len(CORRUPTIONS) == 15
+    images, labels = clean
+    with pytest.raises(ValueError, match="uint8 RGB"):  # float images in [0, 1] would otherwise be divided by 255
+        robustness.evaluate_corruptions(model, arrays, corruptions=SOME[:1], clean=(images / 255.0, labels))
 
 
 def test_band_pass_noise_lives_in_its_band():
