@@ -6,9 +6,10 @@ high-frequency value (low-pass), convolutions and MLPs raise it (high-pass).
 
 Differs from the reference notebook on purpose: it reads the half-diagonal from the centre up to
 index H-1, which stops one step short of π (3π/4 on an 8×8 map) while labelling that point π; here the
-corner of the shifted spectrum, the Nyquist frequency π itself, ends every curve. Curves of maps of
-different sizes are put on one frequency grid by linear interpolation, and each block's own effect
-is reported as the change from its input state (`delta_log_amplitude`), so an identity block reads 0.
+corner of the shifted spectrum, the Nyquist frequency π itself, ends every curve (a map of odd side n
+has no Nyquist bin: its last sample, at (n-1)/n·π, is held out to π). Curves of maps of different
+sizes are put on one frequency grid by linear interpolation, and each block's own effect is reported
+as the change from its input state (`delta_log_amplitude`), so an identity block reads 0.
 """
 
 from dataclasses import dataclass
@@ -48,7 +49,8 @@ def mean_log_amplitude(feature_map: torch.Tensor) -> torch.Tensor:
 
 def half_diagonal(log_amplitude: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     """Frequencies (units of π) and values along the diagonal from the centre of a shifted spectrum
-    to its corner; for an even side the last point is the corner, frequency π exactly."""
+    to its corner; for an even side the last point is the corner, frequency π exactly, for an odd side
+    n it is (n-1)/n·π."""
     side = log_amplitude.shape[-1]
     if log_amplitude.shape[-2] != side:
         raise ValueError(f"Fourier ΔlogA needs square feature maps, got {tuple(log_amplitude.shape)}")

@@ -58,6 +58,12 @@ def test_half_diagonal_runs_from_zero_to_pi():
     assert values[0] == 0 and abs(values[-1]) < 1e-9 and np.allclose(values[1:-1], np.log(1e-6) - np.log(64))
 
 
+def test_odd_sides_end_one_half_step_short_of_pi():
+    frequencies, values = half_diagonal(mean_log_amplitude(torch.rand(1, 1, 7, 7)))
+    np.testing.assert_allclose(frequencies, [0, 2 / 7, 4 / 7, 6 / 7])  # no Nyquist bin on an odd side
+    assert values[0] == 0
+
+
 def test_identity_block_changes_nothing(noise_images):
     model, adapter = chain_with_adapter(IDENTITY)
     result = fourier_log_amplitude(model, noise_images, adapter=adapter)
@@ -83,6 +89,9 @@ def test_batches_of_a_loader_average_like_one_batch(noise_images):
     loader = [(noise_images[:3], torch.zeros(3)), (noise_images[3:], torch.zeros(5))]
     split = fourier_log_amplitude(model, loader, adapter=adapter)
     np.testing.assert_allclose(split.relative_log_amplitude, whole.relative_log_amplitude, atol=1e-12)
+    for batch in ({"pixel_values": noise_images, "labels": torch.zeros(8)}, {"inputs": noise_images, "labels": torch.zeros(8)}):
+        as_dict = fourier_log_amplitude(model, batch, adapter=adapter)
+        np.testing.assert_array_equal(as_dict.relative_log_amplitude, whole.relative_log_amplitude)
 
 
 @pytest.mark.parametrize("name", ["alternet-50-cifar100", "resnet-50-cifar100", "vit-ti-cifar100"])
@@ -109,7 +118,7 @@ def test_variance_of_constant_maps_is_zero_and_matches_numpy(noise_images):
 
     model = Chain(Constant())
     result = feature_map_variance(model, noise_images, adapter=BlockAdapter([("conv", model.blocks[0])]))
-    expected = np.var(noise_images.double().flatten(2).numpy(), axis=-1, ddof=1).mean()
+    expected = np.var(noise_images.double().flatten(2).numpy(), axis=-1).mean()
     np.testing.assert_allclose(result.variance, [expected, 0.0], rtol=1e-12)
 
 
