@@ -96,12 +96,21 @@ def load_raw_dataset(source: str, *, split: str = "train") -> datasets.Dataset:
 
 
 def load_image_classification(
-    source: str = DIGITS, *, split: str = "train", image_column: str | None = None, label_column: str | None = None
+    source: str = DIGITS,
+    *,
+    split: str = "train",
+    image_column: str | None = None,
+    label_column: str | None = None,
+    class_names: list[str] | None = None,
 ) -> datasets.Dataset:
     """A split of `source` (the embedded `"digits"`, a Hub id, or a local folder or parquet file) as
-    columns `image` and `label`. Column names default to the known ones of the source, else image/label."""
+    columns `image` and `label`. Column names default to the known ones of the source, else image/label.
+
+    `class_names` (e.g. the training split's) fixes which index each class gets, so that every split of
+    a dataset whose labels are strings or plain integers is encoded alike; see `encode_labels`.
+    """
     if source == DIGITS:
-        return load_digits_dataset(split)
+        return encode_labels(load_digits_dataset(split), class_names)
     known = KNOWN_COLUMNS.get(source, DEFAULT_COLUMNS)
     columns = Columns(image_column or known.image, label_column or known.label)
     dataset = load_raw_dataset(source, split=split)
@@ -116,9 +125,55 @@ def load_image_classification(
         dataset = dataset.rename_column(columns.image, "image")
     if columns.label != "label":
         dataset = dataset.rename_column(columns.label, "label")
-    if not isinstance(dataset.features["label"], datasets.ClassLabel):
-        dataset = dataset.class_encode_column("label")
-    return dataset.cast_column("image", datasets.Image())
+    return encode_labels(dataset, class_names).cast_column("image", datasets.Image())
+
+
+def encode_labels(dataset: datasets.Dataset, class_names: list[str] | None = None) -> datasets.Dataset:
+    """The `label` column as a `ClassLabel` whose names are `class_names` (when given).
+
+    Plain integers keep their values (class i is named "i"); strings are looked up by name (sorted, when
+    no names are given). A `ClassLabel` column with other names is re-indexed by name. Labels outside
+    `class_names` are an error naming them: a silently renumbered class would score against the wrong one.
+    """
+    feature = dataset.features["label"]
+    if isinstance(feature, datasets.ClassLabel):
+        if class_names is None or list(feature.names) == list(class_names):
+            return dataset
+        return _reindex_by_name(dataset, feature.names, class_names)
+    values = dataset.unique("label")
+    if isinstance(feature, datasets.Value) and feature.dtype.startswith(("int", "uint")):
+        count = len(class_names) if class_names is not None else max(values, default=-1) + 1
+        bad = sorted(v for v in values if not 0 <= v < count)
+        if bad:
+            raise ValueError(f"integer labels {bad[:10]} are outside 0…{count - 1} ({count} classes)")
+        return dataset.cast_column("label", datasets.ClassLabel(names=class_names or [str(i) for i in range(count)]))
+    values = [str(v) for v in values]
+    names = list(class_names) if class_names is not None else sorted(values)
+    unknown = sorted(set(values) - set(names))
+    if unknown:
+        raise ValueError(f"labels {unknown[:10]} are not among the {len(names)} classes {names[:10]}…")
+    if feature.dtype != "string":
+        dataset = dataset.cast_column("label", datasets.Value("string"))
+    return dataset.cast_column("label", datasets.ClassLabel(names=names))
+
+
+def class_names_of(config) -> list[str] | None:
+    """A model config's class names in index order, or None where they are transformers' LABEL_i defaults."""
+    id2label = getattr(config, "id2label", None) or {}
+    names = [id2label[i] for i in range(len(id2label))] if set(id2label) == set(range(len(id2label))) else []
+    if not names or names == [f"LABEL_{i}" for i in range(len(names))]:
+        return None
+    return names
+
+
+def _reindex_by_name(dataset: datasets.Dataset, names: list[str], class_names: list[str]) -> datasets.Dataset:
+    unknown = sorted(set(names) - set(class_names))
+    if unknown:
+        raise ValueError(f"classes {unknown[:10]} of this split are not among the {len(class_names)} expected")
+    index = {i: class_names.index(name) for i, name in enumerate(names)}
+    features = dataset.features.copy()
+    features["label"] = datasets.ClassLabel(names=list(class_names))
+    return dataset.map(lambda batch: {"label": [index[i] for i in batch["label"]]}, batched=True, features=features)
 
 
 def collate_images(examples: list[dict]) -> dict[str, torch.Tensor]:

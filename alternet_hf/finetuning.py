@@ -47,8 +47,8 @@ def finetune(
     """Fine-tune, evaluating before and after; the model and its image processor go to `output_dir`."""
     columns = dict(image_column=image_column, label_column=label_column)
     train_data = load_image_classification(dataset, split=train_split, **columns)
-    eval_data = load_image_classification(dataset, split=eval_split, **columns)
     names = train_data.features["label"].names
+    eval_data = load_image_classification(dataset, split=eval_split, class_names=names, **columns)
     model = create_model(model_name_or_path, num_labels=len(names), **(model_overrides or {}))
     model.config.id2label = dict(enumerate(names))
     model.config.label2id = {name: i for i, name in enumerate(names)}

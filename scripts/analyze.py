@@ -26,7 +26,13 @@ import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 import alternet_hf  # noqa: E402
-from alternet_hf.data import SeededAugmentation, collate_images, load_image_classification, with_transform  # noqa: E402
+from alternet_hf.data import (  # noqa: E402
+    SeededAugmentation,
+    class_names_of,
+    collate_images,
+    load_image_classification,
+    with_transform,
+)
 from alternet_hf.recipe import eval_transform, train_transform  # noqa: E402
 from analysis import cka, fourier, hessian, landscape, lesion, robustness, variance  # noqa: E402
 from analysis.corruptions import CORRUPTIONS, SEVERITIES  # noqa: E402
@@ -108,7 +114,7 @@ def main() -> None:
     model = alternet_hf.create_model(args.model).to(device)
     config = model.config
     size, mean, std = config.image_size, config.image_mean, config.image_std
-    columns = dict(image_column=args.image_column, label_column=args.label_column)
+    columns = dict(image_column=args.image_column, label_column=args.label_column, class_names=class_names_of(config))
     test_set = load_image_classification(args.dataset, split=args.test_split, **columns)
     test_loader = _loader(test_set, eval_transform(size, mean, std), args.batch_size, shuffle=False, seed=args.seed)
     if {"hessian", "landscape"} & set(requested):

@@ -77,6 +77,42 @@ def test_string_labels_are_encoded(tmp_path):
     assert data.features["label"].names == ["a", "b", "c"]
 
 
+def _plain_labels(labels, dtype):
+    return Dataset.from_dict(
+        {"image": [PILImage.new("RGB", (8, 8)) for _ in labels], "label": labels},
+        features=Features({"image": Image(), "label": Value(dtype)}),
+    )
+
+
+def test_integer_labels_keep_their_values(tmp_path):
+    """Plain int64 labels (as in a parquet export) are class indices: never renumbered as sorted strings."""
+    splits = {"train": _plain_labels(list(range(12)), "int64"), "test": _plain_labels([2, 10, 11], "int64")}
+    DatasetDict(splits).save_to_disk(str(tmp_path / "d"))
+    train = load_image_classification(str(tmp_path / "d"), split="train")
+    test = load_image_classification(str(tmp_path / "d"), split="test", class_names=train.features["label"].names)
+    assert train["label"] == list(range(12)) and test["label"] == [2, 10, 11]
+    assert test.features["label"].names == [str(i) for i in range(12)]
+    with pytest.raises(ValueError, match=r"integer labels \[10, 11\] are outside 0…9"):
+        load_image_classification(str(tmp_path / "d"), split="test", class_names=[str(i) for i in range(10)])
+
+
+def test_every_split_is_encoded_with_the_training_classes(tmp_path):
+    splits = {"train": _plain_labels(["b", "a", "c"], "string"), "test": _plain_labels(["c", "b"], "string")}
+    DatasetDict(splits).save_to_disk(str(tmp_path / "s"))
+    names = load_image_classification(str(tmp_path / "s"), split="train").features["label"].names
+    test = load_image_classification(str(tmp_path / "s"), split="test", class_names=names)
+    assert names == ["a", "b", "c"] and test["label"] == [2, 1]  # alone, the test split would say c=1, b=0
+    with pytest.raises(ValueError, match=r"labels \['c'\] are not among"):
+        load_image_classification(str(tmp_path / "s"), split="test", class_names=["a", "b"])
+    # A ClassLabel split with the same classes in another order is re-indexed by name.
+    DatasetDict({"test": _cifar100_like(4)}).save_to_disk(str(tmp_path / "c"))
+    reordered = [f"fine{i}" for i in (3, 2, 1, 0)]
+    data = load_image_classification(
+        str(tmp_path / "c"), split="test", image_column="img", label_column="fine_label", class_names=reordered
+    )
+    assert data["label"] == [3, 2, 1, 0] and data.features["label"].names == reordered
+
+
 def test_unreachable_hub_dataset_names_the_offline_options(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")

@@ -89,7 +89,8 @@ def test_batches_of_a_loader_average_like_one_batch(noise_images):
     loader = [(noise_images[:3], torch.zeros(3)), (noise_images[3:], torch.zeros(5))]
     split = fourier_log_amplitude(model, loader, adapter=adapter)
     np.testing.assert_allclose(split.relative_log_amplitude, whole.relative_log_amplitude, atol=1e-12)
-    for batch in ({"pixel_values": noise_images, "labels": torch.zeros(8)}, {"inputs": noise_images, "labels": torch.zeros(8)}):
+    for key in ("pixel_values", "inputs"):
+        batch = {key: noise_images, "labels": torch.zeros(8)}
         as_dict = fourier_log_amplitude(model, batch, adapter=adapter)
         np.testing.assert_array_equal(as_dict.relative_log_amplitude, whole.relative_log_amplitude)
 
