@@ -191,13 +191,23 @@ def create_model(name: str, *, num_labels: int | None = None, **overrides) -> Pr
     """A randomly initialised preset, or a model loaded from a directory or Hub id.
 
     For a loaded model, `num_labels` replaces the classifier with a new, freshly initialised one when
-    the count differs, and `overrides` go to `from_pretrained` as config fields.
+    the count differs, and `overrides` go to `from_pretrained` as config fields. Only the classifier may
+    change shape: an override that reshapes the backbone is an error, not a silently re-initialised layer.
     """
     if os.path.isdir(name) or ("/" in name and name not in list_models()):
-        if num_labels is not None:
-            labels = {i: f"LABEL_{i}" for i in range(num_labels)}
-            overrides.update(id2label=labels, label2id={v: k for k, v in labels.items()}, ignore_mismatched_sizes=True)
-        return attach_image_processor_saving(AutoModelForImageClassification.from_pretrained(name, **overrides))
+        if num_labels is None:
+            return attach_image_processor_saving(AutoModelForImageClassification.from_pretrained(name, **overrides))
+        labels = {i: f"LABEL_{i}" for i in range(num_labels)}
+        overrides.update(id2label=labels, label2id={v: k for k, v in labels.items()}, ignore_mismatched_sizes=True)
+        model, info = AutoModelForImageClassification.from_pretrained(name, output_loading_info=True, **overrides)
+        reshaped = [key for key, *_ in info["mismatched_keys"] if not key.startswith("classifier.")]
+        if reshaped:
+            raise ValueError(
+                f"{name}: the overrides {sorted(set(overrides) - {'id2label', 'label2id', 'ignore_mismatched_sizes'})} "
+                f"change the shape of pretrained weights ({', '.join(reshaped[:5])}...); a loaded model keeps its "
+                "architecture: drop those overrides"
+            )
+        return attach_image_processor_saving(model)
     if num_labels is not None:
         overrides["num_labels"] = num_labels
     config = create_config(name, **overrides)

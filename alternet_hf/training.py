@@ -28,7 +28,7 @@ from accelerate.utils import DataLoaderConfiguration, ProjectConfiguration, set_
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from .data import SeededAugmentation, collate_images, load_image_classification, with_transform
+from .data import SeededAugmentation, class_names_of, collate_images, load_image_classification, with_transform
 from .metrics import classification_metrics, plot_reliability_diagram, reliability_diagram
 from .presets import create_model
 from .recipe import BatchMixer, TrainingConfig, build_optimizer, build_scheduler, eval_transform, train_transform
@@ -43,6 +43,7 @@ class TrainState:
     global_step: int = 0  # optimizer steps so far
     best_accuracy: float = -1.0
     history: list = field(default_factory=list)  # one dict per finished epoch
+    scheduler: dict = field(default_factory=dict)  # the LR schedule's state_dict: plain numbers, no pickle
 
 
 @dataclass
@@ -61,11 +62,26 @@ class CheckpointManager:
         self.root, self.keep = Path(root), keep
 
     def latest(self) -> Path | None:
+        """The checkpoint `latest` names, else (a pointer lost or dangling) the newest complete one."""
         pointer = self.root / "latest"
-        if not pointer.exists():
-            return None
-        path = self.root / pointer.read_text().strip()
-        return path if (path / "train_state.json").exists() else None
+        if pointer.exists():
+            path = self.root / pointer.read_text().strip()
+            if (path / "train_state.json").exists():
+                return path
+        complete = self._complete()
+        return complete[-1] if complete else None
+
+    def _complete(self) -> list[Path]:
+        """Finished checkpoints, oldest first by training progress (not by name)."""
+        found = [
+            p for p in self.root.glob("checkpoint-*") if p.suffix != ".partial" and (p / "train_state.json").exists()
+        ]
+
+        def progress(path: Path) -> tuple[int, int]:
+            state = json.loads((path / "train_state.json").read_text())
+            return state["global_step"], state["epoch"]
+
+        return sorted(found, key=progress)
 
     def save(self, accelerator: Accelerator, state: TrainState) -> Path:
         final = self.root / f"checkpoint-{state.global_step:08d}-{state.step_in_epoch:06d}"
@@ -88,8 +104,9 @@ class CheckpointManager:
         return final
 
     def _prune(self, keep: Path) -> None:
-        checkpoints = sorted(p for p in self.root.glob("checkpoint-*") if p.is_dir() and p != keep)
-        for old in checkpoints[: max(len(checkpoints) - (self.keep - 1), 0)]:
+        checkpoints = [p for p in self._complete() if p != keep]
+        unfinished = list(self.root.glob("checkpoint-*.partial"))  # left by a kill during a save
+        for old in checkpoints[: max(len(checkpoints) - (self.keep - 1), 0)] + unfinished:
             shutil.rmtree(old, ignore_errors=True)
 
 
@@ -97,8 +114,8 @@ def build_model_and_data(config: TrainingConfig):
     """The model (labels named after the dataset's classes), the training augmentation and both data loaders."""
     columns = dict(image_column=config.image_column, label_column=config.label_column)
     train_data = load_image_classification(config.dataset, split=config.train_split, **columns)
-    eval_data = load_image_classification(config.dataset, split=config.eval_split, **columns)
     names = train_data.features["label"].names
+    eval_data = load_image_classification(config.dataset, split=config.eval_split, class_names=names, **columns)
     labels = {"id2label": dict(enumerate(names)), "label2id": {name: i for i, name in enumerate(names)}}
     if Path(config.model).is_dir() or "/" in config.model:
         model = create_model(config.model, num_labels=len(names), **config.model_overrides)
@@ -253,17 +270,24 @@ def train(config: TrainingConfig, *, resume: bool = False) -> TrainResult:
         model = model.to(memory_format=torch.channels_last)
     optimizer = build_optimizer(config, model)
     model, optimizer, train_loader, eval_loader = accelerator.prepare(model, optimizer, train_loader, eval_loader)
-    steps_per_epoch = len(train_loader) // config.gradient_accumulation_steps
-    scheduler = build_scheduler(config, optimizer, steps_per_epoch)
-    accelerator.register_for_checkpointing(scheduler)  # stepped by hand, once per optimizer step
+    # Accelerate also steps on an epoch's last, incomplete accumulation window.
+    steps_per_epoch = math.ceil(len(train_loader) / config.gradient_accumulation_steps)
+    scheduler = build_scheduler(config, optimizer, steps_per_epoch)  # stepped by hand, once per optimizer step
     forward = torch.compile(model) if config.compile else model
     mixer = BatchMixer(config, accelerator.unwrap_model(model).config.num_labels)
 
     state = TrainState()
     if latest is not None:
+        _check_resumable(config, output_dir / "training_config.json")
         accelerator.load_state(str(latest))
         state = TrainState(**json.loads((latest / "train_state.json").read_text()))
+        scheduler.load_state_dict(state.scheduler)
         accelerator.print(f"resumed from {latest} (epoch {state.epoch + 1}, step {state.global_step})")
+        if state.epoch >= config.epochs:
+            accelerator.print(f"{output_dir} already finished its {config.epochs} epochs: nothing to do")
+            accelerator.end_training()
+            last = {k[len("eval_") :]: v for k, v in state.history[-1].items() if k.startswith("eval_")}
+            return TrainResult(accelerator.unwrap_model(model), output_dir, last, state.best_accuracy, state.history)
     elif resume:
         accelerator.print(f"no checkpoint in {checkpoints.root}: starting from scratch")
     if accelerator.is_main_process:
@@ -271,11 +295,16 @@ def train(config: TrainingConfig, *, resume: bool = False) -> TrainResult:
         config.save(output_dir / "training_config.json")
     accelerator.init_trackers("train", config=_tracker_config(config))
 
+    def save_checkpoint():
+        state.scheduler = scheduler.state_dict()
+        checkpoints.save(accelerator, state)
+
     def on_optimizer_step(loss):
         if state.global_step % 10 == 0:
             accelerator.log({"train/loss": loss.item(), "train/lr": scheduler.get_last_lr()[0]}, step=state.global_step)
-        if state.global_step % config.save_every_steps == 0:
-            checkpoints.save(accelerator, state)
+        # On an epoch's last batch the end-of-epoch checkpoint follows at once (after evaluation).
+        if state.global_step % config.save_every_steps == 0 and state.step_in_epoch < len(train_loader):
+            save_checkpoint()
 
     metrics, logits, labels = {}, None, None
     while state.epoch < config.epochs:
@@ -329,7 +358,7 @@ def train(config: TrainingConfig, *, resume: bool = False) -> TrainResult:
             state.best_accuracy = metrics["accuracy"]
             _save_model(accelerator, model, output_dir / "best", metrics)
         state.epoch, state.step_in_epoch = state.epoch + 1, 0
-        checkpoints.save(accelerator, state)
+        save_checkpoint()
 
     if accelerator.is_main_process and state.history:
         _save_model(accelerator, model, output_dir, metrics)
@@ -343,6 +372,27 @@ def train(config: TrainingConfig, *, resume: bool = False) -> TrainResult:
             plt.close(ax.figure)
     accelerator.end_training()
     return TrainResult(accelerator.unwrap_model(model), output_dir, metrics, state.best_accuracy, state.history)
+
+
+# Fields that fix the schedule, the data order or the model: a resumed run must not change them.
+RUN_DEFINING_FIELDS = (
+    "model", "model_overrides", "dataset", "train_split", "epochs", "warmup_epochs", "batch_size",
+    "gradient_accumulation_steps", "optimizer", "learning_rate", "seed",
+)  # fmt: skip
+
+
+def _check_resumable(config: TrainingConfig, saved_path: Path) -> None:
+    if not saved_path.exists():
+        return
+    saved = json.loads(saved_path.read_text())
+    current = config.to_dict()
+    changed = [name for name in RUN_DEFINING_FIELDS if saved.get(name) != current[name]]
+    if changed:
+        details = ", ".join(f"{name} {saved.get(name)!r} -> {current[name]!r}" for name in changed)
+        raise ValueError(
+            f"cannot resume {saved_path.parent} with a different run: {details}. Resume with the settings of "
+            f"{saved_path} (e.g. --config {saved_path}), or start a new run in another --output-dir"
+        )
 
 
 def _save_model(accelerator: Accelerator, model, path: Path, metrics: dict) -> None:
@@ -367,11 +417,19 @@ def evaluate_model(
     label_column: str | None = None,
     batch_size: int = 256,
     num_workers: int = 0,
+    mixed_precision: str = "no",
 ) -> tuple[dict, torch.Tensor, torch.Tensor]:
-    """The paper's metrics of a trained model (folder or Hub id) on a split of a dataset (see `data`)."""
-    accelerator = Accelerator(mixed_precision="bf16" if torch.cuda.is_available() else "no")
+    """The paper's metrics of a trained model (folder or Hub id) on a split of a dataset (see `data`).
+
+    In float32 by default: these are the numbers that go into model cards, and bf16 logits shift NLL, ECE
+    and the 90%-confidence metrics. Labels are matched to the model's classes by name where it has names.
+    """
+    accelerator = Accelerator(mixed_precision=mixed_precision)
     model = create_model(model_name_or_path)
-    data = load_image_classification(source, split=split, image_column=image_column, label_column=label_column)
+    data = load_image_classification(
+        source, split=split, image_column=image_column, label_column=label_column,
+        class_names=class_names_of(model.config),
+    )  # fmt: skip
     num_classes = data.features["label"].num_classes
     if num_classes > model.config.num_labels:
         raise ValueError(

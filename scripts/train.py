@@ -54,14 +54,26 @@ def config_from_args(args: argparse.Namespace) -> TrainingConfig:
     unknown = set(from_file) - {f.name for f in dataclasses.fields(TrainingConfig)}
     if unknown:
         raise SystemExit(f"{args.config}: unknown field(s) {sorted(unknown)}; see --help for the fields")
+    model = flags.get("model", from_file.get("model"))
     if args.recipe:
-        model = flags.get("model", from_file.get("model"))
         if model is None:
             raise SystemExit("--recipe needs --model (a preset such as alternet-50-cifar100)")
         base = recipe_config(model, args.recipe).to_dict()
     else:
-        base = TrainingConfig().to_dict()
-    return TrainingConfig(**{**base, **from_file, **flags})
+        base = (TrainingConfig() if model is None else TrainingConfig(model=model)).to_dict()
+    # Model overrides add up across the layers (a layout from a file keeps the recipe's stochastic depth).
+    overrides = {}
+    for layer in (base, from_file, flags):
+        layer_overrides = layer.get("model_overrides") or {}
+        if not isinstance(layer_overrides, dict):
+            raise SystemExit(f"model_overrides must be a JSON object of config fields, got {layer_overrides!r}")
+        overrides.update(layer_overrides)
+    config = TrainingConfig(**{**base, **from_file, **flags, "model_overrides": overrides})
+    try:
+        config.validate()
+    except ValueError as error:
+        raise SystemExit(f"{args.config or 'the command line'}: {error}") from None
+    return config
 
 
 def main() -> None:

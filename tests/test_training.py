@@ -77,6 +77,14 @@ def test_training_writes_a_usable_model_and_learns(tmp_path):
 
     again = subprocess.run(_train_command(run), capture_output=True, text=True, env=_env())
     assert again.returncode != 0 and "--resume" in again.stderr  # never silently overwrites a run
+    metrics = (run / "metrics.json").read_text()
+    finished = subprocess.run(_train_command(run, "--resume"), capture_output=True, text=True, env=_env())
+    assert finished.returncode == 0 and "nothing to do" in finished.stdout, finished.stderr[-3000:]
+    assert (run / "metrics.json").read_text() == metrics  # a finished run is left as it was
+    changed = subprocess.run(
+        _train_command(run, "--resume", "--epochs", "3"), capture_output=True, text=True, env=_env()
+    )
+    assert changed.returncode != 0 and "epochs 2 -> 3" in changed.stderr
 
 
 def test_resume_after_sigkill_equals_an_uninterrupted_run(tmp_path):
@@ -188,6 +196,50 @@ def test_command_line_layers_recipe_file_and_flags(tmp_path):
     assert printed == TrainingConfig(**printed).to_dict()
 
 
+def test_bad_config_files_are_named_errors(tmp_path):
+    config_file = tmp_path / "bad.json"
+    config_file.write_text(json.dumps({"epochs": "5"}))
+    command = [sys.executable, str(REPO / "scripts" / "train.py"), "--config", str(config_file), "--print-config"]
+    result = subprocess.run(command, capture_output=True, text=True, env=_env())
+    assert result.returncode != 0 and "TrainingConfig.epochs must be int, got '5'" in result.stderr
+    for bad, message in (
+        (dict(warmup_epochs=-1), "warmup_epochs must not be negative"),
+        (dict(label_smoothing=1.5), "label_smoothing must be within"),
+        (dict(clip_grad_norm="x"), "clip_grad_norm must be float or null"),
+        (dict(keep_checkpoints=0), "keep_checkpoints must be at least 1"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            TrainingConfig(**bad).validate()
+
+
+def test_the_small_default_widths_belong_to_the_default_model_only():
+    assert TrainingConfig().model_overrides["hidden_sizes"] == [32, 64, 128, 256]
+    assert TrainingConfig(model="resnet-18-cifar10").model_overrides == {}
+    # transformers' ViT has no stochastic depth: the paper recipe must still build every preset.
+    for name in ("alternet-50-cifar100", "resnet-50-cifar10", "vit-ti-cifar100"):
+        config = recipe_config(name)
+        config.validate()
+        alternet_hf.create_config(name, **config.model_overrides)
+    assert "drop_path_rate" not in recipe_config("vit-ti-cifar100").model_overrides
+
+
+def test_a_loaded_model_keeps_its_architecture(tmp_path):
+    alternet_hf.create_model("alternet-18-cifar10", **TINY_ALTERNET).save_pretrained(tmp_path / "model")
+    assert alternet_hf.create_model(str(tmp_path / "model"), num_labels=5).config.num_labels == 5  # new head only
+    with pytest.raises(ValueError, match="change the shape of pretrained weights"):
+        alternet_hf.create_model(str(tmp_path / "model"), num_labels=5, attention_head_dim=16)
+
+
+def test_the_schedule_counts_the_last_incomplete_accumulation_window(tmp_path):
+    """22 batches at accumulation 4 are 6 optimizer steps, not 5: the cosine must end at 0, not climb back."""
+    config = TrainingConfig(
+        output_dir=str(tmp_path / "run"), model_overrides=TINY_ALTERNET, epochs=1, warmup_epochs=0,
+        gradient_accumulation_steps=4, eval_batch_size=512, save_every_steps=1000,
+    )  # fmt: skip
+    result = train(config)
+    assert result.history[-1]["lr"] == pytest.approx(0.0, abs=1e-12)
+
+
 def test_paper_recipe_is_the_papers():
     config = recipe_config("alternet-50-cifar100")
     assert (config.epochs, config.warmup_epochs, config.batch_size, config.learning_rate) == (305, 5, 96, 1.25e-4)
@@ -203,3 +255,19 @@ def test_the_default_run_is_the_readme_main_job(tmp_path):
     """`python scripts/train.py` with no arguments: the embedded digits to at least 95% test accuracy."""
     result = train(TrainingConfig(output_dir=str(tmp_path / "main")))
     assert result.metrics["accuracy"] >= 0.95, result.history
+
+
+def test_checkpoints_are_ordered_by_progress_and_survive_a_lost_pointer(tmp_path):
+    from alternet_hf.training import CheckpointManager
+
+    manager = CheckpointManager(tmp_path, keep=2)
+    for name, step, epoch in (("checkpoint-00000022-000000", 22, 1), ("checkpoint-00000020-000020", 20, 0)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "train_state.json").write_text(json.dumps({"global_step": step, "epoch": epoch}))
+    (tmp_path / "checkpoint-00000030-000008.partial").mkdir()  # a save killed half-way
+    assert manager.latest() == tmp_path / "checkpoint-00000022-000000"  # no pointer: the furthest complete one
+    (tmp_path / "latest").write_text("checkpoint-00000099-000000")  # dangling
+    assert manager.latest() == tmp_path / "checkpoint-00000022-000000"
+    manager.keep = 1
+    manager._prune(keep=tmp_path / "checkpoint-00000022-000000")
+    assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-00000022-000000"]
