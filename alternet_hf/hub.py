@@ -36,20 +36,29 @@ METRIC_LABELS = {
 }
 
 
-def find_evaluation(model_dir: Path) -> tuple[dict, str, str]:
-    """(metrics, dataset, split) of a trained model: its newest `eval_*.json` from scripts/evaluate.py,
+def find_evaluation(model_dir: Path, evaluation: Path | None = None) -> tuple[dict, str, str]:
+    """(metrics, dataset, split) of a trained model for its card: `evaluation` (an `eval_*.json` of
+    scripts/evaluate.py) if given; else the newest `eval_*.json` on the dataset and split the model was
+    trained and evaluated on (any other, e.g. a corrupted or training split, is not the headline result);
     else the final `metrics.json` of training with the dataset from `training_config.json`."""
-    evaluations = sorted(model_dir.glob("eval_*.json"), key=lambda p: p.stat().st_mtime)
-    if evaluations:
-        payload = json.loads(evaluations[-1].read_text())
+    if evaluation is not None:
+        payload = json.loads(Path(evaluation).read_text())
         return payload["metrics"], payload["dataset"], payload["split"]
     metrics_file, config_file = model_dir / "metrics.json", model_dir / "training_config.json"
+    training = json.loads(config_file.read_text()) if config_file.exists() else None
+    evaluations = [json.loads(p.read_text()) | {"mtime": p.stat().st_mtime} for p in model_dir.glob("eval_*.json")]
+    if training is not None:
+        evaluations = [
+            e for e in evaluations if (e["dataset"], e["split"]) == (training["dataset"], training["eval_split"])
+        ]
+    if evaluations:
+        payload = max(evaluations, key=lambda e: e["mtime"])
+        return payload["metrics"], payload["dataset"], payload["split"]
     if not metrics_file.exists() or not config_file.exists():
         raise FileNotFoundError(
             f"{model_dir} has no evaluation: run scripts/evaluate.py --model {model_dir} --dataset <dataset> "
             "(or train it with scripts/train.py, which writes metrics.json and training_config.json)"
         )
-    training = json.loads(config_file.read_text())
     return json.loads(metrics_file.read_text()), training["dataset"], training.get("eval_split", "test")
 
 
@@ -129,10 +138,12 @@ Fine-tune with the HF `Trainer` (`forward(pixel_values, labels)` returns the los
     return ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
 
 
-def write_release(model_dir: str | Path, output_dir: str | Path, repo_id: str) -> Path:
+def write_release(
+    model_dir: str | Path, output_dir: str | Path, repo_id: str, *, evaluation: str | Path | None = None
+) -> Path:
     """Write everything the Hub repo `repo_id` will hold for the trained model in `model_dir`."""
     model_dir, output_dir = Path(model_dir), Path(output_dir)
-    metrics, dataset, split = find_evaluation(model_dir)
+    metrics, dataset, split = find_evaluation(model_dir, evaluation)
     model = create_model(str(model_dir))
     output_dir.mkdir(parents=True, exist_ok=True)
     if isinstance(model, ZooModelMixin):

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,20 @@ def test_a_model_without_evaluation_is_refused(tmp_path):
                "--dry-run", tmp_path / "out"]  # fmt: skip
     completed = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert completed.returncode != 0 and "scripts/evaluate.py --model" in completed.stderr
+
+
+def test_the_card_reports_the_evaluation_on_the_training_dataset(tmp_path):
+    from alternet_hf.hub import find_evaluation
+
+    (tmp_path / "training_config.json").write_text(json.dumps({"dataset": "uoft-cs/cifar100", "eval_split": "test"}))
+    (tmp_path / "metrics.json").write_text(json.dumps({"accuracy": 0.5}))
+    assert find_evaluation(tmp_path) == ({"accuracy": 0.5}, "uoft-cs/cifar100", "test")  # training's own
+    for name, dataset, split, accuracy in (
+        ("eval_cifar100_test.json", "uoft-cs/cifar100", "test", 0.8),
+        ("eval_cifar100_train.json", "uoft-cs/cifar100", "train", 0.99),  # newer, but not the headline result
+    ):
+        payload = {"metrics": {"accuracy": accuracy}, "dataset": dataset, "split": split}
+        (tmp_path / name).write_text(json.dumps(payload))
+        time.sleep(0.01)
+    assert find_evaluation(tmp_path)[0] == {"accuracy": 0.8}
+    assert find_evaluation(tmp_path, tmp_path / "eval_cifar100_train.json")[2] == "train"  # asked for by name
