@@ -158,10 +158,11 @@ def encode_labels(dataset: datasets.Dataset, class_names: list[str] | None = Non
 
 
 def class_names_of(config) -> list[str] | None:
-    """A model config's class names in index order, or None where they are transformers' LABEL_i defaults."""
+    """A model config's class names in index order, or None where they say nothing but the index
+    (transformers' "LABEL_i" defaults, or "i" from integer labels): then indices are matched as they are."""
     id2label = getattr(config, "id2label", None) or {}
     names = [id2label[i] for i in range(len(id2label))] if set(id2label) == set(range(len(id2label))) else []
-    if not names or names == [f"LABEL_{i}" for i in range(len(names))]:
+    if not names or names in ([f"LABEL_{i}" for i in range(len(names))], [str(i) for i in range(len(names))]):
         return None
     return names
 

@@ -8,6 +8,7 @@ transformers' own class and needs no code.
 """
 
 import json
+import warnings
 from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
@@ -40,19 +41,22 @@ def find_evaluation(model_dir: Path, evaluation: Path | None = None) -> tuple[di
     """(metrics, dataset, split) of a trained model for its card: `evaluation` (an `eval_*.json` of
     scripts/evaluate.py) if given; else the newest `eval_*.json` on the dataset and split the model was
     trained and evaluated on (any other, e.g. a corrupted or training split, is not the headline result);
-    else the final `metrics.json` of training with the dataset from `training_config.json`."""
+    else the final `metrics.json` of training (evaluated at the training precision: bf16 on a GPU) with the
+    dataset from `training_config.json`."""
     if evaluation is not None:
         payload = json.loads(Path(evaluation).read_text())
         return payload["metrics"], payload["dataset"], payload["split"]
     metrics_file, config_file = model_dir / "metrics.json", model_dir / "training_config.json"
     training = json.loads(config_file.read_text()) if config_file.exists() else None
-    evaluations = [json.loads(p.read_text()) | {"mtime": p.stat().st_mtime} for p in model_dir.glob("eval_*.json")]
+    evaluations = {p: json.loads(p.read_text()) | {"mtime": p.stat().st_mtime} for p in model_dir.glob("eval_*.json")}
     if training is not None:
-        evaluations = [
-            e for e in evaluations if (e["dataset"], e["split"]) == (training["dataset"], training["eval_split"])
-        ]
+        headline = (training["dataset"], training.get("eval_split", "test"))
+        ignored = sorted(p.name for p, e in evaluations.items() if (e["dataset"], e["split"]) != headline)
+        if ignored:
+            warnings.warn(f"the card reports {headline}, not {ignored}; choose one with --evaluation", stacklevel=2)
+        evaluations = {p: e for p, e in evaluations.items() if (e["dataset"], e["split"]) == headline}
     if evaluations:
-        payload = max(evaluations, key=lambda e: e["mtime"])
+        payload = max(evaluations.values(), key=lambda e: e["mtime"])
         return payload["metrics"], payload["dataset"], payload["split"]
     if not metrics_file.exists() or not config_file.exists():
         raise FileNotFoundError(

@@ -200,12 +200,15 @@ def create_model(name: str, *, num_labels: int | None = None, **overrides) -> Pr
         labels = {i: f"LABEL_{i}" for i in range(num_labels)}
         overrides.update(id2label=labels, label2id={v: k for k, v in labels.items()}, ignore_mismatched_sizes=True)
         model, info = AutoModelForImageClassification.from_pretrained(name, output_loading_info=True, **overrides)
-        reshaped = [key for key, *_ in info["mismatched_keys"] if not key.startswith("classifier.")]
-        if reshaped:
+        changed = (
+            [key for key, *_ in info["mismatched_keys"]] + list(info["missing_keys"]) + list(info["unexpected_keys"])
+        )
+        changed = sorted(key for key in changed if not key.startswith("classifier."))
+        if changed:
+            asked = sorted(set(overrides) - {"id2label", "label2id", "ignore_mismatched_sizes"})
             raise ValueError(
-                f"{name}: the overrides {sorted(set(overrides) - {'id2label', 'label2id', 'ignore_mismatched_sizes'})} "
-                f"change the shape of pretrained weights ({', '.join(reshaped[:5])}...); a loaded model keeps its "
-                "architecture: drop those overrides"
+                f"{name}: with the overrides {asked}, pretrained weights no longer fit the model "
+                f"({', '.join(changed[:5])}...); a loaded model keeps its architecture: drop those overrides"
             )
         return attach_image_processor_saving(model)
     if num_labels is not None:

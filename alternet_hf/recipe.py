@@ -38,7 +38,10 @@ class TrainingConfig:
     model: str = field(default=DEFAULT_MODEL, metadata={"help": "preset name, folder or Hub id"})
     model_overrides: dict | None = field(
         default=None,
-        metadata={"help": "config fields to override, as JSON (default: the small widths for the default model)"},
+        metadata={
+            "help": "config fields to override, as JSON, added to those of the recipe or file; null removes one "
+            "(default: the small widths for the default model)"
+        },
     )
     dataset: str = field(default="digits", metadata={"help": "'digits', a Hub id, or a local folder/parquet file"})
     image_column: str | None = None

@@ -281,13 +281,15 @@ def train(config: TrainingConfig, *, resume: bool = False) -> TrainResult:
         _check_resumable(config, output_dir / "training_config.json")
         accelerator.load_state(str(latest))
         state = TrainState(**json.loads((latest / "train_state.json").read_text()))
+        if not state.scheduler:
+            raise ValueError(
+                f"{latest} was written by an older alternet-hf that kept no learning-rate schedule state, so "
+                "it cannot be continued exactly: start a new run in another --output-dir"
+            )
         scheduler.load_state_dict(state.scheduler)
         accelerator.print(f"resumed from {latest} (epoch {state.epoch + 1}, step {state.global_step})")
-        if state.epoch >= config.epochs:
-            accelerator.print(f"{output_dir} already finished its {config.epochs} epochs: nothing to do")
-            accelerator.end_training()
-            last = {k[len("eval_") :]: v for k, v in state.history[-1].items() if k.startswith("eval_")}
-            return TrainResult(accelerator.unwrap_model(model), output_dir, last, state.best_accuracy, state.history)
+        if state.epoch >= config.epochs:  # killed after its last checkpoint: only the final outputs remain to write
+            accelerator.print(f"{output_dir} has finished its {config.epochs} epochs: nothing left to train")
     elif resume:
         accelerator.print(f"no checkpoint in {checkpoints.root}: starting from scratch")
     if accelerator.is_main_process:
@@ -306,7 +308,9 @@ def train(config: TrainingConfig, *, resume: bool = False) -> TrainResult:
         if state.global_step % config.save_every_steps == 0 and state.step_in_epoch < len(train_loader):
             save_checkpoint()
 
-    metrics, logits, labels = {}, None, None
+    last_evaluation = state.history[-1] if state.history else {}
+    metrics = {k[len("eval_") :]: v for k, v in last_evaluation.items() if k.startswith("eval_")}
+    logits = labels = None
     while state.epoch < config.epochs:
         started = time.perf_counter()
         train_loader.set_epoch(state.epoch)
@@ -374,10 +378,11 @@ def train(config: TrainingConfig, *, resume: bool = False) -> TrainResult:
     return TrainResult(accelerator.unwrap_model(model), output_dir, metrics, state.best_accuracy, state.history)
 
 
-# Fields that fix the schedule, the data order or the model: a resumed run must not change them.
-RUN_DEFINING_FIELDS = (
-    "model", "model_overrides", "dataset", "train_split", "epochs", "warmup_epochs", "batch_size",
-    "gradient_accumulation_steps", "optimizer", "learning_rate", "seed",
+# What a resumed run may change: where it writes, and how fast (not what) it computes. Everything else
+# defines the run (model, data, augmentation, optimizer, schedule, seed) and must stay as it was.
+RESUMABLE_CHANGES = (
+    "output_dir", "num_workers", "eval_batch_size", "save_every_steps", "keep_checkpoints", "compile",
+    "channels_last", "mixed_precision", "deterministic",
 )  # fmt: skip
 
 
@@ -385,8 +390,8 @@ def _check_resumable(config: TrainingConfig, saved_path: Path) -> None:
     if not saved_path.exists():
         return
     saved = json.loads(saved_path.read_text())
-    current = config.to_dict()
-    changed = [name for name in RUN_DEFINING_FIELDS if saved.get(name) != current[name]]
+    current = json.loads(json.dumps(config.to_dict()))  # as the saved file has it: tuples become lists
+    changed = [name for name in current if name not in RESUMABLE_CHANGES and saved.get(name) != current[name]]
     if changed:
         details = ", ".join(f"{name} {saved.get(name)!r} -> {current[name]!r}" for name in changed)
         raise ValueError(

@@ -6,8 +6,8 @@
 
 The card's `model-index` comes from the model folder's evaluation JSON (--evaluation, else
 scripts/evaluate.py's newest eval_*.json on the training dataset's evaluation split, else training's
-metrics.json). With --dry-run DIR it writes exactly what would be
-uploaded into DIR and uploads nothing; otherwise it needs a token (`hf auth login`).
+metrics.json). With --dry-run DIR it writes exactly what would be uploaded into DIR and uploads
+nothing; otherwise it needs a token (`hf auth login`).
 """
 
 import argparse

@@ -61,18 +61,20 @@ def config_from_args(args: argparse.Namespace) -> TrainingConfig:
         base = recipe_config(model, args.recipe).to_dict()
     else:
         base = (TrainingConfig() if model is None else TrainingConfig(model=model)).to_dict()
-    # Model overrides add up across the layers (a layout from a file keeps the recipe's stochastic depth).
+    # Model overrides add up across the layers (a layout from a file keeps the recipe's stochastic depth);
+    # a field set to null is removed, so the preset's own value applies again.
     overrides = {}
     for layer in (base, from_file, flags):
         layer_overrides = layer.get("model_overrides") or {}
         if not isinstance(layer_overrides, dict):
             raise SystemExit(f"model_overrides must be a JSON object of config fields, got {layer_overrides!r}")
         overrides.update(layer_overrides)
+    overrides = {name: value for name, value in overrides.items() if value is not None}
     config = TrainingConfig(**{**base, **from_file, **flags, "model_overrides": overrides})
     try:
         config.validate()
     except ValueError as error:
-        raise SystemExit(f"{args.config or 'the command line'}: {error}") from None
+        raise SystemExit(f"invalid training settings: {error}") from None
     return config
 
 

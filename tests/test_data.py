@@ -113,6 +113,16 @@ def test_every_split_is_encoded_with_the_training_classes(tmp_path):
     assert data["label"] == [3, 2, 1, 0] and data.features["label"].names == reordered
 
 
+def test_class_names_of_a_model_config():
+    from transformers import PretrainedConfig
+
+    from alternet_hf.data import class_names_of
+
+    assert class_names_of(PretrainedConfig(id2label={0: "cat", 1: "dog"})) == ["cat", "dog"]
+    assert class_names_of(PretrainedConfig(num_labels=3)) is None  # LABEL_0…: indices only
+    assert class_names_of(PretrainedConfig(id2label={0: "0", 1: "1"})) is None  # from integer labels: indices only
+
+
 def test_unreachable_hub_dataset_names_the_offline_options(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")

@@ -92,5 +92,6 @@ def test_the_card_reports_the_evaluation_on_the_training_dataset(tmp_path):
         payload = {"metrics": {"accuracy": accuracy}, "dataset": dataset, "split": split}
         (tmp_path / name).write_text(json.dumps(payload))
         time.sleep(0.01)
-    assert find_evaluation(tmp_path)[0] == {"accuracy": 0.8}
+    with pytest.warns(UserWarning, match=r"not \['eval_cifar100_train.json'\]"):
+        assert find_evaluation(tmp_path)[0] == {"accuracy": 0.8}
     assert find_evaluation(tmp_path, tmp_path / "eval_cifar100_train.json")[2] == "train"  # asked for by name

@@ -78,9 +78,10 @@ def test_training_writes_a_usable_model_and_learns(tmp_path):
     again = subprocess.run(_train_command(run), capture_output=True, text=True, env=_env())
     assert again.returncode != 0 and "--resume" in again.stderr  # never silently overwrites a run
     metrics = (run / "metrics.json").read_text()
+    (run / "model.safetensors").unlink()  # as if killed between the last checkpoint and the final outputs
     finished = subprocess.run(_train_command(run, "--resume"), capture_output=True, text=True, env=_env())
-    assert finished.returncode == 0 and "nothing to do" in finished.stdout, finished.stderr[-3000:]
-    assert (run / "metrics.json").read_text() == metrics  # a finished run is left as it was
+    assert finished.returncode == 0 and "nothing left to train" in finished.stdout, finished.stderr[-3000:]
+    assert (run / "metrics.json").read_text() == metrics and (run / "model.safetensors").exists()
     changed = subprocess.run(
         _train_command(run, "--resume", "--epochs", "3"), capture_output=True, text=True, env=_env()
     )
@@ -194,6 +195,11 @@ def test_command_line_layers_recipe_file_and_flags(tmp_path):
     assert printed["dataset"] == "uoft-cs/cifar100" and printed["rand_augment"] == "rand-m9-n2-mstd1.0"
     assert printed["epochs"] == 7 and printed["learning_rate"] == 0.02 and printed["clip_grad_norm"] is None
     assert printed == TrainingConfig(**printed).to_dict()
+    removed = subprocess.run(
+        [*command[:-1], "--model-overrides", '{"drop_path_rate": null}', "--print-config"],
+        capture_output=True, text=True, env=_env(),
+    )  # fmt: skip
+    assert "drop_path_rate" not in json.loads(removed.stdout)["model_overrides"]  # null removes a recipe's field
 
 
 def test_bad_config_files_are_named_errors(tmp_path):
@@ -226,8 +232,25 @@ def test_the_small_default_widths_belong_to_the_default_model_only():
 def test_a_loaded_model_keeps_its_architecture(tmp_path):
     alternet_hf.create_model("alternet-18-cifar10", **TINY_ALTERNET).save_pretrained(tmp_path / "model")
     assert alternet_hf.create_model(str(tmp_path / "model"), num_labels=5).config.num_labels == 5  # new head only
-    with pytest.raises(ValueError, match="change the shape of pretrained weights"):
+    with pytest.raises(ValueError, match="pretrained weights no longer fit"):
         alternet_hf.create_model(str(tmp_path / "model"), num_labels=5, attention_head_dim=16)
+    alternet_hf.create_model("vit-ti-cifar10", **TINY_VIT).save_pretrained(tmp_path / "vit")
+    with pytest.raises(ValueError, match="pretrained weights no longer fit"):  # a new, randomly initialised layer
+        alternet_hf.create_model(str(tmp_path / "vit"), num_labels=5, num_hidden_layers=3)
+
+
+def test_a_resumed_run_may_change_only_how_it_runs(tmp_path):
+    from alternet_hf.training import _check_resumable
+
+    saved = TrainingConfig(model_overrides={"hidden_sizes": (8, 16, 32, 64)}, output_dir=str(tmp_path))
+    saved.save(tmp_path / "training_config.json")
+    _check_resumable(saved, tmp_path / "training_config.json")  # tuples come back from JSON as lists
+    _check_resumable(
+        TrainingConfig(**{**saved.to_dict(), "num_workers": 4, "compile": True}), tmp_path / "training_config.json"
+    )
+    for changed in (dict(mixup_alpha=0.8), dict(weight_decay=0.1), dict(epochs=7)):
+        with pytest.raises(ValueError, match=f"{next(iter(changed))} .* -> "):
+            _check_resumable(TrainingConfig(**{**saved.to_dict(), **changed}), tmp_path / "training_config.json")
 
 
 def test_the_schedule_counts_the_last_incomplete_accumulation_window(tmp_path):
@@ -261,7 +284,8 @@ def test_checkpoints_are_ordered_by_progress_and_survive_a_lost_pointer(tmp_path
     from alternet_hf.training import CheckpointManager
 
     manager = CheckpointManager(tmp_path, keep=2)
-    for name, step, epoch in (("checkpoint-00000022-000000", 22, 1), ("checkpoint-00000020-000020", 20, 0)):
+    # The same optimizer step, mid-epoch and at the epoch's end: by name the end would come first.
+    for name, step, epoch in (("checkpoint-00000022-000000", 22, 1), ("checkpoint-00000022-000022", 22, 0)):
         (tmp_path / name).mkdir()
         (tmp_path / name / "train_state.json").write_text(json.dumps({"global_step": step, "epoch": epoch}))
     (tmp_path / "checkpoint-00000030-000008.partial").mkdir()  # a save killed half-way
