@@ -46,7 +46,7 @@ def main() -> None:
     print(f"{args.model} on {args.dataset} ({args.split}, {len(labels):,} images)")
     for name, value in metrics.items():
         if not math.isfinite(value):
-            shown = "undefined (e.g. Unc-90 of a model without errors)"
+            shown = "undefined" + (" (no misclassified images)" if name == "unc_90" else "")
         elif name in ("accuracy", "acc_90", "unc_90", "freq_90", "iou", "iou_90"):
             shown = f"{100 * value:.2f}%"
         else:
