@@ -10,6 +10,8 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel, ViTForImageClassification, ViTModel
 
+from .modeling_common import DropPath, linear_drop_path_rates
+
 BLOCK_KINDS = ("stem", "conv", "msa", "mlp", "pool", "head")
 
 
@@ -68,6 +70,32 @@ def residual_branches(model: PreTrainedModel) -> list[nn.Module | None]:
     if encoder is None or not hasattr(encoder, "blocks"):
         raise TypeError(f"{type(model).__name__} is not a zoo model: no residual branches known for it")
     return [None] + [block.drop_path for block in encoder.blocks()] + [None]
+
+
+def add_vit_stochastic_depth(model: nn.Module) -> nn.Module:
+    """Give transformers' ViT, which has none, the paper's stochastic depth (PAPER.md §4), from
+    `config.drop_path_rate`: in training, layer i of L drops each sample's attention and MLP branches
+    with probability rate·i/(L-1), as the reference ViT and our AlterNet do. A `DropPath` child on each
+    branch, applied by a forward hook, so weights, state dict and inference stay transformers' own."""
+    vit = _vit_backbone(model)
+    rate = getattr(model.config, "drop_path_rate", 0.0)
+    if vit is None or not rate:
+        return model
+    if not 0.0 <= rate < 1.0:
+        raise ValueError(f"ViTConfig.drop_path_rate must be in [0, 1), got {rate!r}")
+    rates = linear_drop_path_rates(rate, len(vit.layers))
+    for layer, layer_rate in zip(vit.layers, rates):
+        for branch in (layer.attention, layer.mlp):
+            if not hasattr(branch, "drop_path"):
+                branch.drop_path = DropPath(layer_rate)
+                branch.register_forward_hook(_drop_branch)
+    return model
+
+
+def _drop_branch(module: nn.Module, args, output):
+    if isinstance(output, tuple):  # ViTAttention returns (output, attention weights)
+        return (module.drop_path(output[0]), *output[1:])
+    return module.drop_path(output)
 
 
 def _logits_or_features(outputs) -> torch.Tensor:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from transformers import AutoModelForImageClassification, PretrainedConfig, PreTrainedModel, ViTConfig
 
+from .blocks import add_vit_stochastic_depth
 from .configuration_alternet import AlterNetConfig
 from .configuration_cifar_resnet import CifarResNetConfig
 from .modeling_common import save_image_processor
@@ -69,12 +70,14 @@ def _resnet(data: DatasetSpec, **fields) -> CifarResNetConfig:
 
 
 def _vit(data: DatasetSpec, **fields) -> ViTConfig:
-    # timm's ViT (the reference's): exact GELU, LayerNorm eps 1e-6, no qkv bias, CLS pooling.
+    # timm's ViT (the reference's): exact GELU, LayerNorm eps 1e-6, no qkv bias, CLS pooling; stochastic
+    # depth (off by default, as in timm) is ours, added by `add_vit_stochastic_depth`.
     return ViTConfig(
         patch_size=2 if data.is_small else 16,
         hidden_act="gelu",
         layer_norm_eps=1e-6,
         qkv_bias=False,
+        drop_path_rate=0.0,
         **_dataset_fields(data),
         **fields,
     )
@@ -196,7 +199,7 @@ def create_model(name: str, *, num_labels: int | None = None, **overrides) -> Pr
     """
     if os.path.isdir(name) or ("/" in name and name not in list_models()):
         if num_labels is None:
-            return attach_image_processor_saving(AutoModelForImageClassification.from_pretrained(name, **overrides))
+            return _finish(AutoModelForImageClassification.from_pretrained(name, **overrides))
         labels = {i: f"LABEL_{i}" for i in range(num_labels)}
         overrides.update(id2label=labels, label2id={v: k for k, v in labels.items()}, ignore_mismatched_sizes=True)
         model, info = AutoModelForImageClassification.from_pretrained(name, output_loading_info=True, **overrides)
@@ -210,11 +213,16 @@ def create_model(name: str, *, num_labels: int | None = None, **overrides) -> Pr
                 f"{name}: with the overrides {asked}, pretrained weights no longer fit the model "
                 f"({', '.join(changed[:5])}...); a loaded model keeps its architecture: drop those overrides"
             )
-        return attach_image_processor_saving(model)
+        return _finish(model)
     if num_labels is not None:
         overrides["num_labels"] = num_labels
     config = create_config(name, **overrides)
-    return attach_image_processor_saving(AutoModelForImageClassification.from_config(config))
+    return _finish(AutoModelForImageClassification.from_config(config))
+
+
+def _finish(model: PreTrainedModel) -> PreTrainedModel:
+    """What every model `create_model` returns has: ViT's stochastic depth, image-processor saving."""
+    return attach_image_processor_saving(add_vit_stochastic_depth(model))
 
 
 def attach_image_processor_saving(model: PreTrainedModel) -> PreTrainedModel:

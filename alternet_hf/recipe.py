@@ -17,8 +17,6 @@ from timm.data.mixup import Mixup, mixup_target
 from torchvision import transforms as T
 from transformers import get_cosine_schedule_with_warmup
 
-from .presets import create_config
-
 DEFAULT_MODEL = "alternet-18-cifar10"
 # The offline first run's AlterNet-18 at a quarter of the width: minutes on two CPU cores. These belong
 # to the default model only; any other model starts from its preset as it is.
@@ -176,9 +174,6 @@ def recipe_config(preset: str, recipe: str = "paper", **overrides) -> TrainingCo
     if dataset is None:
         raise ValueError(f"{preset!r} names no known dataset (its last part must be one of {sorted(DATASET_SOURCES)})")
     fields = {**recipes[recipe], "model": preset, "dataset": dataset, "output_dir": f"outputs/{preset}-{recipe}"}
-    if not hasattr(create_config(preset), "drop_path_rate"):
-        # transformers' ViT has no stochastic depth: the ViT presets train without it (PAPER.md §4 uses 0.1).
-        fields["model_overrides"] = {k: v for k, v in fields["model_overrides"].items() if k != "drop_path_rate"}
     return TrainingConfig(**{**fields, **overrides})
 
 

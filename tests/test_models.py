@@ -275,3 +275,31 @@ def test_imagenet_preset_runs_at_224():
     ).eval()
     with torch.no_grad():
         assert model(torch.randn(1, 3, 224, 224)).logits.shape == (1, 3)
+
+
+def test_vit_stochastic_depth(tmp_path):
+    """transformers' ViT gets the paper's stochastic depth from config.drop_path_rate: per-sample branch
+    drops in training, rising linearly with depth, nothing in eval, nothing in the weights."""
+    model = alternet_hf.create_model("vit-ti-cifar100", **{**TINY["vit-ti-cifar100"], "drop_path_rate": 0.5})
+    layers = model.vit.layers
+    assert [layer.mlp.drop_path.rate for layer in layers] == [0.0, 0.5]
+    pixel_values, labels = tiny_batch(model, batch_size=64)
+    model.train()
+    torch.manual_seed(0)
+    drops = []
+    record = lambda module, args, output: drops.append((output == 0).flatten(1).all(-1))  # noqa: E731
+    hook = layers[-1].mlp.register_forward_hook(record)
+    model(pixel_values)
+    hook.remove()
+    dropped = drops[0].float().mean().item()
+    assert 0.25 < dropped < 0.75  # about half the samples lose the last MLP branch
+    model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model(pixel_values).logits, model(pixel_values).logits)
+    model.save_pretrained(tmp_path / "vit")
+    reloaded = alternet_hf.create_model(str(tmp_path / "vit"))
+    plain = alternet_hf.create_model("vit-ti-cifar100", **TINY["vit-ti-cifar100"])
+    assert reloaded.state_dict().keys() == plain.state_dict().keys()  # no new weights: transformers' own
+    assert reloaded.vit.layers[-1].attention.drop_path.rate == 0.5  # read back from the config
+    with pytest.raises(ValueError, match="drop_path_rate must be in"):
+        alternet_hf.create_model("vit-ti-cifar100", **{**TINY["vit-ti-cifar100"], "drop_path_rate": 1.0})

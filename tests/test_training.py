@@ -221,12 +221,11 @@ def test_bad_config_files_are_named_errors(tmp_path):
 def test_the_small_default_widths_belong_to_the_default_model_only():
     assert TrainingConfig().model_overrides["hidden_sizes"] == [32, 64, 128, 256]
     assert TrainingConfig(model="resnet-18-cifar10").model_overrides == {}
-    # transformers' ViT has no stochastic depth: the paper recipe must still build every preset.
+    # The paper recipe builds every family, stochastic depth 0.1 included (ViT's is added by alternet_hf).
     for name in ("alternet-50-cifar100", "resnet-50-cifar10", "vit-ti-cifar100"):
         config = recipe_config(name)
         config.validate()
-        alternet_hf.create_config(name, **config.model_overrides)
-    assert "drop_path_rate" not in recipe_config("vit-ti-cifar100").model_overrides
+        assert alternet_hf.create_config(name, **config.model_overrides).drop_path_rate == 0.1
 
 
 def test_a_loaded_model_keeps_its_architecture(tmp_path):
