@@ -387,9 +387,11 @@ def max_eigenvalue_spectrum(
 def plot_spectrum(result: SpectrumResult, ax=None, *, label: str | None = None):
     """The max-eigenvalue spectrum as the paper draws it: a density histogram with a log count axis."""
     ax = new_axes(ax)
-    ax.stairs(result.counts / result.counts.sum(), result.bin_edges, fill=True, alpha=0.6, label=label)
+    fractions = result.counts / result.counts.sum()
+    ax.stairs(fractions, result.bin_edges, fill=True, alpha=0.6, label=label)
     ax.axvline(0.0, color="0.5", linewidth=0.8, linestyle="--")
     ax.set_yscale("log")
+    ax.set_ylim(bottom=0.5 * fractions[fractions > 0].min())  # a bin holding a single eigenvalue stays visible
     ax.set_xlabel("Hessian eigenvalue")
     ax.set_ylabel("fraction of top-k eigenvalues")
     ax.set_title("Hessian max-eigenvalue spectrum")
