@@ -4,15 +4,16 @@ PAPER.md §6).
 Each direction is Gaussian, rescaled filter by filter to the norm of the weights it perturbs; biases,
 normalisation parameters and position embeddings (every parameter of one dimension, and those named
 like position tables or class tokens) stay fixed. The grid is symmetric with an odd number of points,
-so its centre is the trained weights exactly. The loss is NLL + ½·weight_decay·‖w‖² on the data given —
-the augmented training data by default in `scripts/analyze.py` — because clean data without the L2
-term gives a different and misleading picture (the reference README's warning). Batches are drawn
-once, so every grid point sees the same images.
+so its centre is the trained weights exactly. The loss is NLL + an L2 term on the data given — the
+augmented training data by default in `scripts/analyze.py` — because clean data without the L2 term
+gives a different and misleading picture (the reference README's warning). Batches are drawn once, so
+every grid point sees the same images.
 
-Deliberate difference: the reference adds weight_decay·Σ‖p‖ (per-tensor norms, not squared, summed)
-with the optimiser's weight decay (0.05 for the CIFAR AdamW recipe). We add ½·weight_decay·‖w‖², the
-penalty whose gradient is the weight decay itself, so the surface is the regularised objective in the
-usual sense; `nll` is kept in the result for anyone who wants another penalty.
+The L2 term is the reference's by default, weight_decay·Σ_p ‖p‖ (the norm of every parameter tensor,
+not squared, summed) with the optimiser's weight decay (0.05 for the CIFAR AdamW recipe), so surfaces
+are comparable with the paper's Fig. 1. `penalty="squared"` uses ½·weight_decay·‖w‖² instead, the
+penalty whose gradient is weight decay (and the one `analysis.hessian` uses); it grows with the square
+of the weights and can dominate the NLL across the grid.
 """
 
 from dataclasses import dataclass
@@ -25,6 +26,12 @@ from torch import nn
 from . import _common
 from ._common import AnalysisResult, analysis_mode, logits_of, materialize, new_axes, resolve_device
 
+# The L2 term per unit of weight decay: the reference's sum of tensor norms, or half the squared norm.
+L2_PENALTIES = {
+    "reference": lambda parameters: sum(p.detach().double().norm().item() for p in parameters),
+    "squared": lambda parameters: 0.5 * sum(p.detach().double().pow(2).sum().item() for p in parameters),
+}
+
 # Parameters named like this are embeddings of positions or tokens, not filters: never perturbed.
 FIXED_NAME_PARTS = ("position", "pos_embed", "cls_token", "mask_token", "register_tokens")
 
@@ -32,13 +39,14 @@ FIXED_NAME_PARTS = ("position", "pos_embed", "cls_token", "mask_token", "registe
 @dataclass
 class LandscapeResult(AnalysisResult):
     """`loss[i]` (1-D) or `loss[i, j]` (2-D) at weights w + coordinates[i]·d1 (+ coordinates[j]·d2);
-    `loss` = `nll` + ½·weight_decay·‖w‖²."""
+    `loss` = `nll` + the `penalty` L2 term with `weight_decay` (see the module docstring)."""
 
     coordinates: np.ndarray
     loss: np.ndarray
     nll: np.ndarray
     accuracy: np.ndarray
     weight_decay: float
+    penalty: str
 
 
 def is_perturbed(name: str, parameter: torch.Tensor) -> bool:
@@ -87,6 +95,7 @@ def loss_landscape(
     num_points: int = 21,
     span: float = 1.0,
     weight_decay: float = 0.05,
+    penalty: str = "reference",
     loss_fn=None,
     batchnorm: str = "train",
     max_batches: int | None = None,
@@ -101,6 +110,8 @@ def loss_landscape(
     """
     if num_directions not in (1, 2):
         raise ValueError(f"num_directions must be 1 or 2, not {num_directions}")
+    if penalty not in L2_PENALTIES:
+        raise ValueError(f"penalty must be one of {sorted(L2_PENALTIES)}, not {penalty!r}")
     coordinates = symmetric_grid(num_points, span)
     loss_fn = loss_fn or (lambda logits, targets: F.cross_entropy(logits.float(), targets))
     device = resolve_device(model, device)
@@ -125,15 +136,14 @@ def loss_landscape(
                 point_nll, point_accuracy = _evaluate(model, batches, loss_fn)
                 nll.append(point_nll)
                 accuracy.append(point_accuracy)
-                l2.append(sum(p.detach().double().pow(2).sum().item() for p in model.parameters()))
+                l2.append(L2_PENALTIES[penalty](model.parameters()))
         finally:
             for name, weight in original.items():
                 parameters[name].copy_(weight)
     shape = (num_points,) * num_directions
     nll, l2 = np.array(nll).reshape(shape), np.array(l2).reshape(shape)
-    return LandscapeResult(
-        coordinates, nll + 0.5 * weight_decay * l2, nll, np.array(accuracy).reshape(shape), weight_decay
-    )
+    accuracy = np.array(accuracy).reshape(shape)
+    return LandscapeResult(coordinates, nll + weight_decay * l2, nll, accuracy, weight_decay, penalty)
 
 
 def plot_landscape(result: LandscapeResult, ax=None, *, kind: str = "contour"):

@@ -61,6 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--top-k", type=int, default=5, help="Hessian eigenvalues per minibatch")
     parser.add_argument("--landscape-points", type=int, default=21, help="grid points per direction (odd)")
     parser.add_argument("--landscape-batches", type=int, default=1, help="training minibatches per grid point")
+    parser.add_argument(
+        "--landscape-penalty", choices=["reference", "squared"], default="reference",
+        help="the landscape's L2 term: the reference's wd·Σ‖p‖, or ½·wd·‖w‖²",
+    )  # fmt: skip
     parser.add_argument("--weight-decay", type=float, default=0.05, help="L2 coefficient of the Hessian/landscape loss")
     parser.add_argument(
         "--batchnorm", choices=["train", "eval"], default="train", help="BatchNorm mode for Hessian and landscape"
@@ -151,7 +155,8 @@ def main() -> None:
         elif name == "landscape":
             result = landscape.loss_landscape(
                 model, train_loader(), num_points=args.landscape_points, weight_decay=args.weight_decay,
-                batchnorm=args.batchnorm, max_batches=args.landscape_batches, seed=args.seed, **common,
+                penalty=args.landscape_penalty, batchnorm=args.batchnorm, max_batches=args.landscape_batches,
+                seed=args.seed, **common,
             )  # fmt: skip
             figure = plt.figure(figsize=(10, 4), constrained_layout=True)
             landscape.plot_landscape(result, figure.add_subplot(1, 2, 1), kind="contour")

@@ -26,10 +26,14 @@ def test_centre_is_the_models_own_loss(tiny_alternet, batch):
     assert result.loss.shape == (5, 5) and result.coordinates[2] == 0.0
     with analysis_mode(tiny_alternet, batchnorm="train"), torch.no_grad():
         nll = F.cross_entropy(tiny_alternet(batch[0]).logits, batch[1]).item()
-    l2 = sum(p.double().pow(2).sum().item() for p in tiny_alternet.parameters())
+    norms = [p.double().norm().item() for p in tiny_alternet.parameters()]
     assert result.nll[2, 2] == nll
-    assert result.loss[2, 2] == pytest.approx(nll + 0.025 * l2, rel=1e-12)
+    assert result.loss[2, 2] == pytest.approx(nll + 0.05 * sum(norms), rel=1e-12)  # the reference's L2 term
     assert result.loss.max() > result.loss[2, 2]
+    squared = loss_landscape(tiny_alternet, batch, num_points=1, weight_decay=0.05, penalty="squared")
+    assert squared.loss[0, 0] == pytest.approx(nll + 0.025 * sum(n**2 for n in norms), rel=1e-12)
+    with pytest.raises(ValueError, match="penalty"):
+        loss_landscape(tiny_alternet, batch, num_points=1, penalty="l1")
 
 
 def test_weights_and_mode_are_restored(tiny_alternet, batch):
