@@ -58,6 +58,15 @@ def iterate_batches(data, *, max_batches: int | None = None) -> Iterator[Batch]:
         yield _as_batch(batch)
 
 
+def iterate_inputs(data, *, max_batches: int | None = None) -> Iterator[torch.Tensor]:
+    """Yield the inputs of each batch: `data` may also be a bare input tensor (targets not needed)."""
+    if isinstance(data, torch.Tensor):
+        yield data
+        return
+    for inputs, _ in iterate_batches(data, max_batches=max_batches):
+        yield inputs
+
+
 def _is_single_batch(data) -> bool:
     """One `(inputs, targets)` pair or batch dict, rather than an iterable of them."""
     if isinstance(data, dict):

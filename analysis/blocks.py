@@ -17,7 +17,7 @@ import alternet_hf
 from alternet_hf.blocks import BLOCK_KINDS
 
 from . import _common
-from ._common import analysis_mode, iterate_batches, logits_of, resolve_device
+from ._common import analysis_mode, logits_of, resolve_device
 
 
 @dataclass
@@ -143,14 +143,10 @@ def feature_maps_by_batch(
     the kinds `["input", *block kinds]` and the input with every block output as (B, C, H, W) maps
     (None for a state without spatial layout). The spatial analyses are reductions of this stream."""
     device = resolve_device(model, device)
-    batches = [data] if isinstance(data, torch.Tensor) else (x for x, _ in iterate_batches(data))
+    batches = _common.iterate_inputs(data, max_batches=max_batches)
     total = _common.count_batches(data, max_batches)
     with analysis_mode(model, device=device), torch.no_grad():
-        for index, inputs in enumerate(
-            _common.progress(batches, enabled=progress, total=total, desc=desc, unit="batch")
-        ):
-            if max_batches is not None and index >= max_batches:
-                return
+        for inputs in _common.progress(batches, enabled=progress, total=total, desc=desc, unit="batch"):
             inputs = inputs.to(device)
             run = run_blocks(model, inputs, adapter)
             yield ["input", *run.kinds], [inputs] + [as_feature_map(s, run.num_prefix_tokens) for s in run.states]

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from . import _common
-from ._common import AnalysisResult, analysis_mode, iterate_batches, new_axes, resolve_device
+from ._common import AnalysisResult, analysis_mode, new_axes, resolve_device
 from .blocks import BlockAdapter, block_kinds, run_blocks
 
 MIN_BATCH_SIZE = 4  # the unbiased HSIC estimator divides by n(n-3)
@@ -167,18 +167,14 @@ def cka(
     device = resolve_device(model, device)
     kinds_a = block_kinds(model, adapter)
     kinds_b = kinds_a if other is None else block_kinds(other, other_adapter)
-    batches = [data] if isinstance(data, torch.Tensor) else (x for x, _ in iterate_batches(data))
+    batches = _common.iterate_inputs(data, max_batches=max_batches)
     total = _common.count_batches(data, max_batches)
     accumulator, skipped = MinibatchCKA(), 0
     with contextlib.ExitStack() as modes:
         modes.enter_context(analysis_mode(model, device=device))
         if other is not None:
             modes.enter_context(analysis_mode(other, device=device))
-        for index, inputs in enumerate(
-            _common.progress(batches, enabled=progress, total=total, desc="CKA", unit="batch")
-        ):
-            if max_batches is not None and index >= max_batches:
-                break
+        for inputs in _common.progress(batches, enabled=progress, total=total, desc="CKA", unit="batch"):
             if len(inputs) < MIN_BATCH_SIZE:
                 skipped += len(inputs)
                 continue

@@ -115,6 +115,15 @@ class ParquetCorruptions:
             yield _images_to_tensor(images), torch.tensor(batch["label"], dtype=torch.int64)
 
 
+def _check_uint8_images(images: torch.Tensor) -> None:
+    """CIFAR-C images are uint8 RGB (B, 3, H, W) everywhere; float images would be silently mis-scaled."""
+    if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[1] != 3:
+        raise ValueError(
+            f"CIFAR-C images must be uint8 RGB of shape (B, 3, H, W), not {images.dtype} {tuple(images.shape)}; "
+            "scale float images in [0, 1] by 255 and convert with .to(torch.uint8)"
+        )
+
+
 class GeneratedCorruptions:
     """Corrupts clean images on the fly: `images` uint8 (N, 3, H, W), `labels` (N,).
 
@@ -126,8 +135,7 @@ class GeneratedCorruptions:
     def __init__(
         self, images: torch.Tensor, labels: torch.Tensor, *, seed: int = 0, chunk_size: int = 1000, device=None
     ):
-        if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[1] != 3:
-            raise ValueError(f"images must be uint8 (N, 3, H, W), got {images.dtype} {tuple(images.shape)}")
+        _check_uint8_images(images)
         if len(labels) != len(images):
             raise ValueError(f"{len(images)} images but {len(labels)} labels")
         self.images, self.labels = images, torch.as_tensor(labels, dtype=torch.int64)
@@ -224,11 +232,7 @@ class CorruptionResult(AnalysisResult):
 
 def _model_inputs(images: torch.Tensor, model: nn.Module, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
     """uint8 images -> normalised float inputs at the model's image size."""
-    if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[1] != 3:
-        raise ValueError(
-            f"CIFAR-C sources must give uint8 RGB images of shape (B, 3, H, W), not {images.dtype} "
-            f"{tuple(images.shape)}; scale float images in [0, 1] by 255 and convert with .to(torch.uint8)"
-        )
+    _check_uint8_images(images)
     inputs = images.float() / 255.0
     size = getattr(getattr(model, "config", None), "image_size", None)
     if size and tuple(inputs.shape[-2:]) != (size, size):
