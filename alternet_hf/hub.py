@@ -1,5 +1,5 @@
 """The Hub release of a trained zoo model: the exact folder to upload, with a model card whose
-`model-index` comes from the evaluation JSON written by training or `scripts/evaluate.py`.
+`model-index` comes from the evaluation JSON written by training or `alternet-evaluate`.
 
 The folder holds safetensors weights, the config, the image processor and, for AlterNet and the CIFAR
 ResNet, self-contained modeling files with an `auto_map`, so the repo loads with the Auto classes and
@@ -39,7 +39,7 @@ METRIC_LABELS = {
 
 def find_evaluation(model_dir: Path, evaluation: Path | None = None) -> tuple[dict, str, str]:
     """(metrics, dataset, split) of a trained model for its card: `evaluation` (an `eval_*.json` of
-    scripts/evaluate.py) if given; else the newest `eval_*.json` on the dataset and split the model was
+    alternet-evaluate) if given; else the newest `eval_*.json` on the dataset and split the model was
     trained and evaluated on (any other, e.g. a corrupted or training split, is not the headline result);
     else the final `metrics.json` of training (evaluated at the training precision: bf16 on a GPU) with the
     dataset from `training_config.json`."""
@@ -60,8 +60,8 @@ def find_evaluation(model_dir: Path, evaluation: Path | None = None) -> tuple[di
         return payload["metrics"], payload["dataset"], payload["split"]
     if not metrics_file.exists() or not config_file.exists():
         raise FileNotFoundError(
-            f"{model_dir} has no evaluation: run scripts/evaluate.py --model {model_dir} --dataset <dataset> "
-            "(or train it with scripts/train.py, which writes metrics.json and training_config.json)"
+            f"{model_dir} has no evaluation: run alternet-evaluate --model {model_dir} --dataset <dataset> "
+            "(or train it with alternet-train, which writes metrics.json and training_config.json)"
         )
     return json.loads(metrics_file.read_text()), training["dataset"], training.get("eval_split", "test")
 
@@ -69,10 +69,10 @@ def find_evaluation(model_dir: Path, evaluation: Path | None = None) -> tuple[di
 def _recipe_table(model_dir: Path) -> str:
     config_file = model_dir / "training_config.json"
     if not config_file.exists():
-        return "Trained outside `scripts/train.py`; no recipe recorded."
+        return "Trained outside `alternet-train`; no recipe recorded."
     fields = json.loads(config_file.read_text())
     rows = "\n".join(f"| `{key}` | `{json.dumps(value)}` |" for key, value in fields.items() if key != "output_dir")
-    return f"Trained with `scripts/train.py` of alternet-hf:\n\n| field | value |\n|---|---|\n{rows}"
+    return f"Trained with `alternet-train` of alternet-hf:\n\n| field | value |\n|---|---|\n{rows}"
 
 
 def build_model_card(model, repo_id: str, metrics: dict, dataset: str, split: str, model_dir: Path) -> ModelCard:
@@ -121,7 +121,7 @@ classifier = pipeline("image-classification", model="{repo_id}")
 {"Without `alternet_hf`, pass `trust_remote_code=True`: the repo carries its own modeling code." if remote else ""}
 
 Fine-tune with the HF `Trainer` (`forward(pixel_values, labels)` returns the loss), e.g.
-`python scripts/finetune.py --model {repo_id} --dataset <your dataset>` from alternet-hf.
+`alternet-finetune --model {repo_id} --dataset <your dataset>` from alternet-hf.
 
 ## Evaluation on `{dataset}` ({split})
 

@@ -11,11 +11,8 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-from timm.data.auto_augment import rand_augment_transform
-from timm.data.mixup import Mixup, mixup_target
-from torchvision import transforms as T
-from transformers import get_cosine_schedule_with_warmup
+# torch, timm and torchvision are imported where they are used, so that reading a TrainingConfig (the
+# command line's --help, --print-config) costs no more than the standard library.
 
 DEFAULT_MODEL = "alternet-18-cifar10"
 # The offline first run's AlterNet-18 at a quarter of the width: minutes on two CPU cores. These belong
@@ -183,8 +180,11 @@ def _to_rgb(image):
 
 def train_transform(
     image_size: int, mean, std, *, crop_padding: int = 4, horizontal_flip: float = 0.5, rand_augment: str | None = None
-) -> T.Compose:
+):
     """PIL image -> normalised tensor, with random crop, flip and RandAugment (per image, on the CPU)."""
+    from timm.data.auto_augment import rand_augment_transform
+    from torchvision import transforms as T
+
     steps = [T.Lambda(_to_rgb), T.Resize((image_size, image_size))]
     if crop_padding:
         steps.append(T.RandomCrop(image_size, padding=crop_padding))
@@ -197,7 +197,9 @@ def train_transform(
     return T.Compose(steps)
 
 
-def eval_transform(image_size: int, mean, std) -> T.Compose:
+def eval_transform(image_size: int, mean, std):
+    from torchvision import transforms as T
+
     return T.Compose(
         [
             T.Lambda(_to_rgb),
@@ -212,6 +214,8 @@ class BatchMixer:
     """Mixup/CutMix and label smoothing on a whole batch, on whatever device the batch is (the GPU in training)."""
 
     def __init__(self, config: TrainingConfig, num_labels: int):
+        from timm.data.mixup import Mixup
+
         self.num_labels = num_labels
         self.label_smoothing = config.label_smoothing
         self.mixup = (
@@ -226,7 +230,9 @@ class BatchMixer:
             else None
         )
 
-    def __call__(self, pixel_values: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(self, pixel_values, labels):
+        from timm.data.mixup import mixup_target
+
         if self.mixup is not None:
             return self.mixup(pixel_values, labels)
         if self.label_smoothing > 0:
@@ -234,8 +240,10 @@ class BatchMixer:
         return pixel_values, labels
 
 
-def build_optimizer(config: TrainingConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
+def build_optimizer(config: TrainingConfig, model):
     """Weight decay on weights only: biases and norm parameters (1-D tensors) are not decayed."""
+    import torch
+
     decay = [p for p in model.parameters() if p.requires_grad and p.ndim > 1]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim <= 1]
     groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
@@ -246,6 +254,8 @@ def build_optimizer(config: TrainingConfig, model: torch.nn.Module) -> torch.opt
 
 def build_scheduler(config: TrainingConfig, optimizer, steps_per_epoch: int):
     """Linear warm-up per step, then cosine to zero, over the whole run."""
+    from transformers import get_cosine_schedule_with_warmup
+
     return get_cosine_schedule_with_warmup(
         optimizer,
         num_warmup_steps=round(config.warmup_epochs * steps_per_epoch),

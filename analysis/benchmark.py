@@ -1,4 +1,4 @@
-"""Speed measurements of the analyses (`scripts/benchmark.py --corruptions / --hessian`), not tests."""
+"""Speed measurements of the analyses (`alternet-benchmark --corruptions / --hessian`), not tests."""
 
 import contextlib
 import time

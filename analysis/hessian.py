@@ -8,7 +8,7 @@ fails on torch ≥ 2. Here:
 - `top_eigenvalues` runs Lanczos with full re-orthogonalisation and returns the algebraically
   largest eigenvalues, sorted and signed (negative ones appear for ViTs), stopping when the Lanczos
   residual bound |β_m s_mi| of every requested Ritz value is below `tol` relative to it; it needs
-  about half the Hessian-vector products of power iteration for the top one (`scripts/benchmark.py
+  about half the Hessian-vector products of power iteration for the top one (`alternet-benchmark
   --hessian`).
 - `hessian_trace` is Hutchinson's estimator, stopped when the 95% confidence half-width falls below
   `rtol` of the estimate (after `min_samples`), not after a fixed count or a small relative change.

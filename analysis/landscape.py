@@ -5,7 +5,7 @@ Each direction is Gaussian, rescaled filter by filter to the norm of the weights
 normalisation parameters and position embeddings (every parameter of one dimension, and those named
 like position tables or class tokens) stay fixed. The grid is symmetric with an odd number of points,
 so its centre is the trained weights exactly. The loss is NLL + an L2 term on the data given — the
-augmented training data by default in `scripts/analyze.py` — because clean data without the L2 term
+augmented training data by default in `alternet-analyze` — because clean data without the L2 term
 gives a different and misleading picture (the reference README's warning). Batches are drawn once, so
 every grid point sees the same images.
 

@@ -7,7 +7,7 @@ for each corruption and severity:
 - `ZenodoArrays`: the released arrays (Zenodo record 3555552): one `<corruption>.npy` per type
   (5·N × 32 × 32 × 3 uint8, severity s at rows N·(s−1) … N·s) and `labels.npy`, memory-mapped.
 - `ParquetCorruptions`: a parquet / `save_to_disk` dataset or Hub id with columns image, label,
-  corruption, severity — the schema `scripts/publish_cifar100c.py` writes, since the Hub copies that
+  corruption, severity — the schema `alternet-publish-cifar100c` writes, since the Hub copies that
   exist are loading-script datasets current `datasets` refuses.
 - `GeneratedCorruptions`: any clean test set corrupted on the fly with `analysis.corruptions`, on the
   evaluation device, seeded by (seed, corruption, severity, chunk): reproducible whatever the batch size.

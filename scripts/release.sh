@@ -9,11 +9,11 @@ OUT=${OUT:-outputs}
 
 for preset in $MODELS; do
   dir="$OUT/$preset-paper"
-  accelerate launch scripts/train.py --model "$preset" --recipe paper --dataset uoft-cs/cifar100 \
+  accelerate launch -m alternet_hf.cli.train --model "$preset" --recipe paper --dataset uoft-cs/cifar100 \
       --output-dir "$dir" --resume
-  python scripts/evaluate.py --model "$dir" --dataset uoft-cs/cifar100
-  python scripts/analyze.py --model "$dir" --dataset uoft-cs/cifar100 --out "results/$preset"
-  python scripts/push_to_hub.py --model "$dir" --repo-id "$ORG/$preset"
+  alternet-evaluate --model "$dir" --dataset uoft-cs/cifar100
+  alternet-analyze --model "$dir" --dataset uoft-cs/cifar100 --out "results/$preset"
+  alternet-push --model "$dir" --repo-id "$ORG/$preset"
 done
 
 # The Space: app, card, requirements, and the two packages it imports; stored results for the curves.

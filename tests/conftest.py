@@ -1,4 +1,7 @@
 import os
+import shutil
+import sys
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach a hub
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -54,3 +57,11 @@ def photo() -> Image.Image:
     from skimage import data
 
     return Image.fromarray(np.asarray(data.astronaut()))
+
+
+def installed_command(name: str) -> str:
+    """The path of an installed console script (setup.cfg), as a user's shell would find it in this venv."""
+    path = Path(sys.executable).parent / name
+    found = str(path) if path.exists() else shutil.which(name)
+    assert found, f"the command {name} is not installed: pip install -e . (setup.cfg [options.entry_points])"
+    return found

@@ -1,11 +1,10 @@
-"""scripts/analyze.py end to end: every analysis on a saved model and the embedded digits, offline."""
+"""alternet-analyze end to end: every analysis on a saved model and the embedded digits, offline."""
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
-from conftest import TINY
+from conftest import TINY, installed_command
 
 import alternet_hf
 from analysis.corruptions import CORRUPTIONS
@@ -18,7 +17,7 @@ def test_every_analysis_writes_json_and_png(tmp_path):
     model.save_pretrained(tmp_path / "model")
     out = tmp_path / "results"
     command = [
-        sys.executable, str(ROOT / "scripts" / "analyze.py"), "--model", str(tmp_path / "model"), "--out", str(out),
+        installed_command("alternet-analyze"), "--model", str(tmp_path / "model"), "--out", str(out),
         "--batch-size", "32", "--max-batches", "1", "--train-batch-size", "16", "--hessian-batches", "2",
         "--top-k", "2", "--landscape-points", "3", "--corruptions", "fog,contrast", "--severities", "1,5",
     ]  # fmt: skip
@@ -41,7 +40,7 @@ def test_every_analysis_writes_json_and_png(tmp_path):
 
 
 def test_unknown_analysis_is_refused(tmp_path):
-    command = [sys.executable, str(ROOT / "scripts" / "analyze.py"), "--model", "x", "--analyses", "fourier,hesian"]
+    command = [installed_command("alternet-analyze"), "--model", "alternet-18-cifar10", "--analyses", "fourier,hesian"]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert completed.returncode != 0 and "unknown analyses ['hesian']" in completed.stderr
 
@@ -55,7 +54,7 @@ def test_augmented_analyses_are_reproducible_whatever_ran_before(tmp_path):
     for analyses in ("landscape,hessian", "hessian"):
         out = tmp_path / analyses.replace(",", "-")
         command = [
-            sys.executable, str(ROOT / "scripts" / "analyze.py"), "--model", str(tmp_path / "model"), "--out",
+            installed_command("alternet-analyze"), "--model", str(tmp_path / "model"), "--out",
             str(out), "--analyses", analyses, "--train-batch-size", "8", "--hessian-batches", "1", "--top-k", "1",
             "--landscape-points", "3",
         ]  # fmt: skip

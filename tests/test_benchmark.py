@@ -1,6 +1,7 @@
 import json
 import subprocess
-import sys
+
+from conftest import installed_command
 
 from alternet_hf.benchmark import measure_throughput
 
@@ -15,8 +16,7 @@ def test_benchmark_script_writes_json(tmp_path):
     out = tmp_path / "bench.json"
     result = subprocess.run(
         [
-            sys.executable,
-            "scripts/benchmark.py",
+            installed_command("alternet-benchmark"),
             "--models",
             "resnet-18-cifar10",
             "--batch-sizes",

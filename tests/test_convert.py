@@ -1,11 +1,11 @@
 """Converters: reference-layout checkpoints give the reference's outputs, and bad files fail clearly."""
 
 import subprocess
-import sys
 
 import pytest
 import timm
 import torch
+from conftest import installed_command
 from reference_forward import (
     alternet_forward,
     reference_alternet_state_dict,
@@ -110,7 +110,7 @@ def test_command_line_writes_a_loadable_folder(tmp_path):
     state_dict = reference_resnet_state_dict((2, 2, 2, 2), (64, 128, 256, 512), expansion=1, num_classes=10)
     path, out = _save(tmp_path, state_dict), tmp_path / "converted"
     result = subprocess.run(
-        [sys.executable, "scripts/convert_original_checkpoint.py", str(path), "resnet-18-cifar10", str(out)],
+        [installed_command("alternet-convert"), str(path), "resnet-18-cifar10", str(out)],
         capture_output=True,
         text=True,
     )

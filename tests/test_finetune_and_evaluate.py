@@ -2,10 +2,10 @@
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import installed_command
 from datasets import ClassLabel, DatasetDict, Features, Image
 
 from alternet_hf.data import load_image_classification
@@ -66,8 +66,7 @@ def test_evaluate_script_prints_and_writes_json(cifar_schema_digits, tmp_path):
         use_cpu=True,
     )
     command = [
-        sys.executable,
-        str(REPO / "scripts" / "evaluate.py"),
+        installed_command("alternet-evaluate"),
         "--model",
         str(tmp_path / "m"),
         "--dataset",

@@ -1,11 +1,11 @@
-"""scripts/publish_cifar100c.py --dry-run: Zenodo arrays in, a parquet dataset with a card out, read back equal."""
+"""alternet-publish-cifar100c --dry-run: Zenodo arrays in, a parquet dataset with a card out, read back equal."""
 
 import subprocess
-import sys
 from pathlib import Path
 
 import datasets
 import torch
+from conftest import installed_command
 from huggingface_hub import DatasetCard
 
 from analysis import robustness
@@ -21,7 +21,7 @@ def test_dry_run_round_trip(tmp_path):
     zenodo = robustness.save_as_arrays(generated, tmp_path / "CIFAR-100-C", corruptions=SOME)
     out = tmp_path / "upload"
     command = [
-        sys.executable, str(ROOT / "scripts" / "publish_cifar100c.py"), "--zenodo-dir", str(zenodo),
+        installed_command("alternet-publish-cifar100c"), "--zenodo-dir", str(zenodo),
         "--repo-id", "someone/cifar100-c", "--dry-run", str(out), "--corruptions", ",".join(SOME),
     ]  # fmt: skip
     completed = subprocess.run(command, capture_output=True, text=True, timeout=300)
@@ -50,7 +50,7 @@ def test_missing_arrays_are_named(tmp_path):
     generated = robustness.GeneratedCorruptions(torch.zeros(4, 3, 32, 32, dtype=torch.uint8), torch.zeros(4))
     zenodo = robustness.save_as_arrays(generated, tmp_path / "c", corruptions=["fog"])
     command = [
-        sys.executable, str(ROOT / "scripts" / "publish_cifar100c.py"), "--zenodo-dir", str(zenodo),
+        installed_command("alternet-publish-cifar100c"), "--zenodo-dir", str(zenodo),
         "--repo-id", "someone/c", "--dry-run", str(tmp_path / "out"), "--corruptions", "fog,frost",
     ]  # fmt: skip
     completed = subprocess.run(command, capture_output=True, text=True, timeout=300)

@@ -1,4 +1,4 @@
-"""scripts/push_to_hub.py --dry-run: the folder loads with Auto classes and pipeline, with and without
+"""alternet-push --dry-run: the folder loads with Auto classes and pipeline, with and without
 alternet_hf, and its card's model-index is the evaluation JSON."""
 
 import json
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY
+from conftest import TINY, installed_command
 from huggingface_hub import ModelCard
 from transformers import AutoModelForImageClassification, pipeline
 
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(*args, **kwargs):
-    completed = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, timeout=600, **kwargs)
+    completed = subprocess.run([*map(str, args)], capture_output=True, text=True, timeout=600, **kwargs)
     assert completed.returncode == 0, completed.stderr[-3000:]
     return completed
 
@@ -30,12 +30,10 @@ def run(*args, **kwargs):
 def test_dry_run_release(preset, tmp_path, photo):
     model = alternet_hf.create_model(preset, **{**TINY[preset], "num_labels": 10}).eval()
     model.save_pretrained(tmp_path / "model")
-    run(ROOT / "scripts" / "evaluate.py", "--model", tmp_path / "model", "--dataset", "digits")
+    run(installed_command("alternet-evaluate"), "--model", tmp_path / "model", "--dataset", "digits")
     evaluation = json.loads((tmp_path / "model" / "eval_digits_test.json").read_text())["metrics"]
     release = tmp_path / "release"
-    run(
-        ROOT / "scripts" / "push_to_hub.py", "--model", tmp_path / "model", "--repo-id", "me/tiny", "--dry-run", release
-    )
+    run(installed_command("alternet-push"), "--model", tmp_path / "model", "--repo-id", "me/tiny", "--dry-run", release)
 
     card = ModelCard.load(release / "README.md")
     assert card.data.library_name == "transformers" and "how-do-vits-work" in card.data.tags
@@ -68,15 +66,15 @@ def test_dry_run_release(preset, tmp_path, photo):
         """
     )
     env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "PYTHONPATH": ""}
-    assert "5 predictions without alternet_hf" in run("-c", script, env=env, cwd=tmp_path).stdout
+    assert "5 predictions without alternet_hf" in run(sys.executable, "-c", script, env=env, cwd=tmp_path).stdout
 
 
 def test_a_model_without_evaluation_is_refused(tmp_path):
     alternet_hf.create_model("resnet-50-cifar100", **TINY["resnet-50-cifar100"]).save_pretrained(tmp_path / "m")
-    command = [sys.executable, ROOT / "scripts" / "push_to_hub.py", "--model", tmp_path / "m", "--repo-id", "a/b",
+    command = [installed_command("alternet-push"), "--model", tmp_path / "m", "--repo-id", "a/b",
                "--dry-run", tmp_path / "out"]  # fmt: skip
     completed = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert completed.returncode != 0 and "scripts/evaluate.py --model" in completed.stderr
+    assert completed.returncode != 0 and "alternet-evaluate --model" in completed.stderr
 
 
 def test_the_card_reports_the_evaluation_on_the_training_dataset(tmp_path):

@@ -1,6 +1,5 @@
 """The Gradio Space: every control through gradio_client, and both tabs clicked through in headless Chromium."""
 
-import importlib.util
 import json
 import shutil
 import socket
@@ -12,17 +11,11 @@ from conftest import TINY
 from PIL import Image
 
 import alternet_hf
+from alternet_hf import space as app
 from analysis import robustness
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-
-
-def load_app():
-    spec = importlib.util.spec_from_file_location("space_app", ROOT / "spaces" / "app.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def free_port() -> int:
@@ -44,7 +37,6 @@ def space_url(tmp_path_factory):
     (folder / "results" / "AlterNet").mkdir(parents=True)
     (folder / "results" / "AlterNet" / "robustness.json").write_text(json.dumps({"result": result.to_dict()}))
 
-    app = load_app()
     spec = f"AlterNet={folder / 'alternet-50-cifar100'},ViT={folder / 'vit-ti-cifar100'},Gone={folder / 'missing'}"
     space = app.Space(app.load_models(spec), folder / "results")
     demo = app.build_demo(space)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import installed_command
 from safetensors.torch import load_file
 from transformers import AutoModelForImageClassification
 
@@ -30,8 +31,7 @@ TINY_VIT = dict(hidden_size=24, num_hidden_layers=2, num_attention_heads=2, inte
 
 def _train_command(output_dir, *extra):
     return [
-        sys.executable,
-        str(REPO / "scripts" / "train.py"),
+        installed_command("alternet-train"),
         "--output-dir",
         str(output_dir),
         "--model-overrides",
@@ -174,8 +174,7 @@ def test_command_line_layers_recipe_file_and_flags(tmp_path):
     config_file = tmp_path / "run.json"
     config_file.write_text(json.dumps({"epochs": 7, "learning_rate": 0.01}))
     command = [
-        sys.executable,
-        str(REPO / "scripts" / "train.py"),
+        installed_command("alternet-train"),
         "--recipe",
         "paper",
         "--model",
@@ -205,7 +204,7 @@ def test_command_line_layers_recipe_file_and_flags(tmp_path):
 def test_bad_config_files_are_named_errors(tmp_path):
     config_file = tmp_path / "bad.json"
     config_file.write_text(json.dumps({"epochs": "5"}))
-    command = [sys.executable, str(REPO / "scripts" / "train.py"), "--config", str(config_file), "--print-config"]
+    command = [installed_command("alternet-train"), "--config", str(config_file), "--print-config"]
     result = subprocess.run(command, capture_output=True, text=True, env=_env())
     assert result.returncode != 0 and "TrainingConfig.epochs must be int, got '5'" in result.stderr
     for bad, message in (
@@ -274,7 +273,7 @@ def test_paper_recipe_is_the_papers():
 
 
 def test_the_default_run_is_the_readme_main_job(tmp_path):
-    """`python scripts/train.py` with no arguments: the embedded digits to at least 95% test accuracy."""
+    """`alternet-train` with no arguments: the embedded digits to at least 95% test accuracy."""
     result = train(TrainingConfig(output_dir=str(tmp_path / "main")))
     assert result.metrics["accuracy"] >= 0.95, result.history
 

@@ -1,19 +1,16 @@
-#!/usr/bin/env python
 """Fine-tune a zoo model (preset, folder or Hub id) on any image-classification dataset with the HF Trainer.
 
-python scripts/finetune.py --model outputs/alternet-digits --dataset path/to/imagefolder --output-dir out/ft
-python scripts/finetune.py --model <org>/alternet-50-cifar100 --dataset uoft-cs/cifar10 --epochs 10
+alternet-finetune --model outputs/alternet-digits --dataset path/to/imagefolder --output-dir out/ft
+alternet-finetune --model <org>/alternet-50-cifar100 --dataset uoft-cs/cifar10 --epochs 10
 """
 
-import argparse
-import json
-
-from alternet_hf.finetuning import finetune
+from alternet_hf.cli._common import command, json_object, make_parser, model_source
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True)
+@command
+def main(argv: list[str] | None = None) -> None:
+    parser = make_parser(__doc__)
+    parser.add_argument("--model", required=True, type=model_source)
     parser.add_argument("--dataset", required=True, help="'digits', a Hub id, or a local folder/parquet file")
     parser.add_argument("--output-dir", required=True)
     parser.add_argument("--image-column")
@@ -24,9 +21,10 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--horizontal-flip", type=float, default=0.5, help="probability; 0 for digits or text")
-    parser.add_argument("--model-overrides", type=json.loads, default={}, help="config fields as JSON")
+    parser.add_argument("--model-overrides", type=json_object, default={}, help="config fields as JSON")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    from alternet_hf.finetuning import finetune
 
     result = finetune(
         args.model,

@@ -1,10 +1,9 @@
-#!/usr/bin/env python
 """Run the paper's analyses on a model; write one JSON per analysis and the paper-style figures (PNG).
 
-    python scripts/analyze.py --model outputs/alternet-digits                     # every analysis, digits
-    python scripts/analyze.py --model <org>/alternet-50-cifar100 --dataset uoft-cs/cifar100 \\
+    alternet-analyze --model outputs/alternet-digits                     # every analysis, digits
+    alternet-analyze --model <org>/alternet-50-cifar100 --dataset uoft-cs/cifar100 \\
         --analyses fourier,variance,hessian,landscape,robustness,frequency-noise,lesion,cka --out results/
-    python scripts/analyze.py --model <dir> --dataset uoft-cs/cifar100 --analyses robustness --cifar-c CIFAR-100-C/
+    alternet-analyze --model <dir> --dataset uoft-cs/cifar100 --analyses robustness --cifar-c CIFAR-100-C/
 
 Hessian spectra and loss landscapes use augmented training batches (random crop, flip, RandAugment as
 in the paper's recipe) and NLL + L2; the other analyses use the clean test split. Robustness reads
@@ -17,32 +16,16 @@ import json
 import math
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-import alternet_hf  # noqa: E402
-from alternet_hf.data import (  # noqa: E402
-    SeededAugmentation,
-    class_names_of,
-    collate_images,
-    load_image_classification,
-    with_transform,
-)
-from alternet_hf.recipe import eval_transform, train_transform  # noqa: E402
-from analysis import cka, fourier, hessian, landscape, lesion, robustness, variance  # noqa: E402
-from analysis.corruptions import CORRUPTIONS, SEVERITIES  # noqa: E402
+from alternet_hf.cli._common import CommandError, command, make_parser, model_source
 
 ANALYSES = ("fourier", "variance", "hessian", "landscape", "robustness", "frequency-noise", "lesion", "cka")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, help="a preset name (random weights), a folder or a Hub id")
+    parser = make_parser(__doc__)
+    parser.add_argument(
+        "--model", required=True, type=model_source, help="a preset name (random weights), a folder or a Hub id"
+    )
     parser.add_argument("--dataset", default="digits", help="'digits', a Hub id, or a local folder/parquet file")
     parser.add_argument("--image-column")
     parser.add_argument("--label-column")
@@ -70,14 +53,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--batchnorm", choices=["train", "eval"], default="train", help="BatchNorm mode for Hessian and landscape"
     )
     parser.add_argument("--cifar-c", help="CIFAR-C source: Zenodo arrays folder, parquet dataset or Hub id")
-    parser.add_argument("--corruptions", default=",".join(CORRUPTIONS))
-    parser.add_argument("--severities", default=",".join(map(str, SEVERITIES)))
+    parser.add_argument("--corruptions", help="comma-separated (default: all 15 CIFAR-C corruptions)")
+    parser.add_argument("--severities", help="comma-separated (default: 1,2,3,4,5)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", help="default: cuda if available, else cpu")
     return parser
 
 
 def _loader(dataset, transform, batch_size: int, *, shuffle: bool, seed: int):
+    import torch
+
+    from alternet_hf.data import collate_images, with_transform
+
     generator = torch.Generator().manual_seed(seed)
     return torch.utils.data.DataLoader(
         with_transform(dataset, transform),
@@ -89,6 +76,8 @@ def _loader(dataset, transform, batch_size: int, *, shuffle: bool, seed: int):
 
 
 def _save(out: Path, name: str, result, figure, meta: dict) -> None:
+    import matplotlib.pyplot as plt
+
     payload = {**meta, "analysis": name, "result": _finite(result.to_dict())}
     (out / f"{name}.json").write_text(json.dumps(payload, indent=2))
     figure.savefig(out / f"{name}.png", dpi=130)
@@ -106,12 +95,26 @@ def _finite(value):
     return value
 
 
-def main() -> None:
-    args = build_parser().parse_args()
+@command
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import torch
+    from tqdm import tqdm
+
+    import alternet_hf
+    from alternet_hf.data import SeededAugmentation, class_names_of, load_image_classification
+    from alternet_hf.recipe import eval_transform, train_transform
+    from analysis import cka, fourier, hessian, landscape, lesion, robustness, variance
+    from analysis.corruptions import CORRUPTIONS, SEVERITIES
+
     requested = [name.strip() for name in args.analyses.split(",") if name.strip()]
     unknown = sorted(set(requested) - set(ANALYSES))
     if unknown:
-        raise SystemExit(f"unknown analyses {unknown}; choose from {', '.join(ANALYSES)}")
+        raise CommandError(f"unknown analyses {unknown}; choose from {', '.join(ANALYSES)}")
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     torch.manual_seed(args.seed)
 
@@ -170,8 +173,9 @@ def main() -> None:
                     clean = test_set.select(range(min(len(test_set), args.max_batches * args.batch_size)))
                 source = robustness.GeneratedCorruptions.from_dataset(clean, seed=args.seed, device=device)
             result = robustness.evaluate_corruptions(
-                model, source, corruptions=args.corruptions.split(","),
-                severities=[int(s) for s in args.severities.split(",")], batch_size=args.batch_size, **common,
+                model, source, corruptions=args.corruptions.split(",") if args.corruptions else CORRUPTIONS,
+                severities=[int(s) for s in args.severities.split(",")] if args.severities else SEVERITIES,
+                batch_size=args.batch_size, **common,
             )  # fmt: skip
             figure = robustness.plot_corruptions(result).figure
         elif name == "frequency-noise":
@@ -193,6 +197,8 @@ def main() -> None:
 
 def _summary(name: str, result) -> str:
     """One line per analysis for the terminal."""
+    import numpy as np
+
     if name == "fourier":
         return (
             f"fourier: ΔlogA at π from {result.high_frequency[1]:.2f} (stem) to {result.high_frequency[-1]:.2f} (head)"

@@ -1,8 +1,7 @@
-#!/usr/bin/env python
 """Publish the released CIFAR-100-C arrays (Zenodo record 3555552) as a parquet dataset on the Hub.
 
-    python scripts/publish_cifar100c.py --zenodo-dir CIFAR-100-C/ --repo-id <org>/cifar100-c
-    python scripts/publish_cifar100c.py --zenodo-dir CIFAR-100-C/ --repo-id <org>/cifar100-c --dry-run out/
+    alternet-publish-cifar100c --zenodo-dir CIFAR-100-C/ --repo-id <org>/cifar100-c
+    alternet-publish-cifar100c --zenodo-dir CIFAR-100-C/ --repo-id <org>/cifar100-c --dry-run out/
 
 Writes one parquet file per corruption (columns image, label, corruption, severity; split "test")
 and a dataset card, then creates the dataset repo and uploads them (needs a token: `hf auth login`).
@@ -11,14 +10,10 @@ copies of CIFAR-100-C that exist are loading-script datasets current `datasets` 
 plain parquet, read back by `analysis.robustness.ParquetCorruptions("<org>/cifar100-c")`.
 """
 
-import argparse
+import tempfile
 from pathlib import Path
 
-from huggingface_hub import DatasetCard, DatasetCardData, HfApi
-from tqdm import tqdm
-
-from analysis.corruptions import CORRUPTIONS, SEVERITY_PARAMETERS
-from analysis.robustness import ZenodoArrays, save_as_parquet
+from alternet_hf.cli._common import CommandError, command, make_parser
 
 CITATION = """@inproceedings{hendrycks2019benchmarking,
   title={Benchmarking Neural Network Robustness to Common Corruptions and Perturbations},
@@ -28,7 +23,11 @@ CITATION = """@inproceedings{hendrycks2019benchmarking,
 }"""
 
 
-def dataset_card(repo_id: str, corruptions: list[str], images_per_set: int) -> DatasetCard:
+def dataset_card(repo_id: str, corruptions: list[str], images_per_set: int):
+    from huggingface_hub import DatasetCard, DatasetCardData
+
+    from analysis.corruptions import SEVERITY_PARAMETERS
+
     data = DatasetCardData(
         license="cc-by-4.0",
         pretty_name="CIFAR-100-C",
@@ -58,7 +57,7 @@ evaluate_corruptions(model, ParquetCorruptions("{repo_id}"))
 |---|---|
 {table}
 
-Published with `scripts/publish_cifar100c.py` of alternet-hf. Licence of the original arrays: CC BY 4.0.
+Published with `alternet-publish-cifar100c` of alternet-hf. Licence of the original arrays: CC BY 4.0.
 
 ```bibtex
 {CITATION}
@@ -68,32 +67,39 @@ Published with `scripts/publish_cifar100c.py` of alternet-hf. Licence of the ori
 
 
 def write(zenodo_dir: Path, folder: Path, repo_id: str, corruptions: list[str]) -> Path:
+    from tqdm import tqdm
+
+    from analysis.robustness import ZenodoArrays, save_as_parquet
+
     source = ZenodoArrays(zenodo_dir)
     missing = sorted(set(corruptions) - set(source.available()))
     if missing:
-        raise SystemExit(f"{zenodo_dir} lacks {missing}.npy; it has {source.available()}")
+        raise CommandError(f"{zenodo_dir} lacks {missing}.npy; it has {source.available()}")
     for corruption in tqdm(corruptions, desc="parquet", unit="corruption"):
         save_as_parquet(source, folder / "data" / f"test-{corruption}.parquet", corruptions=[corruption])
     dataset_card(repo_id, corruptions, source.per_severity).save(folder / "README.md")
     return folder
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+@command
+def main(argv: list[str] | None = None) -> None:
+    parser = make_parser(__doc__)
     parser.add_argument("--zenodo-dir", type=Path, required=True, help="folder with labels.npy and <corruption>.npy")
     parser.add_argument("--repo-id", required=True, help="the dataset repo to create, e.g. <org>/cifar100-c")
     parser.add_argument("--dry-run", type=Path, help="write what would be uploaded into this folder, upload nothing")
-    parser.add_argument("--corruptions", default=",".join(CORRUPTIONS), help="comma-separated subset")
+    parser.add_argument("--corruptions", help="comma-separated subset (default: all 15)")
     parser.add_argument("--private", action="store_true")
-    args = parser.parse_args()
-    corruptions = [c for c in args.corruptions.split(",") if c]
+    args = parser.parse_args(argv)
+    from huggingface_hub import HfApi
+
+    from analysis.corruptions import CORRUPTIONS
+
+    corruptions = [c for c in args.corruptions.split(",") if c] if args.corruptions else list(CORRUPTIONS)
 
     if args.dry_run:
         folder = write(args.zenodo_dir, args.dry_run, args.repo_id, corruptions)
         print(f"dry run: wrote {folder}/ (README.md and data/*.parquet); nothing uploaded")
         return
-    import tempfile
-
     with tempfile.TemporaryDirectory() as scratch:
         folder = write(args.zenodo_dir, Path(scratch), args.repo_id, corruptions)
         api = HfApi()

@@ -1,34 +1,34 @@
-#!/usr/bin/env python
 """Publish a trained zoo model to the Hub: weights, config, image processor, remote code and a model card.
 
-    python scripts/push_to_hub.py --model outputs/alternet-50-cifar100-paper --repo-id <org>/alternet-50-cifar100
-    python scripts/push_to_hub.py --model outputs/alternet-digits --repo-id <org>/alternet-digits --dry-run out/
+    alternet-push --model outputs/alternet-50-cifar100-paper --repo-id <org>/alternet-50-cifar100
+    alternet-push --model outputs/alternet-digits --repo-id <org>/alternet-digits --dry-run out/
 
 The card's `model-index` comes from the model folder's evaluation JSON (--evaluation, else
-scripts/evaluate.py's newest eval_*.json on the training dataset's evaluation split, else training's
+alternet-evaluate's newest eval_*.json on the training dataset's evaluation split, else training's
 metrics.json). With --dry-run DIR it writes exactly what would be uploaded into DIR and uploads
 nothing; otherwise it needs a token (`hf auth login`).
 """
 
-import argparse
 import tempfile
 from pathlib import Path
 
-from huggingface_hub import HfApi
-
-from alternet_hf.hub import write_release
+from alternet_hf.cli._common import CommandError, command, make_parser
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+@command
+def main(argv: list[str] | None = None) -> None:
+    parser = make_parser(__doc__)
     parser.add_argument("--model", type=Path, required=True, help="folder of a trained model")
     parser.add_argument("--repo-id", required=True, help="e.g. <org>/alternet-50-cifar100")
     parser.add_argument("--dry-run", type=Path, help="write what would be uploaded into this folder, upload nothing")
-    parser.add_argument("--evaluation", type=Path, help="the eval_*.json of scripts/evaluate.py to report")
+    parser.add_argument("--evaluation", type=Path, help="the eval_*.json of alternet-evaluate to report")
     parser.add_argument("--private", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if not args.model.is_dir():
-        raise SystemExit(f"{args.model} is not a folder: give the output folder of scripts/train.py")
+        raise CommandError(f"{args.model} is not a folder: give the output folder of alternet-train")
+    from huggingface_hub import HfApi
+
+    from alternet_hf.hub import write_release
 
     if args.dry_run:
         write_release(args.model, args.dry_run, args.repo_id, evaluation=args.evaluation)

@@ -1,10 +1,9 @@
-#!/usr/bin/env python
 """Train a zoo model. With no arguments: a small AlterNet on the embedded digits, on the CPU, in minutes.
 
-    python scripts/train.py                                                   # offline first run
-    accelerate launch scripts/train.py --recipe paper --model alternet-50-cifar100   # the paper's recipe
-    accelerate launch scripts/train.py --config my_run.json --resume          # continue after a crash or kill
-    python scripts/train.py --recipe paper --model vit-ti-cifar100 --print-config > vit.json
+    alternet-train                                                            # offline first run
+    accelerate launch -m alternet_hf.cli.train --recipe paper --model alternet-50-cifar100   # the paper's recipe
+    accelerate launch -m alternet_hf.cli.train --config my_run.json --resume  # continue after a crash or kill
+    alternet-train --recipe paper --model vit-ti-cifar100 --print-config > vit.json
 
 Settings are layered: defaults (or `--recipe` for `--model`), then `--config` (JSON), then flags.
 """
@@ -14,25 +13,27 @@ import dataclasses
 import json
 import types
 import typing
-from pathlib import Path
 
+from alternet_hf.cli._common import CommandError, command, json_file, json_object, make_parser, model_source
 from alternet_hf.recipe import TrainingConfig, recipe_config
-from alternet_hf.training import train
 
 
-def _parser_type(annotation):
+def _parsertype(annotation):
     """argparse type for a dataclass field annotation (`X | None` accepts 'none')."""
     args = typing.get_args(annotation)
     if isinstance(annotation, types.UnionType) and type(None) in args:
         inner = next(a for a in args if a is not type(None))
-        return lambda text: None if text.lower() == "none" else _parser_type(inner)(text)
-    return json.loads if annotation is dict else annotation
+        return lambda text: None if text.lower() == "none" else _parsertype(inner)(text)
+    return json_object if annotation is dict else annotation
+
+
+FIELD_TYPES = {"model": model_source}  # checked as the user typed them, before anything is built
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = make_parser(__doc__)
     parser.add_argument("--recipe", choices=["paper", "sgd"], help="start from this recipe for --model's dataset")
-    parser.add_argument("--config", type=Path, help="JSON file of TrainingConfig fields")
+    parser.add_argument("--config", type=json_file, help="JSON file of TrainingConfig fields")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output-dir")
     parser.add_argument("--print-config", action="store_true", help="print the resulting config as JSON and exit")
     helps = TrainingConfig.fields_help()
@@ -44,20 +45,21 @@ def build_parser() -> argparse.ArgumentParser:
                 flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=helps[f.name]
             )
         else:
-            parser.add_argument(flag, type=_parser_type(hints[f.name]), default=argparse.SUPPRESS, help=helps[f.name])
+            kind = FIELD_TYPES.get(f.name) or _parsertype(hints[f.name])
+            parser.add_argument(flag, type=kind, default=argparse.SUPPRESS, help=helps[f.name])
     return parser
 
 
 def config_from_args(args: argparse.Namespace) -> TrainingConfig:
     flags = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainingConfig) if hasattr(args, f.name)}
-    from_file = json.loads(args.config.read_text()) if args.config else {}
+    from_file = args.config or {}
     unknown = set(from_file) - {f.name for f in dataclasses.fields(TrainingConfig)}
     if unknown:
-        raise SystemExit(f"{args.config}: unknown field(s) {sorted(unknown)}; see --help for the fields")
+        raise CommandError(f"--config: unknown field(s) {sorted(unknown)}; see --help for the fields")
     model = flags.get("model", from_file.get("model"))
     if args.recipe:
         if model is None:
-            raise SystemExit("--recipe needs --model (a preset such as alternet-50-cifar100)")
+            raise CommandError("--recipe needs --model (a preset such as alternet-50-cifar100)")
         base = recipe_config(model, args.recipe).to_dict()
     else:
         base = (TrainingConfig() if model is None else TrainingConfig(model=model)).to_dict()
@@ -67,23 +69,26 @@ def config_from_args(args: argparse.Namespace) -> TrainingConfig:
     for layer in (base, from_file, flags):
         layer_overrides = layer.get("model_overrides") or {}
         if not isinstance(layer_overrides, dict):
-            raise SystemExit(f"model_overrides must be a JSON object of config fields, got {layer_overrides!r}")
+            raise CommandError(f"model_overrides must be a JSON object of config fields, got {layer_overrides!r}")
         overrides.update(layer_overrides)
     overrides = {name: value for name, value in overrides.items() if value is not None}
     config = TrainingConfig(**{**base, **from_file, **flags, "model_overrides": overrides})
     try:
         config.validate()
     except ValueError as error:
-        raise SystemExit(f"invalid training settings: {error}") from None
+        raise CommandError(f"invalid training settings: {error}") from None
     return config
 
 
-def main() -> None:
-    args = build_parser().parse_args()
+@command
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     config = config_from_args(args)
     if args.print_config:
         print(json.dumps(config.to_dict(), indent=2))
         return
+    from alternet_hf.training import train
+
     result = train(config, resume=args.resume)
     if result.metrics:
         print(

@@ -1,31 +1,30 @@
-#!/usr/bin/env python
 """Convert a checkpoint of the reference code (xxxnell/how-do-vits-work) into a zoo model folder.
 
-python scripts/convert_original_checkpoint.py resnet_50_cifar100_691cc9a9e4.pth.tar resnet-50-cifar100 out/resnet-50
-python scripts/convert_original_checkpoint.py my_alternet.pth.tar alternet-50-cifar100 out/alternet --remote-code
+alternet-convert resnet_50_cifar100_691cc9a9e4.pth.tar resnet-50-cifar100 out/resnet-50
+alternet-convert my_alternet.pth.tar alternet-50-cifar100 out/alternet --remote-code
 """
 
-import argparse
-import json
 from pathlib import Path
 
-from alternet_hf import convert_original_checkpoint
+from alternet_hf.cli._common import command, json_object, make_parser
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+@command
+def main(argv: list[str] | None = None) -> None:
+    parser = make_parser(__doc__)
     parser.add_argument("checkpoint", type=Path, help="the reference's .pth.tar file")
     parser.add_argument("preset", help="zoo preset with the same architecture, e.g. resnet-50-cifar100")
     parser.add_argument("output", type=Path, help="folder to write (safetensors, config, image processor)")
     parser.add_argument(
-        "--config", type=json.loads, default={}, help="config overrides as JSON, e.g. '{\"num_labels\": 10}'"
+        "--config", type=json_object, default={}, help="config overrides as JSON, e.g. '{\"num_labels\": 10}'"
     )
     parser.add_argument(
         "--remote-code",
         action="store_true",
         help="also write the modeling files, for trust_remote_code=True without alternet_hf",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    from alternet_hf import convert_original_checkpoint
 
     model = convert_original_checkpoint(args.checkpoint, args.preset, **args.config)
     save_kwargs = {"remote_code": True} if args.remote_code else {}

@@ -1,23 +1,20 @@
-#!/usr/bin/env python
 """Evaluate a trained model with the paper's metrics; print them and write JSON (and a reliability diagram).
 
-python scripts/evaluate.py --model outputs/alternet-digits --dataset digits
-python scripts/evaluate.py --model <org>/alternet-50-cifar100 --dataset uoft-cs/cifar100 --output results/
+alternet-evaluate --model outputs/alternet-digits --dataset digits
+alternet-evaluate --model <org>/alternet-50-cifar100 --dataset uoft-cs/cifar100 --output results/
 """
 
-import argparse
 import json
 import math
 from pathlib import Path
 
-import alternet_hf  # noqa: F401  (registers the zoo's classes)
-from alternet_hf.metrics import plot_reliability_diagram, reliability_diagram
-from alternet_hf.training import evaluate_model
+from alternet_hf.cli._common import command, make_parser, model_source
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, help="folder or Hub id of a trained model")
+@command
+def main(argv: list[str] | None = None) -> None:
+    parser = make_parser(__doc__)
+    parser.add_argument("--model", required=True, type=model_source, help="folder or Hub id of a trained model")
     parser.add_argument("--dataset", default="digits", help="'digits', a Hub id, or a local folder/parquet file")
     parser.add_argument("--split", default="test")
     parser.add_argument("--image-column")
@@ -31,7 +28,9 @@ def main() -> None:
     parser.add_argument(
         "--output", type=Path, help="folder for metrics JSON and plot (default: the model folder if local)"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    from alternet_hf.metrics import plot_reliability_diagram, reliability_diagram
+    from alternet_hf.training import evaluate_model
 
     metrics, logits, labels = evaluate_model(
         args.model,

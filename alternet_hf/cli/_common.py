@@ -1,0 +1,147 @@
+"""What every command shares: how an error reaches the user, and how `--model` and `--config` are read.
+
+Errors the user caused (a bad flag value, a missing folder, the Hub out of reach, a malformed file) are
+printed as one `error: ...` message with exit status 2, as argparse does; a bug still shows its traceback.
+`ALTERNET_DEBUG=1` shows the traceback of every error.
+"""
+
+import argparse
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+DEBUG_VARIABLE = "ALTERNET_DEBUG"
+MODEL_SOURCES = (
+    'a preset name (e.g. alternet-50-cifar100; `python -c "import alternet_hf; print(alternet_hf.list_models())"` '
+    "lists them), a folder written by alternet-train / alternet-finetune / save_pretrained, or a Hub id (owner/name)"
+)
+
+
+class CommandError(Exception):
+    """An error the user can fix: printed as its message alone."""
+
+
+def command(main: Callable[[list[str] | None], None]) -> Callable[[list[str] | None], None]:
+    """Wrap a command's `main(argv)`: user errors become one message and exit status 2, Ctrl-C exit 130."""
+
+    @functools.wraps(main)
+    def wrapper(argv: list[str] | None = None) -> None:
+        try:
+            main(argv)
+        except KeyboardInterrupt:
+            print("\ninterrupted", file=sys.stderr)
+            raise SystemExit(130) from None
+        except (CommandError, ValueError, OSError) as error:
+            if os.environ.get(DEBUG_VARIABLE):
+                raise
+            print(f"error: {describe(error)}", file=sys.stderr)
+            if not isinstance(error, CommandError):
+                print(f"(set {DEBUG_VARIABLE}=1 to see where it was raised)", file=sys.stderr)
+            raise SystemExit(2) from None
+
+    return wrapper
+
+
+def describe(error: BaseException) -> str:
+    """The message of `error`, with what to do when it says the Hub could not be reached."""
+    message = str(error) or type(error).__name__
+    if _hub_unreachable(error):
+        message += (
+            "\nThe Hugging Face Hub cannot be reached from here (offline, HF_HUB_OFFLINE=1, or no network). "
+            "Use local files instead: a model folder for --model, a local dataset (a folder written by "
+            "`Dataset.save_to_disk`, parquet, an image folder, or 'digits') for --dataset."
+        )
+    elif _hub_unauthenticated(error):
+        message += "\nLog in first (`hf auth login`, or set HF_TOKEN), or write the files locally with --dry-run DIR."
+    return message
+
+
+def _errors_in_chain(error: BaseException):
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+def _hub_unreachable(error: BaseException) -> bool:
+    names = {"OfflineModeIsEnabled", "LocalEntryNotFoundError", "ConnectionError", "ConnectTimeout", "ConnectError"}
+    texts = ("couldn't connect", "offline mode", "hf_hub_offline", "connection refused", "failed to resolve")
+    return any(
+        type(e).__name__ in names or any(text in str(e).lower() for text in texts) for e in _errors_in_chain(error)
+    )
+
+
+def _hub_unauthenticated(error: BaseException) -> bool:
+    names = {"LocalTokenNotFoundError", "GatedRepoError"}
+    return any(type(e).__name__ in names or "401" in str(e) for e in _errors_in_chain(error))
+
+
+def model_source(text: str) -> str:
+    """argparse type of `--model`: a preset, a model folder, or something that can only be a Hub id."""
+    from alternet_hf.presets import list_models, unknown_preset_message
+
+    path = Path(text).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise argparse.ArgumentTypeError(
+                f"{text} is a folder but holds no config.json, so it is no saved model; --model takes {MODEL_SOURCES}"
+            )
+        return str(path)
+    if text in list_models():
+        return text
+    if path.exists():
+        raise argparse.ArgumentTypeError(f"{text} is a file, not a model folder; --model takes {MODEL_SOURCES}")
+    parts = text.split("/")
+    # `outputs/run` where `outputs/` exists is a path with a typo, not a Hub repo of a user called "outputs".
+    could_be_hub_id = len(parts) == 2 and all(parts) and not text.startswith((".", "~")) and not Path(parts[0]).is_dir()
+    if "/" not in text and os.sep not in text:
+        raise argparse.ArgumentTypeError(unknown_preset_message(text))
+    if not could_be_hub_id:
+        raise argparse.ArgumentTypeError(f"there is no folder {text}; --model takes {MODEL_SOURCES}")
+    return text  # owner/name: a Hub id (a missing local folder of that form gets the Hub's error, with a hint)
+
+
+def json_file(text: str) -> dict:
+    """argparse type of a JSON settings file: its object, or an error that says what is wrong with the file."""
+    path = Path(text).expanduser()
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"there is no file {text}" if not path.exists() else f"{text} is a folder")
+    content = path.read_text()
+    if not content.strip():
+        raise argparse.ArgumentTypeError(f"{text} is empty; it must hold a JSON object of settings")
+    try:
+        value = json.loads(content)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(
+            f"{text} is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}"
+        ) from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"{text} must hold a JSON object of settings, not {type(value).__name__}")
+    return value
+
+
+def json_object(text: str) -> dict:
+    """argparse type of an inline JSON object such as `--model-overrides '{"drop_path_rate": 0.1}'`."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({error.msg}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object such as '{{\"drop_path_rate\": 0.1}}', got {text!r}")
+    return value
+
+
+class CommandParser(argparse.ArgumentParser):
+    """argparse, but a wrong argument is answered with the message alone, not with a screen of usage."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n(`{self.prog} --help` lists the options)\n")
+
+
+def make_parser(doc: str) -> CommandParser:
+    """A parser whose description is the command module's docstring, examples kept as written."""
+    return CommandParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
