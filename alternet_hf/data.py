@@ -42,7 +42,7 @@ def load_digits_dataset(split: str, *, image_size: int = 32, test_fraction: floa
     train, test = train_test_split(indices, test_size=test_fraction, random_state=0, stratify=digits.target)
     chosen = {"train": train, "test": test}.get(split)
     if chosen is None:
-        raise ValueError(f"the digits dataset has splits 'train' and 'test', not {split!r}")
+        raise ValueError(_missing_split_message(DIGITS, split, ["test", "train"], "the embedded digits"))
     images = [
         Image.fromarray((digits.images[i] * (255 / 16)).astype(np.uint8))
         .resize((image_size, image_size), Image.Resampling.BILINEAR)
@@ -57,40 +57,103 @@ def load_digits_dataset(split: str, *, image_size: int = 32, test_fraction: floa
     )
 
 
-def _load_local(path: Path, split: str) -> datasets.Dataset:
+HOLDOUT = "holdout"
+DEFAULT_HOLDOUT_FRACTION = 0.1
+
+
+def _load_local(path: Path, split: str | None) -> datasets.Dataset:
+    """A named split of a local source. A source with one unnamed split (one parquet file, one saved
+    `Dataset`, a folder whose files name no split) has the split "train" only: serving its rows under any
+    other name would evaluate on the training data."""
     if path.is_file():
         if path.suffix != ".parquet":
             raise ValueError(f"{path}: a dataset file must be .parquet (or give a folder)")
-        return datasets.load_dataset("parquet", data_files={split: str(path)}, split=split)
-    if (path / "dataset_dict.json").exists() or (path / "state.json").exists():
+        splits = {"train": lambda: datasets.load_dataset("parquet", data_files=str(path), split="train")}
+        kind = "one parquet file"
+    elif (path / "dataset_dict.json").exists() or (path / "state.json").exists():
         loaded = datasets.load_from_disk(str(path))
         if isinstance(loaded, datasets.DatasetDict):
-            if split not in loaded:
-                raise ValueError(f"{path} has splits {sorted(loaded)}, not {split!r}")
-            return loaded[split]
-        return loaded
-    parquet = sorted(path.rglob("*.parquet"))
-    if parquet:
-        split_files = [str(f) for f in parquet if split in f.name or split in f.parent.name]
-        return datasets.load_dataset(
-            "parquet", data_files={split: split_files or [str(f) for f in parquet]}, split=split
-        )
-    return datasets.load_dataset("imagefolder", data_dir=str(path), split=split)
+            splits, kind = {name: (lambda name=name: loaded[name]) for name in loaded}, "a saved DatasetDict"
+        else:
+            splits, kind = {"train": lambda: loaded}, "one saved Dataset (not a DatasetDict)"
+    else:
+        # datasets infers the format (parquet, images) and the splits from the file and folder names:
+        # train/ and test/ folders, data/train-*.parquet, test.parquet, ...; anything else is "train".
+        loaded = datasets.load_dataset(str(path))
+        splits, kind = {name: (lambda name=name: loaded[name]) for name in loaded}, "a folder"
+    return splits[_choose_split(str(path), split, sorted(splits), kind)]()
 
 
-def _load_hub(name: str, split: str) -> datasets.Dataset:
+def _choose_split(source: str, split: str | None, available: list[str], kind: str) -> str:
+    """`split` if the source has it; None means the source's only split."""
+    if split is None and len(available) == 1:
+        return available[0]
+    if split is None:
+        raise ValueError(f"{source} ({kind}) has the splits {available}: name one")
+    if split not in available:
+        raise ValueError(_missing_split_message(source, split, available, kind))
+    return split
+
+
+def _missing_split_message(source: str, split: str, available: list[str], kind: str = "this dataset") -> str:
+    hint = (
+        "Name one of those splits (--train-split / --eval-split), put the images or files in train/ and test/ "
+        f"sub-folders (or name parquet files train-*.parquet and test-*.parquet), or ask for a seeded, stratified "
+        f"hold-out of the training split with --eval-split {HOLDOUT} (10%) or {HOLDOUT}:0.2"
+    )
+    return f"{source} ({kind}) has no split {split!r}: its splits are {available}. {hint}."
+
+
+def parse_holdout(split: str) -> float | None:
+    """The fraction of `holdout` / `holdout:0.2`, or None for an ordinary split name."""
+    name, _, fraction = split.partition(":")
+    if name != HOLDOUT:
+        return None
     try:
+        value = float(fraction) if fraction else DEFAULT_HOLDOUT_FRACTION
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 1:
+        raise ValueError(f"{split!r}: a hold-out fraction is a number between 0 and 1, e.g. {HOLDOUT}:0.2")
+    return value
+
+
+def holdout_indices(labels: list[int], fraction: float, seed: int) -> list[int]:
+    """Rows of a seeded hold-out: stratified by label where every class has at least two rows, sorted."""
+    from sklearn.model_selection import train_test_split
+
+    counts = np.bincount(np.asarray(labels)) if labels else np.array([])
+    stratify = labels if len(counts) and counts[counts > 0].min() >= 2 else None
+    _, held_out = train_test_split(np.arange(len(labels)), test_size=fraction, random_state=seed, stratify=stratify)
+    return sorted(int(i) for i in held_out)
+
+
+class DatasetUnavailableError(ConnectionError):
+    """A Hub dataset that could not be loaded (offline, no network, no such repo)."""
+
+
+def _load_hub(name: str, split: str | None) -> datasets.Dataset:
+    try:
+        if split is None:
+            loaded = datasets.load_dataset(name)
+            return loaded[_choose_split(name, None, sorted(loaded), "a Hub dataset")]
         return datasets.load_dataset(name, split=split)
-    except (ConnectionError, OSError, FileNotFoundError, ValueError) as error:
-        raise RuntimeError(
+    except ValueError as error:
+        if "Unknown split" not in str(error):
+            raise
+        available = list(datasets.get_dataset_split_names(name))
+        raise ValueError(_missing_split_message(name, split, available, "a Hub dataset")) from None
+    except (ConnectionError, OSError) as error:
+        raise DatasetUnavailableError(
             f"could not load the dataset {name!r} from the Hugging Face Hub ({type(error).__name__}: {error}). "
             f"Offline, use a local copy instead: a folder written by `Dataset.save_to_disk`, a folder or file "
             f"of parquet, an image folder (one sub-folder per class), or the embedded {DIGITS!r} dataset."
         ) from error
 
 
-def load_raw_dataset(source: str, *, split: str = "train") -> datasets.Dataset:
-    """A split of a local folder or parquet file, else of a Hub dataset, with its own columns."""
+def load_raw_dataset(source: str, *, split: str | None = "train") -> datasets.Dataset:
+    """A split of a local folder or parquet file, else of a Hub dataset, with its own columns; `split=None`
+    takes the source's only split (an error where it has several)."""
     path = Path(source)
     return _load_local(path, split) if path.exists() else _load_hub(source, split)
 
@@ -128,6 +191,49 @@ def load_image_classification(
     return encode_labels(dataset, class_names).cast_column("image", datasets.Image())
 
 
+@dataclass
+class TrainEvalSplits:
+    """A training split and an evaluation split, encoded with the training split's classes."""
+
+    train: datasets.Dataset
+    eval: datasets.Dataset
+    holdout: dict | None = None  # {"fraction", "seed", "rows"} where eval was carved out of the training split
+
+    def holdout_note(self, source: str, train_split: str) -> str | None:
+        """One line for the user where the evaluation split is a hold-out, else None."""
+        if self.holdout is None:
+            return None
+        return (
+            f"evaluating on a seeded, stratified hold-out of {100 * self.holdout['fraction']:g}% of {source}'s "
+            f"{train_split!r} split ({len(self.eval):,} images, seed {self.holdout['seed']}); training on the "
+            f"other {len(self.train):,}"
+        )
+
+
+def load_train_and_eval(
+    source: str,
+    *,
+    train_split: str = "train",
+    eval_split: str = "test",
+    image_column: str | None = None,
+    label_column: str | None = None,
+    seed: int = 0,
+) -> TrainEvalSplits:
+    """Both splits a training run needs. `eval_split="holdout"` (10%) or `"holdout:0.2"` carves the evaluation
+    rows out of the training split (seeded by `seed`, stratified by class) instead of naming a split of the
+    source, for sources that have only one; the two then share no row."""
+    columns = dict(image_column=image_column, label_column=label_column)
+    train = load_image_classification(source, split=train_split, **columns)
+    fraction = parse_holdout(eval_split)
+    if fraction is None:
+        names = train.features["label"].names
+        return TrainEvalSplits(train, load_image_classification(source, split=eval_split, class_names=names, **columns))
+    rows = holdout_indices(train["label"], fraction, seed)
+    held_out = set(rows)
+    kept = [i for i in range(len(train)) if i not in held_out]
+    return TrainEvalSplits(train.select(kept), train.select(rows), {"fraction": fraction, "seed": seed, "rows": rows})
+
+
 def encode_labels(dataset: datasets.Dataset, class_names: list[str] | None = None) -> datasets.Dataset:
     """The `label` column as a `ClassLabel` whose names are `class_names` (when given).
 
@@ -146,6 +252,13 @@ def encode_labels(dataset: datasets.Dataset, class_names: list[str] | None = Non
         bad = sorted(v for v in values if not 0 <= v < count)
         if bad:
             raise ValueError(f"integer labels {bad[:10]} are outside 0…{count - 1} ({count} classes)")
+        if class_names is None and count - len(values) > len(values):
+            raise ValueError(
+                f"integer labels run up to {count - 1} but only {len(values)} distinct values occur "
+                f"({sorted(values)[:10]}…): that would build a {count}-class model in which {count - len(values)} "
+                "classes never occur. If the labels are ids rather than class indices 0…K-1, map them to 0…K-1, "
+                "or store the column as strings or a ClassLabel (each distinct value becomes one class)"
+            )
         return dataset.cast_column("label", datasets.ClassLabel(names=class_names or [str(i) for i in range(count)]))
     values = [str(v) for v in values]
     names = list(class_names) if class_names is not None else sorted(values)

@@ -5,6 +5,7 @@ changes (`ignore_mismatched_sizes`), `set_transform` preprocessing with the mode
 processor statistics, and the paper's metrics through our local `evaluate` module.
 """
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import evaluate
 import numpy as np
 from transformers import Trainer, TrainingArguments
 
-from .data import collate_images, load_image_classification, with_transform
+from .data import DIGITS, collate_images, load_train_and_eval, with_transform
 from .metrics import EVALUATE_METRIC_PATH
 from .modeling_common import build_image_processor
 from .presets import create_model
@@ -24,12 +25,43 @@ class FinetuneResult:
     output_dir: Path
     metrics_before: dict
     metrics_after: dict
+    holdout_note: str | None = None  # where the evaluation split was carved out of the training split
+
+
+def default_horizontal_flip(model_name_or_path: str, dataset: str) -> float:
+    """The flip probability that fits the data: the one the model's own recipe used (its training_config.json:
+    a model trained without flips saw data that must not be mirrored, such as digits), none for the embedded
+    digits, else 0.5 as for photos."""
+    recorded = Path(model_name_or_path) / "training_config.json"
+    if recorded.is_file():
+        training = json.loads(recorded.read_text())
+        if "horizontal_flip" in training:
+            return float(training["horizontal_flip"])
+    return 0.0 if dataset == DIGITS else 0.5
+
+
+def default_output_dir(model_name_or_path: str, dataset: str) -> Path:
+    """outputs/<model>-finetuned-<dataset>, from the last parts of both names."""
+    return Path("outputs") / f"{Path(model_name_or_path).name}-finetuned-{Path(dataset.rstrip('/')).name}"
+
+
+def check_output_dir(output_dir: Path, model_name_or_path: str, *, overwrite: bool) -> None:
+    """Never write a fine-tuned model over its source, nor over another finished model unless asked to."""
+    if Path(model_name_or_path).is_dir() and Path(model_name_or_path).resolve() == output_dir.resolve():
+        raise ValueError(
+            f"the output folder {output_dir} is the model being fine-tuned: writing there would replace it; "
+            "choose another --output-dir"
+        )
+    if (output_dir / "config.json").exists() and not overwrite:
+        raise FileExistsError(
+            f"{output_dir} already holds a model: choose another --output-dir, or pass --overwrite to replace it"
+        )
 
 
 def finetune(
     model_name_or_path: str,
     dataset: str,
-    output_dir: str | Path,
+    output_dir: str | Path | None = None,
     *,
     image_column: str | None = None,
     label_column: str | None = None,
@@ -39,16 +71,26 @@ def finetune(
     learning_rate: float = 1e-3,
     batch_size: int = 32,
     weight_decay: float = 0.05,
-    horizontal_flip: float = 0.5,
+    horizontal_flip: float | None = None,
     seed: int = 0,
     model_overrides: dict | None = None,
+    overwrite: bool = False,
     **training_arguments,
 ) -> FinetuneResult:
-    """Fine-tune, evaluating before and after; the model and its image processor go to `output_dir`."""
-    columns = dict(image_column=image_column, label_column=label_column)
-    train_data = load_image_classification(dataset, split=train_split, **columns)
+    """Fine-tune, evaluating before and after; the model and its image processor go to `output_dir`
+    (default `default_output_dir`), which may not be the source model's folder, nor hold another model
+    unless `overwrite`. `horizontal_flip=None` takes `default_horizontal_flip`; `eval_split="holdout"`
+    evaluates on a seeded 10% of the training split (rows saved in `holdout.json`)."""
+    output_dir = Path(output_dir) if output_dir is not None else default_output_dir(model_name_or_path, dataset)
+    check_output_dir(output_dir, model_name_or_path, overwrite=overwrite)
+    if horizontal_flip is None:
+        horizontal_flip = default_horizontal_flip(model_name_or_path, dataset)
+    splits = load_train_and_eval(
+        dataset, train_split=train_split, eval_split=eval_split, image_column=image_column,
+        label_column=label_column, seed=seed,
+    )  # fmt: skip
+    train_data, eval_data = splits.train, splits.eval
     names = train_data.features["label"].names
-    eval_data = load_image_classification(dataset, split=eval_split, class_names=names, **columns)
     model = create_model(model_name_or_path, num_labels=len(names), **(model_overrides or {}))
     model.config.id2label = dict(enumerate(names))
     model.config.label2id = {name: i for i, name in enumerate(names)}
@@ -96,4 +138,8 @@ def finetune(
     after = trainer.evaluate()
     trainer.save_model(str(output_dir))
     build_image_processor(model.config).save_pretrained(str(output_dir))
-    return FinetuneResult(Path(output_dir), before, after)
+    if splits.holdout is not None:
+        (output_dir / "holdout.json").write_text(
+            json.dumps({"dataset": dataset, "split": train_split, **splits.holdout})
+        )
+    return FinetuneResult(output_dir, before, after, splits.holdout_note(dataset, train_split))

@@ -91,7 +91,8 @@ class ParquetCorruptions:
 
     COLUMNS = ("image", "label", "corruption", "severity")
 
-    def __init__(self, source: str | Path, *, split: str = "test"):
+    def __init__(self, source: str | Path, *, split: str | None = None):
+        """`split`: by default the source's only split (a single parquet file has no split name)."""
         from alternet_hf.data import load_raw_dataset
 
         self.dataset = load_raw_dataset(str(source), split=split)

@@ -36,7 +36,7 @@ def test_embedded_digits():
     assert train.features["label"].num_classes == 10
     assert sorted(set(test["label"])) == list(range(10))  # stratified
     assert load_image_classification("digits", split="test")["label"] == test["label"]  # fixed split
-    with pytest.raises(ValueError, match="splits 'train' and 'test'"):
+    with pytest.raises(ValueError, match=r"no split 'validation': its splits are \['test', 'train'\]"):
         load_image_classification("digits", split="validation")
 
 
@@ -57,6 +57,64 @@ def test_parquet_file_and_folder(tmp_path):
     assert len(data) == 12 and isinstance(data[0]["image"], PILImage.Image)
     folder = load_image_classification(str(tmp_path), image_column="img", label_column="coarse_label")
     assert len(folder) == 12
+    _cifar100_like(4).to_parquet(str(tmp_path / "test.parquet"))
+    test = load_image_classification(str(tmp_path), split="test", image_column="img", label_column="coarse_label")
+    assert len(test) == 4  # the folder's files name its splits
+
+
+@pytest.mark.parametrize("kind", ["parquet file", "saved Dataset", "unnamed parquet files", "flat image folder"])
+def test_a_source_with_one_split_serves_no_other(tmp_path, kind):
+    """One parquet file, one saved Dataset, or files that name no split hold the split "train" only: any other
+    name is an error listing the splits, never the training rows again under another name."""
+    if kind == "parquet file":
+        _cifar100_like().to_parquet(str(tmp_path / "all.parquet"))
+        source = tmp_path / "all.parquet"
+    elif kind == "saved Dataset":
+        _cifar100_like().save_to_disk(str(tmp_path / "d"))
+        source = tmp_path / "d"
+    elif kind == "unnamed parquet files":
+        (tmp_path / "p").mkdir()
+        _cifar100_like().to_parquet(str(tmp_path / "p" / "part-0.parquet"))
+        source = tmp_path / "p"
+    else:
+        for label in ("cat", "dog"):
+            (tmp_path / "f" / label).mkdir(parents=True)
+            PILImage.new("RGB", (8, 8)).save(tmp_path / "f" / label / "0.png")
+        source = tmp_path / "f"
+    columns = {} if kind == "flat image folder" else dict(image_column="img", label_column="fine_label")
+    assert len(load_image_classification(str(source), split="train", **columns)) > 0
+    for split in ("test", "validation", "bogus"):
+        with pytest.raises(ValueError, match=rf"has no split '{split}': its splits are \['train'\].*holdout"):
+            load_image_classification(str(source), split=split, **columns)
+
+
+def test_holdout_is_seeded_stratified_and_disjoint(tmp_path):
+    from alternet_hf.data import load_train_and_eval
+
+    Dataset.from_dict(
+        {"image": [PILImage.new("RGB", (8, 8), (i, 0, 0)) for i in range(40)], "label": [i % 4 for i in range(40)]},
+        features=Features({"image": Image(), "label": ClassLabel(names=list("abcd"))}),
+    ).to_parquet(str(tmp_path / "one.parquet"))
+    splits = load_train_and_eval(str(tmp_path / "one.parquet"), eval_split="holdout:0.2", seed=3)
+    assert len(splits.train) == 32 and len(splits.eval) == 8
+    assert sorted(splits.eval["label"]) == [0, 0, 1, 1, 2, 2, 3, 3]  # stratified
+    train_pixels = {image.getpixel((0, 0)) for image in splits.train["image"]}
+    assert not train_pixels & {image.getpixel((0, 0)) for image in splits.eval["image"]}  # no row in both
+    again = load_train_and_eval(str(tmp_path / "one.parquet"), eval_split="holdout:0.2", seed=3)
+    assert again.holdout["rows"] == splits.holdout["rows"] and len(splits.holdout["rows"]) == 8
+    assert load_train_and_eval(str(tmp_path / "one.parquet"), eval_split="holdout", seed=3).holdout["fraction"] == 0.1
+    assert "hold-out of 20%" in splits.holdout_note("one.parquet", "train")
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        load_train_and_eval(str(tmp_path / "one.parquet"), eval_split="holdout:2")
+
+
+def test_sparse_integer_labels_are_refused():
+    """Labels 0, 1 and 1000 would silently build a 1001-class model with 998 classes never seen."""
+    from alternet_hf.data import encode_labels
+
+    with pytest.raises(ValueError, match="1001-class model in which 998 classes never occur"):
+        encode_labels(_plain_labels([0, 1, 1000, 1], "int64"))
+    assert encode_labels(_plain_labels([0, 2, 2, 1], "int64")).features["label"].num_classes == 3
 
 
 def test_image_folder_with_integer_labels_from_names(tmp_path):
@@ -124,7 +182,9 @@ def test_class_names_of_a_model_config():
 
 
 def test_unreachable_hub_dataset_names_the_offline_options(monkeypatch):
+    from alternet_hf.data import DatasetUnavailableError
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    with pytest.raises(RuntimeError, match="save_to_disk"):
+    with pytest.raises(DatasetUnavailableError, match="save_to_disk"):
         load_image_classification("uoft-cs/cifar100", split="test")

@@ -69,7 +69,7 @@ def test_source_errors_say_what_is_wrong(generated, tmp_path):
         next(generated.batches("rain", 1))
     with pytest.raises(ValueError, match="severity"):
         next(generated.batches("fog", 6))
-    with pytest.raises(RuntimeError, match="Offline"):
+    with pytest.raises(ConnectionError, match="Offline"):
         robustness.ParquetCorruptions("nobody/cifar100-c")
 
 

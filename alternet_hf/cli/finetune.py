@@ -12,15 +12,21 @@ def main(argv: list[str] | None = None) -> None:
     parser = make_parser(__doc__)
     parser.add_argument("--model", required=True, type=model_source)
     parser.add_argument("--dataset", required=True, help="'digits', a Hub id, or a local folder/parquet file")
-    parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--output-dir", help="default: outputs/<model>-finetuned-<dataset>")
+    parser.add_argument("--overwrite", action="store_true", help="replace a model already in --output-dir")
     parser.add_argument("--image-column")
     parser.add_argument("--label-column")
     parser.add_argument("--train-split", default="train")
-    parser.add_argument("--eval-split", default="test")
+    parser.add_argument(
+        "--eval-split", default="test", help="a split name, or holdout[:fraction] of the training split"
+    )
     parser.add_argument("--epochs", type=float, default=3)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--horizontal-flip", type=float, default=0.5, help="probability; 0 for digits or text")
+    parser.add_argument(
+        "--horizontal-flip", type=float,
+        help="probability (default: as in the model's own training recipe, else 0 for digits and 0.5 for photos)",
+    )  # fmt: skip
     parser.add_argument("--model-overrides", type=json_object, default={}, help="config fields as JSON")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -40,7 +46,10 @@ def main(argv: list[str] | None = None) -> None:
         horizontal_flip=args.horizontal_flip,
         seed=args.seed,
         model_overrides=args.model_overrides,
+        overwrite=args.overwrite,
     )
+    if result.holdout_note:
+        print(result.holdout_note)
     before, after = result.metrics_before["eval_accuracy"], result.metrics_after["eval_accuracy"]
     print(f"accuracy {100 * before:.2f}% -> {100 * after:.2f}%; model and image processor in {result.output_dir}")
 
