@@ -3,32 +3,40 @@
 Started by `alternet-space` (or the Space repo's `app.py`). Models are loaded from Hub ids or folders,
 never with `trust_remote_code`: the zoo's classes come from `alternet_hf` itself. Stored analysis results
 (`alternet-analyze --out <results>/<name>`) draw the accuracy curves of the robustness tab.
+
+The Space always starts: a model that cannot be loaded is reported in the page; when none can (offline, or
+before the zoo is published) it falls back to the offline mini-zoo that `alternet-reproduce` writes, and
+without that it names the command that makes it. Uploads are checked from their header before any pixel
+is decoded, so memory stays bounded whatever size an image claims.
 """
 
 import json
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import gradio as gr
-import matplotlib
 import numpy as np
 import torch
-from PIL import Image
+from matplotlib.figure import Figure  # figures without pyplot's registry: each is freed once shown
+from PIL import Image, UnidentifiedImageError
+from transformers import AutoModelForImageClassification
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from transformers import AutoModelForImageClassification  # noqa: E402
+import alternet_hf  # noqa: F401  (registers the zoo's classes: no remote code is ever run)
+from alternet_hf.cli._common import hub_unreachable
+from analysis.blocks import as_feature_map, run_blocks
+from analysis.corruptions import CORRUPTIONS, SEVERITIES, corrupt
+from analysis.fourier import fourier_log_amplitude, mean_log_amplitude
+from analysis.robustness import band_pass_noise
 
-import alternet_hf  # noqa: E402  (registers the zoo's classes: no remote code is ever run)
-from analysis.blocks import as_feature_map, run_blocks  # noqa: E402
-from analysis.corruptions import CORRUPTIONS, corrupt  # noqa: E402
-from analysis.fourier import fourier_log_amplitude, mean_log_amplitude  # noqa: E402
-from analysis.robustness import band_pass_noise  # noqa: E402
-
-MAX_SIDE = 4096  # larger uploads are refused; anything above MAX_WORKING_SIDE is shrunk first
+MAX_SIDE = 4096  # larger images are refused from their header; anything above MAX_WORKING_SIDE is shrunk
 MAX_WORKING_SIDE = 512
+MAX_UPLOAD = "10mb"
 FREQUENCY_NOISE = "frequency noise"
 EXAMPLES = ("astronaut", "coffee", "chelsea", "rocket")
+MINI_ZOO = Path("outputs/mini-zoo")  # what `alternet-reproduce` writes: models/<family>/, results/<family>/
+MINI_ZOO_COMMAND = "alternet-reproduce"
+MODELS_SYNTAX = "alternet-space --models Name=folder_or_hub_id,... (or ALTERNET_SPACE_MODELS)"
 
 
 @dataclass
@@ -39,38 +47,110 @@ class LoadedModel:
     error: str | None = None
 
 
-def load_models(spec: str) -> list[LoadedModel]:
-    """`name=source,...` -> models in eval mode; a source that fails to load is reported, not fatal."""
-    loaded = []
+def parse_models(spec: str) -> list[tuple[str, str]]:
+    """`name=source,...` -> [(name, source)], or an error that shows the syntax."""
+    entries = []
     for entry in filter(None, (part.strip() for part in spec.split(","))):
         name, _, source = entry.partition("=")
-        if not source:
-            raise ValueError(f"model entry {entry!r} must look like name=hub_id_or_folder")
+        if not name.strip() or not source.strip():
+            raise ValueError(f"model entry {entry!r} must look like Name=folder_or_hub_id: {MODELS_SYNTAX}")
+        entries.append((name.strip(), source.strip()))
+    if not entries:
+        raise ValueError(f"no models given: {MODELS_SYNTAX}")
+    return entries
+
+
+def load_models(spec: str) -> list[LoadedModel]:
+    """Models in eval mode; one that fails to load is reported with a short reason, not fatal. Once the Hub
+    proves unreachable, the remaining Hub ids are not tried (each try costs seconds of retries)."""
+    loaded, hub_down = [], False
+    for name, source in parse_models(spec):
+        local = Path(source).expanduser().exists()
+        if hub_down and not local:
+            loaded.append(LoadedModel(name, source, None, "not tried: the Hugging Face Hub is unreachable"))
+            continue
         try:
             model = AutoModelForImageClassification.from_pretrained(source, trust_remote_code=False).eval()
             loaded.append(LoadedModel(name, source, model))
         except Exception as error:  # offline, missing folder, foreign architecture: say so in the page
-            loaded.append(LoadedModel(name, source, None, f"{type(error).__name__}: {str(error)[:200]}"))
-    if not any(m.model is not None for m in loaded):
-        details = "; ".join(f"{m.name} ({m.source}): {m.error}" for m in loaded)
-        raise RuntimeError(f"no model could be loaded: {details}. Point --models at folders from alternet-train")
+            hub_down = hub_down or (not local and hub_unreachable(error))
+            loaded.append(LoadedModel(name, source, None, _short_reason(error, source, local)))
     return loaded
 
 
-def example_photos() -> list[Image.Image]:
+def _short_reason(error: Exception, source: str, local: bool) -> str:
+    if not local and hub_unreachable(error):
+        return "the Hugging Face Hub is unreachable (offline or no network)"
+    if not local and "/" in source and not source.startswith((".", "/", "~")):
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return f"no local folder of that name, and the Hub says: {first}"
+    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"{type(error).__name__}: {first}"
+
+
+def mini_zoo_spec(root: Path = MINI_ZOO) -> str | None:
+    """`name=folder,...` for the mini-zoo's models, or None where there is none."""
+    folders = sorted(p for p in (root / "models").glob("*") if (p / "config.json").is_file())
+    return ",".join(f"{folder.name}={folder}" for folder in folders) or None
+
+
+def start(spec: str, results_dir: Path | None = None, *, mini_zoo: Path = MINI_ZOO) -> "Space":
+    """The Space for `spec`, falling back to the mini-zoo when none of its models loads."""
+    models = load_models(spec)
+    if any(m.model is not None for m in models):
+        return Space(models, results_dir)
+    fallback = mini_zoo_spec(mini_zoo)
+    if fallback is None:
+        note = (
+            f"**No model could be loaded** (below). Offline, `{MINI_ZOO_COMMAND}` trains a small ResNet, ViT and "
+            f"AlterNet on the embedded digits in minutes (into `{mini_zoo}/`): start the Space again after it."
+        )
+        return Space(models, results_dir, note=note)
+    unavailable = ", ".join(f"{m.name} ({m.error})" for m in models)
+    note = f"The requested models could not be loaded: {unavailable}. Showing the offline mini-zoo of `{mini_zoo}/`."
+    return Space(load_models(fallback), results_dir or mini_zoo / "results", note=note)
+
+
+def example_files() -> list[str]:
+    """scikit-image's photographs as PNG files in a temporary folder (examples go through the upload path)."""
     from skimage import data
 
-    return [Image.fromarray(getattr(data, name)()).convert("RGB") for name in EXAMPLES]
+    folder = Path(tempfile.gettempdir()) / "alternet-space-examples"
+    folder.mkdir(exist_ok=True)
+    paths = []
+    for name in EXAMPLES:
+        path = folder / f"{name}.png"
+        if not path.exists():
+            Image.fromarray(getattr(data, name)()).convert("RGB").save(path)
+        paths.append(str(path))
+    return paths
 
 
-def checked_image(image: Image.Image | None) -> Image.Image:
-    if image is None:
+def open_image(path: str | None) -> Image.Image:
+    """An upload as an RGB image of at most MAX_WORKING_SIDE a side; its size is checked from the header,
+    before any pixel is decoded (a 300 KB PNG may claim 10000×10000 pixels)."""
+    if path is None:
         raise gr.Error("Pick an example photo or upload an image first.")
-    if max(image.size) > MAX_SIDE:
-        raise gr.Error(f"The image is {image.size[0]}×{image.size[1]}; the limit is {MAX_SIDE} pixels a side.")
-    image = image.convert("RGB")
+    try:
+        with Image.open(path) as image:
+            width, height = image.size
+            if max(width, height) > MAX_SIDE:
+                raise gr.Error(f"The image is {width}×{height}; the limit is {MAX_SIDE} pixels a side.")
+            image.draft("RGB", (MAX_WORKING_SIDE, MAX_WORKING_SIDE))  # JPEG decodes at a reduced scale
+            image = to_8bit_rgb(image)
+    except (UnidentifiedImageError, Image.DecompressionBombError, OSError, SyntaxError) as error:
+        raise gr.Error(f"This file could not be read as an image ({type(error).__name__}).") from None
     image.thumbnail((MAX_WORKING_SIDE, MAX_WORKING_SIDE))
     return image
+
+
+def to_8bit_rgb(image: Image.Image) -> Image.Image:
+    """RGB with 8 bits a channel; 16-bit and float greyscale are scaled, not clipped to white."""
+    if image.mode in ("I", "I;16", "I;16B", "I;16L", "F"):
+        pixels = np.asarray(image, dtype=np.float64)
+        top = 65535.0 if image.mode.startswith("I;16") or pixels.max() > 255 else 255.0
+        image = Image.fromarray(np.clip(pixels / top * 255, 0, 255).round().astype(np.uint8))
+    return image.convert("RGB")
 
 
 def to_inputs(model, image: Image.Image) -> torch.Tensor:
@@ -99,10 +179,11 @@ def _denormalise(model, inputs: torch.Tensor) -> torch.Tensor:
 
 
 class Space:
-    def __init__(self, models: list[LoadedModel], results_dir: Path | None = None):
+    def __init__(self, models: list[LoadedModel], results_dir: Path | None = None, *, note: str | None = None):
         self.models = models
         self.ready = [m for m in models if m.model is not None]
-        self.results_dir = results_dir
+        self.results_dir = Path(results_dir) if results_dir is not None else None
+        self.note = note
 
     def status(self) -> str:
         lines = [
@@ -110,14 +191,23 @@ class Space:
             f"- **{m.name}**: not loaded from `{m.source}` ({m.error})"
             for m in self.models
         ]  # fmt: skip
-        return "Models:\n" + "\n".join(lines)
+        text = "Models:\n" + "\n".join(lines)
+        if len(self.ready) < len(self.models):
+            text += f"\n\nChoose the models with `{MODELS_SYNTAX}`."
+        return (self.note + "\n\n" + text) if self.note else text
+
+    def _require_models(self) -> None:
+        if not self.ready:
+            raise gr.Error(f"No model is loaded. Run `{MINI_ZOO_COMMAND}` (offline, minutes) or `{MODELS_SYNTAX}`.")
 
     # --- frequency tab -----------------------------------------------------------------------------
 
     @torch.no_grad()
-    def frequency(self, image: Image.Image | None, depth: float):
-        image = checked_image(image)
-        figure, axes = plt.subplots(2, len(self.ready), figsize=(4 * len(self.ready), 6.5), squeeze=False)
+    def frequency(self, path: str | None, depth: float) -> Figure:
+        self._require_models()
+        image = open_image(path)
+        figure = Figure(figsize=(4.2 * len(self.ready), 6.8), layout="constrained")
+        axes = figure.subplots(2, len(self.ready), squeeze=False)
         for column, entry in enumerate(self.ready):
             inputs = to_inputs(entry.model, image)
             result = fourier_log_amplitude(entry.model, inputs)
@@ -128,23 +218,26 @@ class Space:
                     ax.axvspan(position - 0.5, position + 0.5, color="0.85", linewidth=0)
             ax.plot(positions, result.high_frequency, marker="o", markersize=3)
             ax.set_title(f"{entry.name}: ΔlogA at π (MSA shaded)", fontsize=9)
-            ax.set_xlabel("depth")
+            ax.set(xlabel="depth (block)", ylabel="ΔlogA at π")
             run = run_blocks(entry.model, inputs)
             index = min(int(round(depth * (len(run.states) - 1))), len(run.states) - 1)
             feature_map = as_feature_map(run.states[index], run.num_prefix_tokens)
             spectrum = axes[1, column]
-            spectrum.imshow(mean_log_amplitude(feature_map).numpy(), cmap="inferno")
-            spectrum.set_title(f"log |FFT| of block {index} ({run.kinds[index]})", fontsize=9)
-            spectrum.axis("off")
-            ax.axvline(index + 1, color="tab:red", linewidth=0.8)
-        figure.tight_layout()
+            shown = spectrum.imshow(mean_log_amplitude(feature_map).numpy(), cmap="inferno")
+            spectrum.set_title(f"{entry.name}: log |FFT| after block {index} ({run.kinds[index]})", fontsize=9)
+            spectrum.set(xlabel="horizontal frequency (0 at centre)", ylabel="vertical frequency")
+            spectrum.set_xticks([])
+            spectrum.set_yticks([])
+            figure.colorbar(shown, ax=spectrum, shrink=0.8, label="log amplitude")
+            ax.axvline(index + 1, color="tab:red", linewidth=0.8)  # positions count the input first
         return figure
 
     # --- robustness tab ----------------------------------------------------------------------------
 
     @torch.no_grad()
-    def robustness(self, image: Image.Image | None, corruption: str, severity: int, frequency: float):
-        image = checked_image(image)
+    def robustness(self, path: str | None, corruption: str, severity: int, frequency: float):
+        self._require_models()
+        image = open_image(path)
         shown, predictions = None, []
         generator = torch.Generator().manual_seed(0)
         for entry in self.ready:
@@ -168,9 +261,10 @@ class Space:
         shown = shown.resize((256, 256), Image.Resampling.NEAREST)
         return [shown, *predictions, self.curves(corruption)]
 
-    def curves(self, corruption: str):
+    def curves(self, corruption: str) -> Figure:
         """Accuracy vs severity (or noise frequency) from stored analysis results, one line per model."""
-        figure, ax = plt.subplots(figsize=(5, 3.2))
+        figure = Figure(figsize=(5.5, 3.4), layout="constrained")
+        ax = figure.subplots()
         found = []
         for entry in self.ready:
             folder = self.results_dir / entry.name if self.results_dir else None
@@ -192,19 +286,28 @@ class Space:
                         found.append(entry.name)
         if found:
             ax.set_xlabel("noise frequency (π)" if corruption == FREQUENCY_NOISE else "severity")
-            ax.set_ylabel("Δ accuracy (%)" if corruption == FREQUENCY_NOISE else "accuracy (%)")
+            ax.set_ylabel("Δ accuracy (points)" if corruption == FREQUENCY_NOISE else "accuracy (%)")
             ax.legend()
             ax.set_title(f"Stored results: {corruption}", fontsize=9)
         else:
             ax.axis("off")
-            ax.text(0.5, 0.5, "No stored results for these models:\nrun alternet-analyze --out <results>/<name>",
-                    ha="center", va="center", fontsize=9)  # fmt: skip
-        figure.tight_layout()
+            where = f"in {self.results_dir}/<model name>/" if self.results_dir else "(no --results folder given)"
+            ax.text(0.5, 0.5, f"No stored results for these models {where}.\nRun alternet-analyze --out "
+                    "<results>/<model name>, then start the Space\nwith --results <results> "
+                    "(or ALTERNET_SPACE_RESULTS).", ha="center", va="center", fontsize=9)  # fmt: skip
         return figure
 
 
+def _severity_or_frequency(corruption: str):
+    """Only the control that applies to the chosen corruption is active."""
+    noise = corruption == FREQUENCY_NOISE
+    return gr.update(interactive=not noise), gr.update(interactive=noise)
+
+
 def build_demo(space: Space) -> gr.Blocks:
-    examples = example_photos()
+    examples = [[path] for path in example_files()]
+    # type="filepath" with image_mode=None: Gradio hands over the uploaded file undecoded (see open_image).
+    photo = dict(type="filepath", image_mode=None, label="Photo", height=280)
     with gr.Blocks(title="How Do Vision Transformers Work?") as demo:
         gr.Markdown(
             "# How Do Vision Transformers Work?\n"
@@ -214,28 +317,34 @@ def build_demo(space: Space) -> gr.Blocks:
         )
         with gr.Tab("Frequency"):
             with gr.Row():
-                image = gr.Image(type="pil", label="Photo", height=280)
+                image = gr.Image(**photo)
                 with gr.Column():
-                    depth = gr.Slider(0, 1, value=0.5, step=0.05, label="Feature map depth (0 = input, 1 = head)")
+                    depth = gr.Slider(
+                        0, 1, value=0.5, step=0.05, label="Feature map depth (0 = stem output, 1 = head input)"
+                    )
                     analyse = gr.Button("Analyse frequencies", variant="primary")
-            gr.Examples([[e] for e in examples], inputs=[image], label="Example photos (scikit-image)")
-            frequency_plot = gr.Plot(label="ΔlogA by depth and feature-map spectra")
+            gr.Examples(examples, inputs=[image], label="Example photos (scikit-image)")
+            gr.Markdown("**ΔlogA at π by depth (top) and the spectrum of the feature map at the chosen depth**")
+            frequency_plot = gr.Plot(show_label=False)
             analyse.click(space.frequency, [image, depth], frequency_plot, api_name="frequency")
         with gr.Tab("Robustness"):
             with gr.Row():
-                robust_image = gr.Image(type="pil", label="Photo", height=280)
+                robust_image = gr.Image(**photo)
                 with gr.Column():
                     corruption = gr.Dropdown([*CORRUPTIONS, FREQUENCY_NOISE], value="fog", label="Corruption")
-                    severity = gr.Slider(1, 5, value=3, step=1, label="Severity (CIFAR-C)")
+                    severity = gr.Radio(list(SEVERITIES), value=3, label="Severity (CIFAR-C)")
                     frequency = gr.Slider(
-                        0.1, 0.9, value=0.5, step=0.1, label="Noise frequency (π), for frequency noise"
-                    )
+                        0.1, 0.9, value=0.5, step=0.1, label="Noise frequency (π), for frequency noise",
+                        interactive=False,
+                    )  # fmt: skip
                     run = gr.Button("Corrupt and classify", variant="primary")
-            gr.Examples([[e] for e in examples], inputs=[robust_image], label="Example photos (scikit-image)")
+            corruption.change(_severity_or_frequency, corruption, [severity, frequency])
+            gr.Examples(examples, inputs=[robust_image], label="Example photos (scikit-image)")
             with gr.Row():
                 corrupted = gr.Image(label="What the models see", height=256)
                 labels = [gr.Label(num_top_classes=5, label=f"{m.name} top-5") for m in space.ready]
-            curves = gr.Plot(label="Accuracy from stored analysis results")
+            gr.Markdown("**Accuracy from stored analysis results**")
+            curves = gr.Plot(show_label=False)
             run.click(
                 space.robustness, [robust_image, corruption, severity, frequency], [corrupted, *labels, curves],
                 api_name="robustness",

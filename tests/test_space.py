@@ -1,13 +1,18 @@
 """The Gradio Space: every control through gradio_client, and both tabs clicked through in headless Chromium."""
 
 import json
+import os
 import shutil
 import socket
+import subprocess
+import time
+import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
-from conftest import TINY
+from conftest import TINY, installed_command
 from PIL import Image
 
 import alternet_hf
@@ -67,6 +72,98 @@ def test_every_control_through_the_api(space_url):
     Image.new("RGB", (4100, 10)).save(huge)
     with pytest.raises(Exception, match="limit is 4096"):
         client.predict(handle_file(str(huge)), 0.5, api_name="/frequency")
+
+
+def _resident_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS in /proc/self/status")
+
+
+def test_memory_stays_bounded_under_huge_uploads(space_url):
+    """A 10000×10000 PNG compresses to a few hundred KB but decodes to 300 MB: it must be refused from its
+    header, before any pixel is decoded (the Space runs in this process, so its memory is ours)."""
+    from gradio_client import Client, handle_file
+
+    url, folder = space_url
+    huge = folder / "bomb.png"
+    Image.new("L", (10_000, 10_000)).save(huge, optimize=True)
+    assert huge.stat().st_size < 10 * 2**20  # under the upload limit: only the header check stops it
+    client = Client(url, verbose=False)
+    Image.new("RGB", (300, 200)).save(folder / "small.png")
+    client.predict(handle_file(str(folder / "small.png")), 0.5, api_name="/frequency")  # warm up
+    before = _resident_mb()
+    for _ in range(4):
+        with pytest.raises(Exception, match="10000×10000; the limit is 4096"):
+            client.predict(handle_file(str(huge)), 0.5, api_name="/frequency")
+    assert _resident_mb() - before < 100, f"resident memory grew from {before:.0f} MB to {_resident_mb():.0f} MB"
+
+
+def test_sixteen_bit_images_are_scaled_not_white():
+    pixels = (np.arange(64 * 64, dtype=np.uint16).reshape(64, 64) * 16).astype(np.uint16)  # 0…65520
+    converted = np.asarray(app.to_8bit_rgb(Image.fromarray(pixels, mode="I;16")))
+    assert converted.shape == (64, 64, 3) and converted.min() == 0 and 250 <= converted.max() <= 255
+    assert 100 < converted.mean() < 155  # a ramp over the whole range, not a white image
+
+
+def test_the_severity_control_applies_to_corruptions_and_the_frequency_to_noise():
+    severity, frequency = app._severity_or_frequency("frequency noise")
+    assert severity["interactive"] is False and frequency["interactive"] is True
+    severity, frequency = app._severity_or_frequency("fog")
+    assert severity["interactive"] is True and frequency["interactive"] is False
+
+
+def _start_space(cwd: Path, port: int, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "ALTERNET_SPACE_MODELS": "", "ALTERNET_SPACE_RESULTS": ""}
+    env.pop("ALTERNET_SPACE_MODELS")
+    env.pop("ALTERNET_SPACE_RESULTS")
+    command = [installed_command("alternet-space"), "--port", str(port), *args]
+    return subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _wait_for_page(process: subprocess.Popen, port: int, timeout: float = 240) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, f"the Space exited with {process.returncode}: {process.stdout.read()[-3000:]}"
+        try:
+            return urllib.request.urlopen(f"http://127.0.0.1:{port}/config", timeout=5).read().decode()
+        except OSError:
+            time.sleep(1)
+    raise AssertionError("the Space did not come up")
+
+
+@pytest.mark.parametrize("with_mini_zoo", [False, True], ids=["nothing-local", "mini-zoo"])
+def test_the_space_starts_offline_with_no_arguments(tmp_path, with_mini_zoo):
+    """`alternet-space` on a fresh machine: the Hub models cannot load, yet the page comes up and says how to
+    get models; with the mini-zoo of alternet-reproduce in outputs/mini-zoo/ it shows those instead."""
+    if with_mini_zoo:
+        for family, preset in (("alternet", "alternet-50-cifar100"), ("vit", "vit-ti-cifar100")):
+            model = alternet_hf.create_model(preset, **TINY[preset])
+            model.save_pretrained(tmp_path / "outputs" / "mini-zoo" / "models" / family)
+    port = free_port()
+    process = _start_space(tmp_path, port)
+    try:
+        page = _wait_for_page(process, port)
+    finally:
+        process.terminate()
+        output = process.communicate(timeout=60)[0]
+    assert "the Hugging Face Hub is unreachable" in page
+    if with_mini_zoo:
+        assert "Showing the offline mini-zoo" in page and "AlterNetForImageClassification" in page
+        assert "alternet top-5" in page and "vit top-5" in page
+    else:
+        assert "No model could be loaded" in page and "alternet-reproduce" in page and "--models Name=" in page
+    assert "Traceback" not in output
+
+
+def test_a_malformed_models_flag_is_a_clear_error(tmp_path):
+    completed = subprocess.run(
+        [installed_command("alternet-space"), "--models", "just-a-folder"], cwd=tmp_path, capture_output=True,
+        text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert completed.returncode == 2 and "must look like Name=folder_or_hub_id" in completed.stderr
+    assert "Traceback" not in completed.stderr
 
 
 def test_a_browser_clicks_through_both_tabs(space_url):

@@ -48,13 +48,13 @@ def command(main: Callable[[list[str] | None], None]) -> Callable[[list[str] | N
 def describe(error: BaseException) -> str:
     """The message of `error`, with what to do when it says the Hub could not be reached."""
     message = str(error) or type(error).__name__
-    if _hub_unreachable(error):
+    if hub_unreachable(error):
         message += (
             "\nThe Hugging Face Hub cannot be reached from here (offline, HF_HUB_OFFLINE=1, or no network). "
             "Use local files instead: a model folder for --model, a local dataset (a folder written by "
             "`Dataset.save_to_disk`, parquet, an image folder, or 'digits') for --dataset."
         )
-    elif _hub_unauthenticated(error):
+    elif hub_unauthenticated(error):
         message += "\nLog in first (`hf auth login`, or set HF_TOKEN), or write the files locally with --dry-run DIR."
     return message
 
@@ -67,7 +67,7 @@ def _errors_in_chain(error: BaseException):
         error = error.__cause__ or error.__context__
 
 
-def _hub_unreachable(error: BaseException) -> bool:
+def hub_unreachable(error: BaseException) -> bool:
     names = {"OfflineModeIsEnabled", "LocalEntryNotFoundError", "ConnectionError", "ConnectTimeout", "ConnectError"}
     texts = ("couldn't connect", "offline mode", "hf_hub_offline", "connection refused", "failed to resolve")
     return any(
@@ -75,7 +75,7 @@ def _hub_unreachable(error: BaseException) -> bool:
     )
 
 
-def _hub_unauthenticated(error: BaseException) -> bool:
+def hub_unauthenticated(error: BaseException) -> bool:
     names = {"LocalTokenNotFoundError", "GatedRepoError"}
     return any(type(e).__name__ in names or "401" in str(e) for e in _errors_in_chain(error))
 

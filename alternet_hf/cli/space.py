@@ -4,7 +4,9 @@
     alternet-space --models resnet=outputs/resnet-digits,alternet=outputs/alternet-digits
 
 Models: `--models name=hub_id_or_folder,...` or `ALTERNET_SPACE_MODELS`; stored analysis results for
-the accuracy curves: `--results` or `ALTERNET_SPACE_RESULTS` (one sub-folder per model name).
+the accuracy curves: `--results` or `ALTERNET_SPACE_RESULTS` (one sub-folder per model name). When none of
+the models loads (offline, say), the Space shows the mini-zoo of `alternet-reproduce` (outputs/mini-zoo/)
+if there is one, and otherwise says how to make it: it always starts.
 """
 
 import os
@@ -24,13 +26,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--models", default=os.environ.get("ALTERNET_SPACE_MODELS", DEFAULT_MODELS))
     parser.add_argument("--results", type=Path, default=os.environ.get("ALTERNET_SPACE_RESULTS"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", 7860)))
+    parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME"), help="e.g. 0.0.0.0 in a container")
     args = parser.parse_args(argv)
-    from alternet_hf.space import Space, build_demo, load_models
+    from PIL import Image
 
-    space = Space(load_models(args.models), args.results)
+    from alternet_hf.space import MAX_SIDE, MAX_UPLOAD, build_demo, parse_models, start
+
+    parse_models(args.models)  # a malformed --models is an error before anything loads
+    Image.MAX_IMAGE_PIXELS = MAX_SIDE * MAX_SIDE  # a second guard behind the header check of every upload
+    space = start(args.models, args.results)
     print(space.status())
     demo = build_demo(space)
-    demo.queue(default_concurrency_limit=2, max_size=32).launch(server_port=args.port, max_file_size="10mb")
+    # Two requests at a time bound the memory (each holds one image of at most MAX_SIDE² pixels).
+    demo.queue(default_concurrency_limit=2, max_size=32).launch(
+        server_name=args.host, server_port=args.port, max_file_size=MAX_UPLOAD
+    )
 
 
 if __name__ == "__main__":
