@@ -119,7 +119,7 @@ def plot_reliability_diagram(diagram: ReliabilityDiagram, ax=None, *, title: str
     import matplotlib.pyplot as plt
 
     if ax is None:
-        _, ax = plt.subplots(figsize=(4, 4))
+        _, ax = plt.subplots(figsize=(4, 4), layout="constrained")
     edges = diagram.bin_edges
     width = edges[1:] - edges[:-1]
     ax.bar(edges[:-1], np.nan_to_num(diagram.accuracy), width=width, align="edge", edgecolor="black", label="accuracy")
@@ -131,5 +131,5 @@ def plot_reliability_diagram(diagram: ReliabilityDiagram, ax=None, *, title: str
         ylabel="accuracy",
         title=title or f"ECE {expected_calibration_error(diagram):.3f}",
     )
-    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.1), ncol=2, frameon=False, fontsize="small")
+    ax.legend(loc="upper left", fontsize="small")  # inside the axes: nothing sticks out of a saved figure
     return ax

@@ -82,3 +82,17 @@ def test_evaluate_module_loads_by_path_offline():
         metric.add_batch(predictions=logits[start : start + 2].numpy(), references=LABELS[start : start + 2])
     result = metric.compute()
     assert result == pytest.approx(classification_metrics(PROBS, LABELS, from_logits=False), rel=1e-5)
+
+
+def test_the_reliability_diagram_fits_its_figure(tmp_path):
+    """Legend and title lie inside the saved image (the legend used to sit above the axes, cut off)."""
+    rng = np.random.default_rng(0)
+    logits, labels = rng.normal(size=(200, 5)), rng.integers(0, 5, 200)
+    ax = plot_reliability_diagram(reliability_diagram(logits, labels))
+    figure = ax.figure
+    figure.savefig(tmp_path / "r.png")
+    renderer = figure.canvas.get_renderer()
+    page = figure.bbox
+    for artist in (ax.get_legend(), ax.title, ax.xaxis.label, ax.yaxis.label):
+        box = artist.get_window_extent(renderer)
+        assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1, artist
