@@ -65,3 +65,9 @@ def installed_command(name: str) -> str:
     found = str(path) if path.exists() else shutil.which(name)
     assert found, f"the command {name} is not installed: pip install -e . (setup.cfg [options.entry_points])"
     return found
+
+
+def command_names() -> list[str]:
+    """Every console script that setup.cfg installs."""
+    setup = (Path(__file__).resolve().parents[1] / "setup.cfg").read_text()
+    return [line.split("=")[0].strip() for line in setup.splitlines() if "= alternet_hf.cli." in line]

@@ -37,7 +37,7 @@ def command(main: Callable[[list[str] | None], None]) -> Callable[[list[str] | N
         except (CommandError, ValueError, OSError) as error:
             if os.environ.get(DEBUG_VARIABLE):
                 raise
-            print(f"error: {describe(error)}", file=sys.stderr)
+            print(f"error: {error if isinstance(error, CommandError) else describe(error)}", file=sys.stderr)
             if not isinstance(error, CommandError):
                 print(f"(set {DEBUG_VARIABLE}=1 to see where it was raised)", file=sys.stderr)
             raise SystemExit(2) from None
@@ -65,6 +65,22 @@ def _errors_in_chain(error: BaseException):
         seen.add(id(error))
         yield error
         error = error.__cause__ or error.__context__
+
+
+def upload(upload_files: Callable[[], None], what: str) -> None:
+    """Run `upload_files`; a Hub that is out of reach or refuses the token is an error that names --dry-run."""
+    try:
+        upload_files()
+    except Exception as error:
+        if not (hub_unreachable(error) or hub_unauthenticated(error) or isinstance(error, OSError)):
+            raise
+        reason = (
+            "the Hub cannot be reached (offline, HF_HUB_OFFLINE=1, or no network)" if hub_unreachable(error) else error
+        )
+        raise CommandError(
+            f"could not upload {what} to the Hub: {reason}. Log in with `hf auth login` (or set HF_TOKEN) where the "
+            "Hub is reachable; with --dry-run DIR the files are written to DIR and nothing is uploaded."
+        ) from error
 
 
 def hub_unreachable(error: BaseException) -> bool:

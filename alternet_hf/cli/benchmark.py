@@ -16,8 +16,7 @@ from alternet_hf.cli._common import command, make_parser
 DTYPES = ("float32", "bfloat16", "float16")
 
 
-@command
-def main(argv: list[str] | None = None) -> None:
+def build_parser():
     parser = make_parser(__doc__)
     parser.add_argument(
         "--models", nargs="+", default=["alternet-50-cifar100", "resnet-50-cifar100", "vit-ti-cifar100"]
@@ -56,7 +55,12 @@ def main(argv: list[str] | None = None) -> None:
         help="count Hessian-vector products of Lanczos and power iteration for the top eigenvalue (digits batch)",
     )
     parser.add_argument("--output", type=Path, default=None, help="also write the results as JSON here")
-    args = parser.parse_args(argv)
+    return parser
+
+
+@command
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     import torch
     from tqdm import tqdm
 

@@ -9,8 +9,7 @@ from pathlib import Path
 from alternet_hf.cli._common import command, json_object, make_parser
 
 
-@command
-def main(argv: list[str] | None = None) -> None:
+def build_parser():
     parser = make_parser(__doc__)
     parser.add_argument("checkpoint", type=Path, help="the reference's .pth.tar file")
     parser.add_argument("preset", help="zoo preset with the same architecture, e.g. resnet-50-cifar100")
@@ -23,7 +22,12 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="also write the modeling files, for trust_remote_code=True without alternet_hf",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+@command
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     from alternet_hf import convert_original_checkpoint
 
     model = convert_original_checkpoint(args.checkpoint, args.preset, **args.config)

@@ -11,8 +11,7 @@ from pathlib import Path
 from alternet_hf.cli._common import command, make_parser, model_source
 
 
-@command
-def main(argv: list[str] | None = None) -> None:
+def build_parser():
     parser = make_parser(__doc__)
     parser.add_argument("--model", required=True, type=model_source, help="folder or Hub id of a trained model")
     parser.add_argument("--dataset", default="digits", help="'digits', a Hub id, or a local folder/parquet file")
@@ -28,7 +27,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--output", type=Path, help="folder for metrics JSON and plot (default: the model folder if local)"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+@command
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     from alternet_hf.metrics import plot_reliability_diagram, reliability_diagram
     from alternet_hf.training import evaluate_model
 

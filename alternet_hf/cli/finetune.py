@@ -7,8 +7,7 @@ alternet-finetune --model <org>/alternet-50-cifar100 --dataset uoft-cs/cifar10 -
 from alternet_hf.cli._common import command, json_object, make_parser, model_source
 
 
-@command
-def main(argv: list[str] | None = None) -> None:
+def build_parser():
     parser = make_parser(__doc__)
     parser.add_argument("--model", required=True, type=model_source)
     parser.add_argument("--dataset", required=True, help="'digits', a Hub id, or a local folder/parquet file")
@@ -29,7 +28,12 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     parser.add_argument("--model-overrides", type=json_object, default={}, help="config fields as JSON")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
+    return parser
+
+
+@command
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     from alternet_hf.finetuning import finetune
 
     result = finetune(

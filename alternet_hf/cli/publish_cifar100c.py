@@ -13,7 +13,7 @@ plain parquet, read back by `analysis.robustness.ParquetCorruptions("<org>/cifar
 import tempfile
 from pathlib import Path
 
-from alternet_hf.cli._common import CommandError, command, make_parser
+from alternet_hf.cli._common import CommandError, command, make_parser, upload
 
 CITATION = """@inproceedings{hendrycks2019benchmarking,
   title={Benchmarking Neural Network Robustness to Common Corruptions and Perturbations},
@@ -81,15 +81,19 @@ def write(zenodo_dir: Path, folder: Path, repo_id: str, corruptions: list[str]) 
     return folder
 
 
-@command
-def main(argv: list[str] | None = None) -> None:
+def build_parser():
     parser = make_parser(__doc__)
     parser.add_argument("--zenodo-dir", type=Path, required=True, help="folder with labels.npy and <corruption>.npy")
     parser.add_argument("--repo-id", required=True, help="the dataset repo to create, e.g. <org>/cifar100-c")
     parser.add_argument("--dry-run", type=Path, help="write what would be uploaded into this folder, upload nothing")
     parser.add_argument("--corruptions", help="comma-separated subset (default: all 15)")
     parser.add_argument("--private", action="store_true")
-    args = parser.parse_args(argv)
+    return parser
+
+
+@command
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     from huggingface_hub import HfApi
 
     from analysis.corruptions import CORRUPTIONS
@@ -103,8 +107,12 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         folder = write(args.zenodo_dir, Path(scratch), args.repo_id, corruptions)
         api = HfApi()
-        api.create_repo(args.repo_id, repo_type="dataset", private=args.private, exist_ok=True)
-        api.upload_folder(repo_id=args.repo_id, repo_type="dataset", folder_path=folder)
+
+        def upload_files():
+            api.create_repo(args.repo_id, repo_type="dataset", private=args.private, exist_ok=True)
+            api.upload_folder(repo_id=args.repo_id, repo_type="dataset", folder_path=folder)
+
+        upload(upload_files, "CIFAR-100-C")
     print(f"published https://huggingface.co/datasets/{args.repo_id}")
 
 

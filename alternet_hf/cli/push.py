@@ -12,18 +12,22 @@ nothing; otherwise it needs a token (`hf auth login`).
 import tempfile
 from pathlib import Path
 
-from alternet_hf.cli._common import CommandError, command, make_parser
+from alternet_hf.cli._common import CommandError, command, make_parser, upload
 
 
-@command
-def main(argv: list[str] | None = None) -> None:
+def build_parser():
     parser = make_parser(__doc__)
     parser.add_argument("--model", type=Path, required=True, help="folder of a trained model")
     parser.add_argument("--repo-id", required=True, help="e.g. <org>/alternet-50-cifar100")
     parser.add_argument("--dry-run", type=Path, help="write what would be uploaded into this folder, upload nothing")
     parser.add_argument("--evaluation", type=Path, help="the eval_*.json of alternet-evaluate to report")
     parser.add_argument("--private", action="store_true")
-    args = parser.parse_args(argv)
+    return parser
+
+
+@command
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     if not args.model.is_dir():
         raise CommandError(f"{args.model} is not a folder: give the output folder of alternet-train")
     from huggingface_hub import HfApi
@@ -37,8 +41,12 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         folder = write_release(args.model, scratch, args.repo_id, evaluation=args.evaluation)
         api = HfApi()
-        api.create_repo(args.repo_id, private=args.private, exist_ok=True)
-        api.upload_folder(repo_id=args.repo_id, folder_path=folder, commit_message=f"Upload {args.model.name}")
+
+        def upload_files():
+            api.create_repo(args.repo_id, private=args.private, exist_ok=True)
+            api.upload_folder(repo_id=args.repo_id, folder_path=folder, commit_message=f"Upload {args.model.name}")
+
+        upload(upload_files, f"the model {args.model}")
     print(f"published https://huggingface.co/{args.repo_id}")
 
 

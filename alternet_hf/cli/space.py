@@ -20,14 +20,18 @@ DEFAULT_MODELS = (
 )
 
 
-@command
-def main(argv: list[str] | None = None) -> None:
+def build_parser():
     parser = make_parser(__doc__)
     parser.add_argument("--models", default=os.environ.get("ALTERNET_SPACE_MODELS", DEFAULT_MODELS))
     parser.add_argument("--results", type=Path, default=os.environ.get("ALTERNET_SPACE_RESULTS"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", 7860)))
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME"), help="e.g. 0.0.0.0 in a container")
-    args = parser.parse_args(argv)
+    return parser
+
+
+@command
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     from PIL import Image
 
     from alternet_hf.space import MAX_SIDE, MAX_UPLOAD, build_demo, parse_models, start

@@ -1,0 +1,65 @@
+"""Small local stand-ins for what the README's commands name: an image folder, the CIFAR-100-C arrays, the
+reference's released checkpoints. `build(folder)` writes them and `placeholders.json`, the map from each
+README placeholder to its stand-in (used by test_readme.py)."""
+
+import json
+from pathlib import Path
+
+import torch
+from reference_forward import reference_alternet_state_dict, reference_resnet_state_dict
+
+
+def image_folder(root: Path, *, train: int = 100, test: int = 40) -> Path:
+    """The embedded digits as an image folder: train/<class>/*.png and test/<class>/*.png."""
+    from alternet_hf.data import load_image_classification
+
+    for split, count in (("train", train), ("test", test)):
+        for i, row in enumerate(load_image_classification("digits", split=split).select(range(count))):
+            folder = root / split / str(row["label"])
+            folder.mkdir(parents=True, exist_ok=True)
+            row["image"].save(folder / f"{i}.png")
+    return root
+
+
+def zenodo_arrays(root: Path, *, images: int = 16) -> Path:
+    """The released CIFAR-100-C layout (labels.npy, <corruption>.npy) for a few digits, every corruption."""
+    from alternet_hf.data import load_image_classification
+    from analysis import robustness
+
+    clean = load_image_classification("digits", split="test").select(range(images))
+    source = robustness.GeneratedCorruptions.from_dataset(clean, seed=0)
+    return robustness.save_as_arrays(source, root)
+
+
+def reference_checkpoints(root: Path) -> dict[str, str]:
+    """Checkpoints in the layouts the reference released (see PAPER.md §3), with random weights."""
+    import timm
+
+    root.mkdir(parents=True, exist_ok=True)
+    resnet = reference_resnet_state_dict((3, 4, 6, 3), (64, 128, 256, 512), expansion=4, num_classes=100)
+    vit = timm.create_model(
+        "vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=2, num_classes=100, qkv_bias=False
+    ).state_dict()
+    alternet = reference_alternet_state_dict(
+        (3, 4, 6, 4), (64, 128, 256, 512), 4, (0, 1, 1, 2), heads=(3, 6, 12, 24), num_classes=100
+    )
+    files = {
+        "resnet_50_cifar100_691cc9a9e4.pth.tar": resnet,
+        "vit_ti_cifar100_9857b21357.pth.tar": vit,
+        "my_alternet.pth.tar": alternet,
+    }
+    for name, state_dict in files.items():
+        torch.save({"state_dict": state_dict}, root / name)
+    return {name: str(root / name) for name in files}
+
+
+def build(folder: str) -> None:
+    root = Path(folder)
+    placeholders = {
+        "<org>": "alternet-test",
+        "<dir>": "outputs/alternet-digits",
+        "path/to/imagefolder": str(image_folder(root / "imagefolder")),
+        "CIFAR-100-C/": str(zenodo_arrays(root / "CIFAR-100-C")) + "/",
+        **reference_checkpoints(root / "checkpoints"),
+    }
+    (root / "placeholders.json").write_text(json.dumps(placeholders, indent=2))

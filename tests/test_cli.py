@@ -1,0 +1,195 @@
+"""The installed commands as a user types them: in a fresh folder, offline, with the inputs users get wrong.
+
+Each bad input must end in one clear message (exit status 2, no traceback) and leave what was there intact.
+The commands run concurrently (each spends most of its time importing torch and transformers).
+"""
+
+import hashlib
+import importlib.util
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import TINY, command_names, installed_command
+
+import alternet_hf
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _env(**extra) -> dict:
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1", **extra}
+
+
+def run_all(
+    commands: dict[str, list], cwd: Path, timeout: float = 600, **env
+) -> dict[str, subprocess.CompletedProcess]:
+    """Run several commands at once; their results by name."""
+    processes = {
+        name: subprocess.Popen(
+            [installed_command(args[0]), *map(str, args[1:])],
+            cwd=cwd,
+            env=_env(**env),
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )  # fmt: skip
+        for name, args in commands.items()
+    }
+    results = {}
+    for name, process in processes.items():
+        stdout, stderr = process.communicate(timeout=timeout)
+        results[name] = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    return results
+
+
+def assert_clear_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    for fragment in fragments:
+        assert fragment in result.stderr, (fragment, result.stderr[-3000:])
+
+
+def _fingerprint(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    """A tiny AlterNet for the digits, saved as alternet-train saves one (with its training recipe)."""
+    folder = tmp_path_factory.mktemp("model") / "alternet-digits"
+    model = alternet_hf.create_model("alternet-18-cifar10", **{**TINY["alternet-18-cifar10"], "num_labels": 10})
+    model.config.image_size = 32
+    model.save_pretrained(folder)
+    (folder / "training_config.json").write_text(json.dumps({"dataset": "digits", "horizontal_flip": 0.0}))
+    return folder
+
+
+def _image_folder(root: Path, *, splits: bool) -> Path:
+    """Digits as an image folder: one sub-folder per class, under train/ and test/ when `splits`."""
+    from alternet_hf.data import load_image_classification
+
+    for split in ("train", "test") if splits else ("train",):
+        data = load_image_classification("digits", split=split).select(range(60 if split == "train" else 20))
+        for i, row in enumerate(data):
+            folder = (root / split if splits else root) / str(row["label"])
+            folder.mkdir(parents=True, exist_ok=True)
+            row["image"].save(folder / f"{i}.png")
+    return root
+
+
+def test_no_script_shadows_an_installed_package():
+    """Running scripts/x.py puts scripts/ first on sys.path: a scripts/evaluate.py hid the `evaluate` package."""
+    for script in (ROOT / "scripts").glob("*.py"):
+        assert importlib.util.find_spec(script.stem) is None, f"scripts/{script.name} shadows a module"
+
+
+def test_every_command_answers_help(tmp_path):
+    names = command_names()
+    assert len(names) >= 9
+    results = run_all({name: [name, "--help"] for name in names}, tmp_path)
+    for name, result in results.items():
+        assert result.returncode == 0 and result.stdout.startswith("usage: " + name), (name, result.stderr[-2000:])
+
+
+def test_finetune_runs_as_the_readme_shows_it(tiny_model, tmp_path):
+    """`alternet-finetune --model <trained folder> --dataset <image folder>`: no --output-dir needed, the flip
+    comes from the model's recipe (digits are never mirrored), and the source model is left as it was."""
+    data = _image_folder(tmp_path / "digits-folder", splits=True)
+    before = _fingerprint(tiny_model)
+    result = run_all(
+        {
+            "finetune": [
+                "alternet-finetune",
+                "--model",
+                tiny_model,
+                "--dataset",
+                data,
+                "--epochs",
+                "1",
+                "--batch-size",
+                "16",
+            ]
+        },
+        tmp_path,
+    )["finetune"]
+    assert result.returncode == 0, result.stderr[-3000:]
+    output = tmp_path / "outputs" / "alternet-digits-finetuned-digits-folder"
+    assert "accuracy" in result.stdout and str(output.relative_to(tmp_path)) in result.stdout
+    assert (output / "model.safetensors").exists() and (output / "preprocessor_config.json").exists()
+    assert _fingerprint(tiny_model) == before
+
+
+def test_finetune_defaults_fit_the_data(tiny_model, tmp_path):
+    from alternet_hf.finetuning import default_horizontal_flip
+
+    assert default_horizontal_flip(str(tiny_model), "anything") == 0.0  # the model's own recipe
+    assert default_horizontal_flip(str(tmp_path), "digits") == 0.0
+    assert default_horizontal_flip(str(tmp_path), "uoft-cs/cifar10") == 0.5
+
+
+def test_bad_inputs_are_clear_errors_and_nothing_is_lost(tiny_model, tmp_path):
+    flat = _image_folder(tmp_path / "flat", splits=False)
+    finished = tmp_path / "finished"
+    alternet_hf.create_model("resnet-50-cifar100", **TINY["resnet-50-cifar100"]).save_pretrained(finished)
+    pushable = tmp_path / "pushable"
+    alternet_hf.create_model("resnet-50-cifar100", **TINY["resnet-50-cifar100"]).save_pretrained(pushable)
+    (pushable / "metrics.json").write_text(json.dumps({"accuracy": 0.5}))
+    (pushable / "training_config.json").write_text(json.dumps({"dataset": "digits"}))
+    (tmp_path / "empty.json").write_text("")
+    (tmp_path / "broken.json").write_text('{"epochs": 3,')
+    kept = {folder: _fingerprint(folder) for folder in (tiny_model, finished)}
+    missing = tmp_path / "no" / "such" / "folder"
+    commands = {
+        "evaluate missing folder": ["alternet-evaluate", "--model", missing],
+        "finetune missing folder": ["alternet-finetune", "--model", missing, "--dataset", "digits"],
+        "analyze missing folder": ["alternet-analyze", "--model", missing],
+        "folder without a model": ["alternet-evaluate", "--model", tmp_path],
+        "config missing": ["alternet-train", "--config", tmp_path / "nothing.json"],
+        "config empty": ["alternet-train", "--config", tmp_path / "empty.json"],
+        "config malformed": ["alternet-train", "--config", tmp_path / "broken.json"],
+        "finetune over its source": [
+            "alternet-finetune", "--model", tiny_model, "--dataset", "digits", "--output-dir", tiny_model,
+        ],
+        "finetune over a finished model": [
+            "alternet-finetune", "--model", tiny_model, "--dataset", "digits", "--output-dir", finished,
+        ],
+        "flat image folder": [
+            "alternet-finetune", "--model", tiny_model, "--dataset", flat, "--output-dir", tmp_path / "ft",
+        ],
+        "hub model offline": ["alternet-evaluate", "--model", "someone/some-model"],
+        "push offline": ["alternet-push", "--model", pushable, "--repo-id", "someone/x"],
+    }  # fmt: skip
+    results = run_all(commands, tmp_path)
+    for name in ("evaluate missing folder", "finetune missing folder", "analyze missing folder"):
+        assert_clear_error(results[name], f"there is no folder {missing}", "a preset name", "Hub id")
+    assert_clear_error(results["folder without a model"], "holds no config.json")
+    assert_clear_error(results["config missing"], "there is no file")
+    assert_clear_error(results["config empty"], "is empty")
+    assert_clear_error(results["config malformed"], "is not valid JSON", "line 1")
+    assert_clear_error(results["finetune over its source"], "is the model being fine-tuned")
+    assert_clear_error(results["finetune over a finished model"], "already holds a model", "--overwrite")
+    assert_clear_error(results["flat image folder"], "has no split 'test'", "['train']", "--eval-split holdout")
+    assert_clear_error(results["hub model offline"], "cannot be reached", "a model folder for --model")
+    assert_clear_error(results["push offline"], "cannot be reached", "--dry-run")
+    for folder, fingerprint in kept.items():
+        assert _fingerprint(folder) == fingerprint, folder
+    assert not (tmp_path / "ft").exists()
+
+
+def test_a_flat_image_folder_trains_with_a_holdout(tiny_model, tmp_path):
+    """The fix the error above proposes works: a seeded hold-out of the one split, saved and reported."""
+    flat = _image_folder(tmp_path / "flat", splits=False)
+    command = [
+        "alternet-finetune", "--model", tiny_model, "--dataset", flat, "--eval-split", "holdout:0.25",
+        "--epochs", "1", "--output-dir", tmp_path / "ft",
+    ]  # fmt: skip
+    result = run_all({"holdout": command}, tmp_path)["holdout"]
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "hold-out of 25%" in result.stdout and "15 images" in result.stdout
+    saved = json.loads((tmp_path / "ft" / "holdout.json").read_text())
+    assert saved["fraction"] == 0.25 and len(saved["rows"]) == 15 and saved["seed"] == 0

@@ -1,0 +1,233 @@
+"""Every command and Python snippet of the README, run as a user runs them: in order, in one fresh folder,
+offline, after the quickstart's main job. Placeholders (`<org>`, `path/to/imagefolder`, ...) are filled
+with small local data. What needs the Hub must fail with the clear offline message; what takes minutes of
+timing (benchmarks) has its arguments checked by the command's own parser; everything else must succeed.
+The `--help` examples of every command are held to the same rules. A README edit that breaks a command
+fails here.
+"""
+
+import json
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import command_names, installed_command
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+
+RUN, OFFLINE, PARSE_ONLY, SERVER, SKIP = "run", "offline", "parse-only", "server", "skip"
+# How a command is checked, by the first pattern it matches (default: RUN, it must succeed). Every rule
+# says why; nothing else is exempt.
+RULES = [
+    (r"^pip install", SKIP, "the install itself: .ci/run does it on a fresh machine"),
+    (r"-m pytest", SKIP, "the test command: .ci/run runs it"),
+    (r"^ORG=.* bash scripts/release\.sh", OFFLINE, "trains on the Hub's CIFAR-100 first"),
+    (
+        r"uoft-cs/|imagenet|<org>/(alternet|resnet|vit)-\d|--recipe paper --model \S+-cifar",
+        OFFLINE,
+        "Hub data or models",
+    ),
+    (r"^alternet-benchmark|scripts/benchmark\.py", PARSE_ONLY, "minutes of timing on a CPU"),
+    (r"^alternet-space", SERVER, "a web server: it must come up and serve the page"),
+]
+
+
+def rule_for(command: str) -> tuple[str, str]:
+    for pattern, kind, reason in RULES:
+        if re.search(pattern, command):
+            return kind, reason
+    return RUN, "must succeed"
+
+
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """(language, code) of every fenced block."""
+    return [(m.group(1), m.group(2)) for m in re.finditer(r"^```(\w*)\n(.*?)^```", text, re.S | re.M)]
+
+
+def shell_commands(code: str) -> list[str]:
+    """One string per command: continuation lines joined, comments and blank lines dropped."""
+    commands, current = [], ""
+    for line in code.splitlines():
+        current += line.rstrip()
+        if current.endswith("\\"):
+            current = current[:-1] + " "
+            continue
+        command = _strip_comment(current).strip()
+        if command:
+            commands.append(re.sub(r"\s+", " ", command))
+        current = ""
+    return commands
+
+
+def _strip_comment(line: str) -> str:
+    """Drop a trailing `# ...` that is outside quotes."""
+    quote = None
+    for i, char in enumerate(line):
+        if char in "\"'" and quote in (None, char):
+            quote = None if quote else char
+        elif char == "#" and quote is None and (i == 0 or line[i - 1].isspace()):
+            return line[:i]
+    return line
+
+
+def help_examples(command: str) -> list[str]:
+    """The example command lines of a command's --help (its module docstring)."""
+    text = subprocess.run([installed_command(command), "--help"], capture_output=True, text=True).stdout
+    return [
+        _strip_comment(line).strip()
+        for line in text.splitlines()
+        if re.match(r"\s*(alternet-|accelerate launch|python -m alternet_hf)", line) and "usage:" not in line
+    ]
+
+
+@dataclass
+class Workspace:
+    folder: Path
+    placeholders: dict[str, str]
+
+    def fill(self, command: str) -> str:
+        for placeholder, value in self.placeholders.items():
+            command = command.replace(placeholder, value)
+        return command
+
+
+def _env() -> dict:
+    return {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "OMP_NUM_THREADS": "2",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+
+
+def run_command(command: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", command], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def check(command: str, workspace: Workspace) -> None:
+    """Run `command` (placeholders filled) by its rule; fail with what the user would have seen."""
+    kind, reason = rule_for(command)
+    filled = workspace.fill(command)
+    if kind == SKIP:
+        return
+    if kind == PARSE_ONLY:
+        _check_arguments(filled)
+        return
+    if kind == SERVER:
+        _check_server(filled, workspace.folder)
+        return
+    result = run_command(filled, workspace.folder)
+    shown = f"$ {filled}\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
+    assert "Traceback" not in result.stderr, shown
+    if kind == OFFLINE:
+        assert result.returncode != 0, f"expected the clear offline error ({reason}):\n{shown}"
+        assert re.search(r"cannot be reached|could not load the dataset .* from the Hugging Face Hub", result.stderr), (
+            shown
+        )
+    else:
+        assert result.returncode == 0, shown
+
+
+def _check_arguments(command: str) -> None:
+    """The command's own parser accepts the arguments (the command is not run)."""
+    argv = shlex.split(command)
+    if argv[0] == "python":
+        argv = argv[1:]
+    name = Path(argv[0]).name.removesuffix(".py")
+    module = name.removeprefix("alternet-").replace("-", "_")
+    script = f"import sys; from alternet_hf.cli.{module} import build_parser; build_parser().parse_args(sys.argv[1:])"
+    result = subprocess.run([sys.executable, "-c", script, *argv[1:]], capture_output=True, text=True, env=_env())
+    assert result.returncode == 0, f"$ {command}\n{result.stderr[-2000:]}"
+
+
+def _check_server(command: str, cwd: Path) -> None:
+    port = _free_port()
+    process = subprocess.Popen(
+        ["bash", "-c", f"exec {command} --port {port}"], cwd=cwd, env=_env(), text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert process.poll() is None, f"$ {command}\nexited: {process.stdout.read()[-3000:]}"
+            try:
+                page = urllib.request.urlopen(f"http://127.0.0.1:{port}/config", timeout=5).read().decode()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, f"$ {command}: no page after 300 s"
+                time.sleep(1)
+        assert "Models:" in page, page[:2000]
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        output = process.communicate(timeout=60)[0]
+    assert "Traceback" not in output, output[-3000:]
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory) -> Workspace:
+    """A fresh folder where the quickstart's main job has run, plus small local data for the placeholders."""
+    folder = tmp_path_factory.mktemp("readme-user")
+    main_job = run_command("alternet-train", folder)
+    assert main_job.returncode == 0, main_job.stderr[-3000:]
+    accuracy = float(re.search(r"final test accuracy ([\d.]+)%", main_job.stdout).group(1))
+    assert accuracy >= 95, main_job.stdout[-2000:]  # the README promises a model that works
+
+    data = tmp_path_factory.mktemp("readme-data")
+    script = f"""
+import sys
+sys.path.insert(0, {str(ROOT / "tests")!r})
+from readme_data import build
+build({str(data)!r})
+"""
+    built = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=_env())
+    assert built.returncode == 0, built.stderr[-3000:]
+    placeholders = json.loads((data / "placeholders.json").read_text())
+    return Workspace(folder, placeholders)
+
+
+README_COMMANDS = [
+    c for lang, code in fenced_blocks(README.read_text()) if lang == "bash" for c in shell_commands(code)
+]
+README_SNIPPETS = [code for lang, code in fenced_blocks(README.read_text()) if lang == "python"]
+
+
+def test_the_readme_has_commands_and_snippets():
+    assert any(c.endswith("alternet-train") for c in README_COMMANDS) and len(README_SNIPPETS) >= 3
+    assert all(rule_for(c)[0] != SKIP or c.startswith(("pip install", "python -m pytest")) for c in README_COMMANDS)
+
+
+def test_every_readme_command(workspace):
+    for command in README_COMMANDS:
+        check(command, workspace)
+
+
+@pytest.mark.parametrize("index", range(len(README_SNIPPETS)))
+def test_every_readme_python_snippet(workspace, index):
+    code = workspace.fill(README_SNIPPETS[index])
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=workspace.folder, env=_env(), capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, f"{code}\n{result.stderr[-3000:]}"
+
+
+def test_every_help_example(workspace):
+    examples = sorted({example for name in command_names() for example in help_examples(name)} - set(README_COMMANDS))
+    for command in examples:
+        check(command, workspace)
