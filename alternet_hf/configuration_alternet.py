@@ -10,6 +10,20 @@ from transformers import PretrainedConfig
 
 BLOCK_TYPES = ("basic", "bottleneck")
 STEM_TYPES = ("cifar", "imagenet")
+# Upper bounds far beyond any published network (the deepest ResNet stage, ResNet-1001's, has 111 blocks;
+# the widest, BiT-R152x4's, 8192 channels), and low enough that a typo fails at once instead of building
+# for minutes: the largest value of each field, by field name (and for every stage of a per-stage field).
+FIELD_LIMITS = dict(
+    num_channels=1024,
+    image_size=8192,
+    embedding_size=8192,
+    attention_head_dim=1024,
+    window_size=64,
+    depths=256,
+    hidden_sizes=8192,
+    num_attention_heads=256,
+)
+MAX_STAGES = 8
 
 
 class AlterNetConfig(PretrainedConfig):
@@ -84,19 +98,19 @@ class AlterNetConfig(PretrainedConfig):
     def validate_fields(self) -> None:
         """Raise `ValueError` naming the first field that cannot describe an AlterNet."""
 
-        def positive_int(name, value):
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"AlterNetConfig.{name} must be a positive integer, got {value!r}")
+        def positive_int(name, value, limit):
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= limit:
+                raise ValueError(f"AlterNetConfig.{name} must be an integer in [1, {limit}], got {value!r}")
 
         for name in ("num_channels", "image_size", "embedding_size", "attention_head_dim", "window_size"):
-            positive_int(name, getattr(self, name))
+            positive_int(name, getattr(self, name), FIELD_LIMITS[name])
         if self.stem_type not in STEM_TYPES:
             raise ValueError(f"AlterNetConfig.stem_type must be one of {STEM_TYPES}, got {self.stem_type!r}")
         if self.block_type not in BLOCK_TYPES:
             raise ValueError(f"AlterNetConfig.block_type must be one of {BLOCK_TYPES}, got {self.block_type!r}")
         num_stages = len(self.depths)
-        if num_stages == 0:
-            raise ValueError("AlterNetConfig.depths must name at least one stage")
+        if not 0 < num_stages <= MAX_STAGES:
+            raise ValueError(f"AlterNetConfig.depths must name 1 to {MAX_STAGES} stages, got {num_stages}")
         for name in ("depths", "hidden_sizes", "num_attention_blocks", "num_attention_heads"):
             values = getattr(self, name)
             if len(values) != num_stages:
@@ -105,9 +119,8 @@ class AlterNetConfig(PretrainedConfig):
                     "give one value per stage"
                 )
         for i in range(num_stages):
-            positive_int(f"depths[{i}]", self.depths[i])
-            positive_int(f"hidden_sizes[{i}]", self.hidden_sizes[i])
-            positive_int(f"num_attention_heads[{i}]", self.num_attention_heads[i])
+            for name in ("depths", "hidden_sizes", "num_attention_heads"):
+                positive_int(f"{name}[{i}]", getattr(self, name)[i], FIELD_LIMITS[name])
             m = self.num_attention_blocks[i]
             if not isinstance(m, int) or m < 0:
                 raise ValueError(f"AlterNetConfig.num_attention_blocks[{i}] must be >= 0, got {m!r}")

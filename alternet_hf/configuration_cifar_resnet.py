@@ -9,6 +9,11 @@ from transformers import PretrainedConfig
 
 BLOCK_TYPES = ("basic", "bottleneck")
 STEM_TYPES = ("cifar", "imagenet")
+# Upper bounds far beyond any published network (the deepest ResNet stage, ResNet-1001's, has 111 blocks;
+# the widest, BiT-R152x4's, 8192 channels), and low enough that a typo fails at once instead of building
+# for minutes: the largest value of each field, by field name (and for every stage of a per-stage field).
+FIELD_LIMITS = dict(num_channels=1024, image_size=8192, embedding_size=8192, depths=256, hidden_sizes=8192)
+MAX_STAGES = 8
 
 
 class CifarResNetConfig(PretrainedConfig):
@@ -58,26 +63,26 @@ class CifarResNetConfig(PretrainedConfig):
     def validate_fields(self) -> None:
         """Raise `ValueError` naming the first field that cannot describe this ResNet."""
 
-        def positive_int(name, value):
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"CifarResNetConfig.{name} must be a positive integer, got {value!r}")
+        def positive_int(name, value, limit):
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= limit:
+                raise ValueError(f"CifarResNetConfig.{name} must be an integer in [1, {limit}], got {value!r}")
 
         for name in ("num_channels", "image_size", "embedding_size"):
-            positive_int(name, getattr(self, name))
+            positive_int(name, getattr(self, name), FIELD_LIMITS[name])
         if self.stem_type not in STEM_TYPES:
             raise ValueError(f"CifarResNetConfig.stem_type must be one of {STEM_TYPES}, got {self.stem_type!r}")
         if self.block_type not in BLOCK_TYPES:
             raise ValueError(f"CifarResNetConfig.block_type must be one of {BLOCK_TYPES}, got {self.block_type!r}")
-        if not self.depths:
-            raise ValueError("CifarResNetConfig.depths must name at least one stage")
+        if not 0 < len(self.depths) <= MAX_STAGES:
+            raise ValueError(f"CifarResNetConfig.depths must name 1 to {MAX_STAGES} stages, got {len(self.depths)}")
         if len(self.hidden_sizes) != len(self.depths):
             raise ValueError(
                 f"CifarResNetConfig.hidden_sizes has {len(self.hidden_sizes)} entries but depths has "
                 f"{len(self.depths)}: give one value per stage"
             )
         for i, (depth, size) in enumerate(zip(self.depths, self.hidden_sizes)):
-            positive_int(f"depths[{i}]", depth)
-            positive_int(f"hidden_sizes[{i}]", size)
+            positive_int(f"depths[{i}]", depth, FIELD_LIMITS["depths"])
+            positive_int(f"hidden_sizes[{i}]", size, FIELD_LIMITS["hidden_sizes"])
             if size % self.expansion:
                 raise ValueError(
                     f"CifarResNetConfig.hidden_sizes[{i}]={size} is not divisible by the "

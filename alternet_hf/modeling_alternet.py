@@ -9,7 +9,10 @@ Deliberate differences from the reference:
 - feature maps that the attention window does not divide are zero-padded and the padded keys are
   masked, instead of crashing (reference issue #38); divisible maps compute exactly as there;
 - the relative-position index is a non-persistent buffer (the reference keeps a plain tensor that
-  `.to(device)` does not move) and attention runs through `scaled_dot_product_attention`;
+  `.to(device)` does not move);
+- attention runs through `scaled_dot_product_attention` (`attn_implementation="sdpa"`, the default) or an
+  explicit softmax that also returns the weights (`"eager"`), with the windows folded into the batch so
+  that both export (`torch.export`, ONNX);
 - `output_hidden_states` returns one state per block and `output_attentions` the attention weights.
 
 This file must stay self-contained apart from its configuration and `modeling_common` (they are
@@ -20,6 +23,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from transformers import PreTrainedModel
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPooling, ImageClassifierOutput
 
 from .configuration_alternet import AlterNetConfig
@@ -27,7 +31,6 @@ from .modeling_common import (
     DropPath,
     ZooModelMixin,
     check_pixel_values,
-    classification_loss,
     linear_drop_path_rates,
     reset_parameters,
 )
@@ -87,8 +90,9 @@ class AlterNetWindowAttention(nn.Module):
         return offsets[0] * (2 * p - 1) + offsets[1]
 
     def forward(
-        self, hidden_states: torch.Tensor, output_attentions: bool = False
+        self, hidden_states: torch.Tensor, attn_implementation: str = "sdpa"
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The attended map, and with `attn_implementation="eager"` the weights `(batch, windows, heads, p², p²)`."""
         batch, _, height, width = hidden_states.shape
         p, heads, head_dim = self.window_size, self.num_heads, self.head_dim
         pad_h, pad_w = -height % p, -width % p
@@ -97,26 +101,31 @@ class AlterNetWindowAttention(nn.Module):
         rows, cols = (height + pad_h) // p, (width + pad_w) // p
 
         def to_windows(x: torch.Tensor) -> torch.Tensor:
-            # (B, heads·d, rows·p, cols·p) -> (B, rows·cols, heads, p², d)
+            # (B, heads·d, rows·p, cols·p) -> (B·rows·cols, heads, p², d): windows join the batch, so attention
+            # sees the 4-D tensors that SDPA kernels and the ONNX exporter take
             x = x.view(batch, heads, head_dim, rows, p, cols, p)
-            return x.permute(0, 3, 5, 1, 4, 6, 2).reshape(batch, rows * cols, heads, p * p, head_dim)
+            return x.permute(0, 3, 5, 1, 4, 6, 2).reshape(batch * rows * cols, heads, p * p, head_dim)
 
         query = to_windows(self.query(hidden_states))
         key, value = (to_windows(x) for x in self.key_value(hidden_states).chunk(2, dim=1))
         bias = self.relative_position_bias_table.flatten()[self.relative_position_index]  # (p², p²)
         if pad_h or pad_w:
-            bias = bias + self.padding_mask(height, width, rows, cols, device=bias.device, dtype=bias.dtype)
-        bias = bias.to(query.dtype)  # (p², p²), or (windows, 1, p², p²) with padding
+            mask = self.padding_mask(height, width, rows, cols, device=bias.device, dtype=bias.dtype)
+            bias = bias + mask.repeat(batch, 1, 1, 1)  # (B·rows·cols, 1, p², p²), window index fastest
+        bias = bias.to(query.dtype)
 
-        if output_attentions:
+        if attn_implementation == "eager":
             scores = query @ key.transpose(-2, -1) * head_dim**-0.5 + bias
             attention_weights = scores.softmax(dim=-1)
             context = attention_weights @ value
-        else:
+            attention_weights = attention_weights.view(batch, rows * cols, heads, p * p, p * p)
+        elif attn_implementation == "sdpa":
             attention_weights = None
             context = F.scaled_dot_product_attention(query, key, value, attn_mask=bias)
+        else:
+            raise ValueError(f'attn_implementation must be "eager" or "sdpa", got {attn_implementation!r}')
 
-        # (B, rows·cols, heads, p², d) -> (B, heads·d, rows·p, cols·p)
+        # (B·rows·cols, heads, p², d) -> (B, heads·d, rows·p, cols·p)
         context = context.view(batch, rows, cols, heads, p, p, head_dim)
         context = context.permute(0, 3, 6, 1, 4, 2, 5).reshape(batch, heads * head_dim, rows * p, cols * p)
         context = context[:, :, :height, :width]
@@ -135,7 +144,7 @@ class AlterNetWindowAttention(nn.Module):
         return f"num_heads={self.num_heads}, head_dim={self.head_dim}, window_size={self.window_size}"
 
 
-class AlterNetBasicLayer(nn.Module):
+class AlterNetBasicLayer(GradientCheckpointingLayer):
     """Pre-activation basic block: BN → ReLU → 3×3 (stride) → BN → ReLU → 3×3, plus the shortcut.
 
     The projection shortcut, where the shape changes, sees the activated input; otherwise the raw input
@@ -154,14 +163,14 @@ class AlterNetBasicLayer(nn.Module):
         self.activation = nn.ReLU()
         self.drop_path = DropPath(drop_path_rate)
 
-    def forward(self, x: torch.Tensor, output_attentions: bool = False) -> tuple[torch.Tensor, None]:
+    def forward(self, x: torch.Tensor, attn_implementation: str = "sdpa") -> tuple[torch.Tensor, None]:
         activated = self.activation(self.norm1(x))
         shortcut = x if self.shortcut is None else self.shortcut(activated)
         residual = self.conv2(self.activation(self.norm2(self.conv1(activated))))
         return shortcut + self.drop_path(residual), None
 
 
-class AlterNetBottleNeckLayer(nn.Module):
+class AlterNetBottleNeckLayer(GradientCheckpointingLayer):
     """Pre-activation bottleneck: BN → ReLU → 1×1 → BN → ReLU → 3×3 (stride) → BN → ReLU → 1×1 (×4)."""
 
     def __init__(self, in_channels: int, out_channels: int, *, stride: int, drop_path_rate: float):
@@ -179,7 +188,7 @@ class AlterNetBottleNeckLayer(nn.Module):
         self.activation = nn.ReLU()
         self.drop_path = DropPath(drop_path_rate)
 
-    def forward(self, x: torch.Tensor, output_attentions: bool = False) -> tuple[torch.Tensor, None]:
+    def forward(self, x: torch.Tensor, attn_implementation: str = "sdpa") -> tuple[torch.Tensor, None]:
         activated = self.activation(self.norm1(x))
         shortcut = x if self.shortcut is None else self.shortcut(activated)
         residual = self.conv1(activated)
@@ -188,7 +197,7 @@ class AlterNetBottleNeckLayer(nn.Module):
         return shortcut + self.drop_path(residual), None
 
 
-class AlterNetAttentionLayer(nn.Module):
+class AlterNetAttentionLayer(GradientCheckpointingLayer):
     """MSA block: BN → GELU → 1×1 to the inner width → BN → windowed MSA, plus the shortcut.
 
     No MLP inside: the conv block before it plays that role. The inner width is the block's input
@@ -218,10 +227,10 @@ class AlterNetAttentionLayer(nn.Module):
         )
         self.drop_path = DropPath(drop_path_rate)
 
-    def forward(self, x: torch.Tensor, output_attentions: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(self, x: torch.Tensor, attn_implementation: str = "sdpa") -> tuple[torch.Tensor, torch.Tensor | None]:
         activated = self.activation(self.norm1(x))
         shortcut = x if self.shortcut is None else self.shortcut(activated)
-        residual, attention_weights = self.attention(self.norm2(self.conv(activated)), output_attentions)
+        residual, attention_weights = self.attention(self.norm2(self.conv(activated)), attn_implementation)
         return shortcut + self.drop_path(residual), attention_weights
 
 
@@ -272,16 +281,22 @@ class AlterNetPreTrainedModel(ZooModelMixin, PreTrainedModel):
     base_model_prefix = "alternet"
     main_input_name = "pixel_values"
     _no_split_modules = ["AlterNetBasicLayer", "AlterNetBottleNeckLayer", "AlterNetAttentionLayer"]
+    _supports_sdpa = True  # `attn_implementation="sdpa"` (the default) or `"eager"`; read by transformers
+
+    @classmethod
+    def _can_set_attn_implementation(cls) -> bool:
+        # transformers guesses this from the source (an `*Attention(nn.Module)` must call its attention
+        # interface); our window attention dispatches on `config._attn_implementation` itself.
+        return True
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
         reset_parameters(module)
         if isinstance(module, AlterNetWindowAttention):
             nn.init.normal_(module.relative_position_bias_table, std=0.02)
-            # Non-persistent, so never in a checkpoint: rebuilt here after `from_pretrained`.
-            module.relative_position_index = module.build_relative_position_index().to(
-                module.relative_position_bias_table.device
-            )
+            # Non-persistent, so never in a checkpoint: refilled here after `from_pretrained`, in place on the
+            # device transformers gave the buffer (the table itself may be offloaded, i.e. on `meta`).
+            module.relative_position_index.copy_(module.build_relative_position_index())
 
     def block_kinds(self) -> list[str]:
         """The kind of each entry of `output_hidden_states`: the stem, every residual block, the head input."""
@@ -316,12 +331,16 @@ class AlterNetModel(AlterNetPreTrainedModel):
         )
         output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        check_pixel_values(pixel_values, self.config, min_size=self.total_stride)
+        pixel_values = check_pixel_values(
+            pixel_values, self.config, min_size=self.total_stride, dtype=self.embedder.convolution.weight.dtype
+        )
+        # Attention weights come from the eager path only; SDPA computes the same output without them.
+        attn_implementation = "eager" if output_attentions else self.config._attn_implementation
 
         hidden_state = self.embedder(pixel_values)
         hidden_states, attentions = [hidden_state], []
         for block in self.encoder.blocks():
-            hidden_state, attention_weights = block(hidden_state, output_attentions)
+            hidden_state, attention_weights = block(hidden_state, attn_implementation)
             hidden_states.append(hidden_state)
             if attention_weights is not None:
                 attentions.append(attention_weights)
@@ -359,7 +378,8 @@ class AlterNetForImageClassification(AlterNetPreTrainedModel):
         output_attentions: bool | None = None,
         return_dict: bool | None = None,
     ) -> ImageClassifierOutput | tuple:
-        """Logits, and the cross-entropy `loss` when `labels` (class indices or soft targets) are given.
+        """Logits, and the `loss` when `labels` are given (see `modeling_common.image_classification_loss`:
+        cross-entropy on class indices or soft targets, or what `config.problem_type` asks for).
 
         `attentions` holds one `(batch, windows, heads, p², p²)` tensor per MSA block.
         """
@@ -371,7 +391,7 @@ class AlterNetForImageClassification(AlterNetPreTrainedModel):
             return_dict=True,
         )
         logits = self.classifier(outputs.pooler_output)
-        loss = classification_loss(logits, labels, self.config.num_labels) if labels is not None else None
+        loss = self.loss_function(labels, logits, self.config) if labels is not None else None
         if not return_dict:
             output = (logits,) + tuple(v for v in (outputs.hidden_states, outputs.attentions) if v is not None)
             return ((loss,) + output) if loss is not None else output

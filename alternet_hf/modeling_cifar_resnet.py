@@ -16,6 +16,7 @@ for `trust_remote_code=True` loading).
 import torch
 from torch import nn
 from transformers import PreTrainedModel
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPoolingAndNoAttention, ImageClassifierOutputWithNoAttention
 
 from .configuration_cifar_resnet import CifarResNetConfig
@@ -23,7 +24,6 @@ from .modeling_common import (
     DropPath,
     ZooModelMixin,
     check_pixel_values,
-    classification_loss,
     linear_drop_path_rates,
     reset_parameters,
 )
@@ -58,7 +58,7 @@ class CifarResNetEmbeddings(nn.Module):
         return self.pooler(self.embedder(pixel_values))
 
 
-class CifarResNetBasicLayer(nn.Module):
+class CifarResNetBasicLayer(GradientCheckpointingLayer):
     """3×3 → 3×3, then add the shortcut and apply ReLU (post-activation)."""
 
     def __init__(self, in_channels: int, out_channels: int, *, stride: int, drop_path_rate: float):
@@ -79,7 +79,7 @@ class CifarResNetBasicLayer(nn.Module):
         return self.activation(self.shortcut(x) + self.drop_path(self.layer(x)))
 
 
-class CifarResNetBottleNeckLayer(nn.Module):
+class CifarResNetBottleNeckLayer(GradientCheckpointingLayer):
     """1×1 reduce → 3×3 (stride) → 1×1 expand (×4), then add the shortcut and apply ReLU."""
 
     def __init__(self, in_channels: int, out_channels: int, *, stride: int, drop_path_rate: float):
@@ -164,7 +164,9 @@ class CifarResNetModel(CifarResNetPreTrainedModel):
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        check_pixel_values(pixel_values, self.config, min_size=1)
+        pixel_values = check_pixel_values(
+            pixel_values, self.config, min_size=1, dtype=self.embedder.embedder.convolution.weight.dtype
+        )
 
         hidden_state = self.embedder(pixel_values)
         hidden_states = [hidden_state]
@@ -200,10 +202,11 @@ class CifarResNetForImageClassification(CifarResNetPreTrainedModel):
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
     ) -> ImageClassifierOutputWithNoAttention | tuple:
+        """Logits, and the `loss` when `labels` are given (see `modeling_common.image_classification_loss`)."""
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         outputs = self.resnet(pixel_values, output_hidden_states=output_hidden_states, return_dict=True)
         logits = self.classifier(outputs.pooler_output)
-        loss = classification_loss(logits, labels, self.config.num_labels) if labels is not None else None
+        loss = self.loss_function(labels, logits, self.config) if labels is not None else None
         if not return_dict:
             output = (logits,) + ((outputs.hidden_states,) if outputs.hidden_states is not None else ())
             return ((loss,) + output) if loss is not None else output

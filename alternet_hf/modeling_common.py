@@ -53,11 +53,13 @@ def reset_parameters(module: nn.Module) -> None:
         nn.init.zeros_(module.num_batches_tracked)
 
 
-def check_pixel_values(pixel_values: torch.Tensor, config, *, min_size: int) -> None:
-    """Fail with a message that says what to change, instead of a shape error deep inside a conv."""
+def check_pixel_values(pixel_values: torch.Tensor, config, *, min_size: int, dtype: torch.dtype) -> torch.Tensor:
+    """Fail with a message that says what to change, instead of an error deep inside a conv; return the
+    images in the model's dtype (floating inputs are cast, as transformers' ViT does)."""
     if not isinstance(pixel_values, torch.Tensor) or pixel_values.ndim != 4:
         shape = tuple(pixel_values.shape) if isinstance(pixel_values, torch.Tensor) else type(pixel_values).__name__
         raise ValueError(f"pixel_values must be a tensor of shape (batch, channels, height, width), got {shape}")
+    check_pixel_batch(pixel_values)
     if pixel_values.shape[1] != config.num_channels:
         raise ValueError(
             f"pixel_values has {pixel_values.shape[1]} channels but the model expects {config.num_channels} "
@@ -69,23 +71,96 @@ def check_pixel_values(pixel_values: torch.Tensor, config, *, min_size: int) -> 
             f"pixel_values of size {height}×{width} is smaller than the {min_size}×{min_size} this model can "
             f"take: resize the images (the saved image processor resizes to {config.image_size}×{config.image_size})"
         )
+    return pixel_values.to(dtype)
 
 
-def classification_loss(logits: torch.Tensor, labels: torch.Tensor, num_labels: int) -> torch.Tensor:
-    """Cross-entropy on integer labels, or on soft targets (Mixup/CutMix) given as probabilities."""
+def check_pixel_batch(pixel_values: torch.Tensor) -> None:
+    """A batch of no images, or of raw pixels (uint8 0-255, any integer type), is not what a zoo model takes."""
+    if pixel_values.shape[0] == 0:
+        raise ValueError("pixel_values holds no images (a batch of 0): skip empty batches")
+    if not pixel_values.dtype.is_floating_point:
+        raise ValueError(
+            f"pixel_values has dtype {pixel_values.dtype}, raw pixels; the model takes normalised floats: use the "
+            "image processor (AutoImageProcessor.from_pretrained(model folder)), or divide by 255 and normalise "
+            "with config.image_mean and config.image_std"
+        )
+
+
+PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
+IGNORE_INDEX = -100  # transformers' label for "no target"
+
+
+def image_classification_loss(
+    labels: torch.Tensor, logits: torch.Tensor, config, num_items_in_batch=None, **forward_kwargs
+) -> torch.Tensor:
+    """The zoo's loss, one for every family (AlterNet, the ResNet, and transformers' ViT made by `create_model`).
+
+    `config.problem_type` chooses it as in transformers' own ResNet: `"regression"` → MSE,
+    `"single_label_classification"` → cross-entropy (labels of -100 ignored), `"multi_label_classification"`
+    → BCE-with-logits. None is inferred from the labels as transformers does (one label → regression, class
+    indices → single-label, boolean multi-hot labels → multi-label) with one deliberate difference: float
+    labels are soft single-label targets (Mixup/CutMix, label smoothing), of the logits' shape, and get
+    soft-target cross-entropy, where transformers would take them for multi-label BCE; so every family trains
+    with the paper's loss. A single-label config takes soft targets too. Unlike transformers, the inferred
+    type is not written into the config (`save_pretrained` would keep it, and batches of the other kind fail).
+
+    Computed in float32 whatever the model's dtype. `num_items_in_batch` (the number of labelled samples over
+    an accumulated batch) turns the single-label mean into a sum divided by it, as transformers' loss does;
+    the forward's other keyword arguments, which transformers hands to every loss function, are not used.
+    """
+    labels = labels.to(logits.device)
+    if logits.shape[0] == 0 or labels.numel() == 0:
+        raise ValueError(
+            "labels hold no samples (a batch of 0 images): the loss of an empty batch is undefined; skip empty batches"
+        )
+    num_labels = config.num_labels
+    problem_type = config.problem_type
+    if problem_type is None:
+        if num_labels == 1:
+            problem_type = "regression"
+        elif labels.dtype == torch.bool:  # multi-hot flags
+            problem_type = "multi_label_classification"
+        else:  # class indices, or soft targets (float)
+            problem_type = "single_label_classification"
+    logits = logits.float()
+    if problem_type == "regression":
+        if labels.numel() != logits.numel():
+            raise ValueError(
+                f"regression labels must have one value per output, {tuple(logits.shape)}; got {tuple(labels.shape)}"
+            )
+        return nn.functional.mse_loss(logits.view(-1), labels.reshape(-1).float())
+    if problem_type == "multi_label_classification":
+        if labels.shape != logits.shape:
+            raise ValueError(
+                f"multi-label labels must be 0/1 per class, of the logits' shape {tuple(logits.shape)}; "
+                f"got {tuple(labels.shape)}"
+            )
+        return nn.functional.binary_cross_entropy_with_logits(logits, labels.float())
+    if problem_type != "single_label_classification":
+        raise ValueError(f"config.problem_type must be one of {PROBLEM_TYPES} or None, got {problem_type!r}")
+    reduction = "mean" if num_items_in_batch is None else "sum"
     if labels.dtype.is_floating_point:
         if labels.shape != logits.shape:
             raise ValueError(
                 f"soft labels must have the logits' shape {tuple(logits.shape)}, got {tuple(labels.shape)}"
             )
-        return torch.sum(-labels * torch.log_softmax(logits.float(), dim=-1), dim=-1).mean()
-    labels = labels.view(-1)
-    if labels.numel() and (labels.min() < 0 or labels.max() >= num_labels):
-        raise ValueError(
-            f"labels must lie in [0, {num_labels}) (config.num_labels), got values in "
-            f"[{int(labels.min())}, {int(labels.max())}]"
-        )
-    return nn.functional.cross_entropy(logits.float(), labels)
+        loss = nn.functional.cross_entropy(logits, labels.float(), reduction=reduction)
+    else:
+        labels = labels.reshape(-1)
+        if labels.shape[0] != logits.shape[0]:
+            raise ValueError(f"got {labels.shape[0]} labels for {logits.shape[0]} images: give one class index each")
+        kept = labels[labels != IGNORE_INDEX]
+        if kept.numel() == 0:
+            raise ValueError(f"every label is {IGNORE_INDEX} (ignored): the batch has nothing to learn from")
+        if kept.min() < 0 or kept.max() >= num_labels:
+            raise ValueError(
+                f"labels must lie in [0, {num_labels}) (config.num_labels), or be {IGNORE_INDEX} to ignore a "
+                f"sample; got values in [{int(kept.min())}, {int(kept.max())}]"
+            )
+        loss = nn.functional.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction=reduction)
+    if num_items_in_batch is not None:
+        loss = loss / torch.as_tensor(num_items_in_batch, device=loss.device)
+    return loss
 
 
 def build_image_processor(config):
@@ -109,11 +184,65 @@ def save_image_processor(config, save_directory) -> None:
     build_image_processor(config).save_pretrained(save_directory)
 
 
+def keep_batch_norm_statistics(checkpoint, layer: nn.Module):
+    """`checkpoint` for `layer` whose recomputation in the backward pass leaves batch-norm running statistics
+    as the forward pass left them: torch's checkpointing runs a layer's forward twice, and a training-mode
+    BatchNorm would count the batch twice. Gradients are those of the plain run (DropPath draws the same
+    masks: the checkpoint restores the RNG state)."""
+    norms = [m for m in layer.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+
+    def checkpointed(function, *args, **kwargs):
+        runs = 0
+
+        def run(*inputs):
+            nonlocal runs
+            runs += 1
+            if runs == 1:
+                return function(*inputs)
+            # The recomputation updates copies, which its graph may keep; the model keeps its own statistics.
+            kept = [(norm, norm.running_mean, norm.running_var, norm.num_batches_tracked) for norm in norms]
+            for norm, mean, var, count in kept:
+                norm.running_mean, norm.running_var, norm.num_batches_tracked = mean.clone(), var.clone(), count.clone()
+            try:
+                return function(*inputs)
+            finally:
+                for norm, mean, var, count in kept:
+                    norm.running_mean, norm.running_var, norm.num_batches_tracked = mean, var, count
+
+        return checkpoint(run, *args, **kwargs)
+
+    return checkpointed
+
+
 class ZooModelMixin:
-    """`save_pretrained` that also writes the image processor and, on request, the remote code."""
+    """What the zoo's own models add to `PreTrainedModel`: the zoo's loss, gradient checkpointing that keeps
+    batch-norm statistics exact, `save_pretrained` that also writes the image processor and, on request, the
+    remote code."""
 
     saves_image_processor = True
+    supports_gradient_checkpointing = True
     auto_classes: dict[str, str]  # transformers auto class -> our class name, for `auto_map`
+
+    @property
+    def loss_function(self):
+        """`image_classification_loss`, unless replaced (`model.loss_function = ...`, as on any transformers model)."""
+        return getattr(self, "_loss_function", image_classification_loss)
+
+    @loss_function.setter
+    def loss_function(self, value):
+        self._loss_function = value
+
+    def _set_gradient_checkpointing(self, *args, **kwargs):
+        """transformers' switch (arguments passed through unchanged), then each checkpointed layer's function
+        wrapped by `keep_batch_norm_statistics`."""
+        from transformers.modeling_layers import GradientCheckpointingLayer
+
+        super()._set_gradient_checkpointing(*args, **kwargs)
+        for module in self.modules():
+            if isinstance(module, GradientCheckpointingLayer) and hasattr(module, "_gradient_checkpointing_func"):
+                module._gradient_checkpointing_func = keep_batch_norm_statistics(
+                    module._gradient_checkpointing_func, module
+                )
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):

@@ -11,12 +11,13 @@ import types
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
 from transformers import AutoModelForImageClassification, PretrainedConfig, PreTrainedModel, ViTConfig
 
 from .blocks import add_vit_stochastic_depth
 from .configuration_alternet import AlterNetConfig
 from .configuration_cifar_resnet import CifarResNetConfig
-from .modeling_common import save_image_processor
+from .modeling_common import ZooModelMixin, check_pixel_batch, image_classification_loss, save_image_processor
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,38 @@ def _alternet(data: DatasetSpec, **fields) -> AlterNetConfig:
 
 def _resnet(data: DatasetSpec, **fields) -> CifarResNetConfig:
     return CifarResNetConfig(stem_type="cifar" if data.is_small else "imagenet", **_dataset_fields(data), **fields)
+
+
+# transformers' ViTConfig checks none of these; a typo would divide by zero or build for minutes. Upper bounds
+# far beyond any published ViT (ViT-22B: width 6144, MLP 24576, 48 layers, 48 heads).
+VIT_FIELD_LIMITS = dict(
+    num_channels=1024,
+    image_size=8192,
+    patch_size=8192,
+    hidden_size=16384,
+    num_hidden_layers=256,
+    num_attention_heads=256,
+    intermediate_size=65536,
+)
+
+
+def validate_vit_config(config: ViTConfig) -> None:
+    """Raise `ValueError` naming the first field of a ViT configuration that cannot describe a ViT."""
+    for name, limit in VIT_FIELD_LIMITS.items():
+        value = getattr(config, name)
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= limit:
+            raise ValueError(f"ViTConfig.{name} must be an integer in [1, {limit}], got {value!r}")
+    if config.patch_size > config.image_size:
+        raise ValueError(f"ViTConfig.patch_size={config.patch_size} is larger than image_size={config.image_size}")
+    if config.hidden_size % config.num_attention_heads:
+        raise ValueError(
+            f"ViTConfig.hidden_size={config.hidden_size} is not divisible by "
+            f"num_attention_heads={config.num_attention_heads}"
+        )
+    for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):  # drop_path_rate: add_vit_stochastic_depth
+        value = getattr(config, name)
+        if not 0.0 <= value < 1.0:
+            raise ValueError(f"ViTConfig.{name} must be in [0, 1), got {value!r}")
 
 
 def _vit(data: DatasetSpec, **fields) -> ViTConfig:
@@ -177,7 +210,10 @@ def create_config(name: str, **overrides) -> PretrainedConfig:
             if "num_labels" in overrides:  # new label count: the preset's label names no longer apply
                 for key in ("id2label", "label2id"):
                     fields.pop(key, None)
-            return type(config).from_dict({**fields, **overrides}) if overrides else config
+            config = type(config).from_dict({**fields, **overrides}) if overrides else config
+            if isinstance(config, ViTConfig):  # ours validate themselves
+                validate_vit_config(config)
+            return config
     raise ValueError(unknown_preset_message(name))
 
 
@@ -221,8 +257,34 @@ def create_model(name: str, *, num_labels: int | None = None, **overrides) -> Pr
 
 
 def _finish(model: PreTrainedModel) -> PreTrainedModel:
-    """What every model `create_model` returns has: ViT's stochastic depth, image-processor saving."""
+    """What every model `create_model` returns has: the zoo's loss and input check (our classes have them; ViT
+    is transformers'), ViT's stochastic depth, image-processor saving."""
+    if not isinstance(model, ZooModelMixin):
+        use_zoo_loss_and_input_check(model)
     return attach_image_processor_saving(add_vit_stochastic_depth(model))
+
+
+def use_zoo_loss_and_input_check(model: PreTrainedModel) -> PreTrainedModel:
+    """Give transformers' ViT the loss AlterNet and the ResNet use (`image_classification_loss`), so that the
+    three families train alike: its own reads Mixup/CutMix targets as multi-label (BCE) and writes that
+    `problem_type` into the config. transformers' own switch, `model.loss_function`, so the ViT modeling and
+    weights stay transformers'. Set again by `create_model` on every load: nothing of it is saved.
+
+    Also `accepts_loss_kwargs = False`: the `Trainer` would otherwise hand the ViT a `num_items_in_batch` that
+    counts the elements of (batch, classes) soft labels; without it, it averages micro-batch losses as it does
+    for AlterNet and the ResNet. And raw integer pixels are refused as by our models (ViT would cast 0-255 to
+    float silently), and empty batches (ViT would fail inside a reshape).
+    """
+    model.loss_function = image_classification_loss
+    model.accepts_loss_kwargs = False
+    model.register_forward_pre_hook(_check_vit_pixels, with_kwargs=True)
+    return model
+
+
+def _check_vit_pixels(module, args, kwargs):
+    pixel_values = args[0] if args else kwargs.get("pixel_values")
+    if isinstance(pixel_values, torch.Tensor):
+        check_pixel_batch(pixel_values)
 
 
 def attach_image_processor_saving(model: PreTrainedModel) -> PreTrainedModel:

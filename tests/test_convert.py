@@ -63,7 +63,12 @@ def test_alternet_matches_the_reference_computation(tmp_path, preset, depths, ex
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         expected = alternet_forward(state_dict, x, head_dim=16)
-        torch.testing.assert_close(model(x).logits, expected, rtol=1e-4, atol=1e-4 * expected.abs().max().item())
+        scale = expected.abs().max().item()  # ~2e3: random weights, far from a trained model's scale
+        model.set_attn_implementation("eager")  # the reference's explicit softmax, computed as there
+        torch.testing.assert_close(model(x).logits, expected, rtol=1e-4, atol=1e-4 * scale)
+        # SDPA's fused kernel sums in another order, which the huge attention logits here amplify.
+        model.set_attn_implementation("sdpa")
+        torch.testing.assert_close(model(x).logits, expected, rtol=1e-3, atol=1e-3 * scale)
 
 
 def test_vit_matches_timm(tmp_path):
