@@ -234,6 +234,7 @@ def create_model(name: str, *, num_labels: int | None = None, **overrides) -> Pr
     change shape: an override that reshapes the backbone is an error, not a silently re-initialised layer.
     """
     if os.path.isdir(name) or ("/" in name and name not in list_models()):
+        _check_config_fields(name, overrides)
         if num_labels is None:
             return _finish(AutoModelForImageClassification.from_pretrained(name, **overrides))
         labels = {i: f"LABEL_{i}" for i in range(num_labels)}
@@ -254,6 +255,23 @@ def create_model(name: str, *, num_labels: int | None = None, **overrides) -> Pr
         overrides["num_labels"] = num_labels
     config = create_config(name, **overrides)
     return _finish(AutoModelForImageClassification.from_config(config))
+
+
+def _check_config_fields(name: str, overrides: dict) -> None:
+    """Overrides of a loaded model must be fields of its configuration: `from_pretrained` also takes loading
+    options as keyword arguments, and a shared JSON of overrides must not carry one such as
+    `trust_remote_code=True` (it would run the code of the model folder)."""
+    if not overrides:
+        return
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(name)
+    unknown = sorted(key for key in overrides if not hasattr(config, key))
+    if unknown:
+        raise ValueError(
+            f"{unknown} are not fields of {name}'s {type(config).__name__}: model overrides set configuration "
+            "fields only (loading options such as trust_remote_code are refused)"
+        )
 
 
 def _finish(model: PreTrainedModel) -> PreTrainedModel:

@@ -161,6 +161,10 @@ def test_bad_inputs_are_clear_errors_and_nothing_is_lost(tiny_model, tmp_path):
         "flat image folder": [
             "alternet-finetune", "--model", tiny_model, "--dataset", flat, "--output-dir", tmp_path / "ft",
         ],
+        "remote code in overrides": [
+            "alternet-finetune", "--model", tiny_model, "--dataset", "digits", "--output-dir", tmp_path / "rc",
+            "--model-overrides", '{"trust_remote_code": true}',
+        ],
         "hub model offline": ["alternet-evaluate", "--model", "someone/some-model"],
         "push offline": ["alternet-push", "--model", pushable, "--repo-id", "someone/x"],
     }  # fmt: skip
@@ -174,11 +178,12 @@ def test_bad_inputs_are_clear_errors_and_nothing_is_lost(tiny_model, tmp_path):
     assert_clear_error(results["finetune over its source"], "is the model being fine-tuned")
     assert_clear_error(results["finetune over a finished model"], "already holds a model", "--overwrite")
     assert_clear_error(results["flat image folder"], "has no split 'test'", "['train']", "--eval-split holdout")
+    assert_clear_error(results["remote code in overrides"], "['trust_remote_code'] are not fields", "refused")
     assert_clear_error(results["hub model offline"], "cannot be reached", "a model folder for --model")
     assert_clear_error(results["push offline"], "cannot be reached", "--dry-run")
     for folder, fingerprint in kept.items():
         assert _fingerprint(folder) == fingerprint, folder
-    assert not (tmp_path / "ft").exists()
+    assert not (tmp_path / "ft").exists() and not (tmp_path / "rc").exists()
 
 
 def test_a_flat_image_folder_trains_with_a_holdout(tiny_model, tmp_path):

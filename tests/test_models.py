@@ -116,3 +116,13 @@ def test_absurd_sizes_fail_at_once_naming_the_field(preset, field, value, messag
 def test_the_largest_presets_are_within_the_limits():
     for name in ("alternet-152-imagenet", "resnet-152-imagenet", "vit-b-imagenet"):
         assert alternet_hf.create_config(name, num_labels=10).num_labels == 10
+
+
+def test_overrides_of_a_loaded_model_are_config_fields_only(tmp_path):
+    """A shared JSON of model overrides must not turn on `trust_remote_code` (it would run the folder's code)."""
+    alternet_hf.create_model("resnet-50-cifar100", **TINY["resnet-50-cifar100"]).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"\['trust_remote_code'\] are not fields"):
+        alternet_hf.create_model(str(tmp_path), trust_remote_code=True)
+    with pytest.raises(ValueError, match="not fields"):
+        alternet_hf.create_model(str(tmp_path), num_labels=3, device_map="auto")
+    assert alternet_hf.create_model(str(tmp_path), drop_path_rate=0.1).config.drop_path_rate == 0.1
