@@ -61,5 +61,7 @@ def build(folder: str) -> None:
         "path/to/imagefolder": str(image_folder(root / "imagefolder")),
         "CIFAR-100-C/": str(zenodo_arrays(root / "CIFAR-100-C")) + "/",
         **reference_checkpoints(root / "checkpoints"),
+        "my_run.json": str(root / "my_run.json"),
     }
+    (root / "my_run.json").write_text(json.dumps({"model": "resnet-18-cifar10", "dataset": "uoft-cs/cifar10"}))
     (root / "placeholders.json").write_text(json.dumps(placeholders, indent=2))

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +34,9 @@ RULES = [
     (r"-m pytest", SKIP, "the test command: .ci/run runs it"),
     (r"^ORG=.* bash scripts/release\.sh", CLEAR_ERROR, "trains on the Hub's CIFAR-100 first"),
     (r"uoft-cs/|imagenet|<org>/(alternet|resnet|vit)-\d", CLEAR_ERROR, "Hub data or models"),
-    (r"--recipe paper --model \S+-cifar|-paper\b|my_run\.json", CLEAR_ERROR, "the paper's recipe on Hub data"),
+    (r"--recipe paper --model \S+-cifar(?!.*--print-config)|-paper\b", CLEAR_ERROR, "the paper's recipe on Hub data"),
+    (r"--config my_run\.json", CLEAR_ERROR, "my_run.json: a run on the Hub's CIFAR-10"),
+    (r"^alternet-(push|publish-cifar100c)(?!.*--dry-run)", CLEAR_ERROR, "uploads to the Hub"),
     (r"^alternet-benchmark|scripts/benchmark\.py", PARSE_ONLY, "minutes of timing on a CPU"),
     (r"^alternet-space", SERVER, "a web server: it must come up and serve the page"),
 ]
@@ -79,13 +82,10 @@ def _strip_comment(line: str) -> str:
 
 
 def help_examples(command: str) -> list[str]:
-    """The example command lines of a command's --help (its module docstring)."""
+    """The example command lines of a command's --help (from its module docstring)."""
     text = subprocess.run([installed_command(command), "--help"], capture_output=True, text=True).stdout
-    return [
-        _strip_comment(line).strip()
-        for line in text.splitlines()
-        if re.match(r"\s*(alternet-|accelerate launch|python -m alternet_hf)", line) and "usage:" not in line
-    ]
+    description = text.split("\noptions:")[0].split("\n\n", 1)[-1]  # after the usage lines
+    return [c for c in shell_commands(description) if re.match(r"(alternet-[a-z0-9-]+|accelerate launch)( |$)", c)]
 
 
 @dataclass
@@ -199,6 +199,7 @@ build({str(data)!r})
     built = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=_env())
     assert built.returncode == 0, built.stderr[-3000:]
     placeholders = json.loads((data / "placeholders.json").read_text())
+    placeholders["bash scripts/"] = f"bash {ROOT / 'scripts'}/"  # run from a clone: the repository's scripts
     return Workspace(folder, placeholders)
 
 
@@ -222,10 +223,27 @@ def test_the_readme_has_commands_and_snippets():
     assert all(rule_for(c)[0] != SKIP or c.startswith(("pip install", "python -m pytest")) for c in README_COMMANDS)
 
 
-def test_every_readme_command(workspace):
-    for command in README_COMMANDS:
-        if command != MAIN_JOB:
+def check_all(commands: list[str], workspace: Workspace) -> None:
+    """`check` each command; those that write a file (`> run.json`) first and in order, since later ones may read
+    it, the rest three at a time (each spends most of its time importing). Every failure is reported."""
+    writers = [c for c in commands if ">" in c]
+    failures = []
+
+    def attempt(command: str) -> None:
+        try:
             check(command, workspace)
+        except AssertionError as error:
+            failures.append(str(error))
+
+    for command in writers:
+        attempt(command)
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        list(pool.map(attempt, [c for c in commands if c not in writers]))
+    assert not failures, "\n\n".join(failures)
+
+
+def test_every_readme_command(workspace):
+    check_all([command for command in README_COMMANDS if command != MAIN_JOB], workspace)
 
 
 @pytest.mark.parametrize("index", range(len(README_SNIPPETS)))
@@ -239,5 +257,4 @@ def test_every_readme_python_snippet(workspace, index):
 
 def test_every_help_example(workspace):
     examples = sorted({example for name in command_names() for example in help_examples(name)} - set(README_COMMANDS))
-    for command in examples:
-        check(command, workspace)
+    check_all(examples, workspace)
