@@ -267,8 +267,8 @@ def _entrypoint(name: str, architecture: str, datasets: dict[str, str]):
         tag = tag or default_tag
         if tag not in datasets:
             raise ValueError(f"{name} has no tag {tag!r}; its tags are {', '.join(datasets)}")
-        overlay = kwargs.get("pretrained_cfg_overlay") or {}
-        if pretrained and not any(overlay.get(key) for key in ("file", "state_dict", "url", "hf_hub_id")):
+        given = {**(cfg if isinstance(cfg, dict) else {}), **(kwargs.get("pretrained_cfg_overlay") or {})}
+        if pretrained and not any(given.get(key) for key in ("file", "state_dict", "url", "hf_hub_id")):
             raise ValueError(
                 f"{name}: the zoo publishes no timm weights; load a model saved by save_pretrained or "
                 "alternet-train with pretrained_cfg_overlay=dict(file='<folder>/model.safetensors')"
@@ -323,15 +323,19 @@ class _RegisterAfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def exec_module(self, module):
         module.__spec__.loader = module.__loader__ = self.loader  # timm sees its own loader
         self.loader.exec_module(module)
-        try:
-            register_models()
-        except Exception as error:  # a timm release we do not fit must not break `import timm`
-            warnings.warn(f"alternet_hf could not register its models with timm: {error!r}", stacklevel=2)
+        _register_or_warn()
+
+
+def _register_or_warn() -> None:
+    try:
+        register_models()
+    except Exception as error:  # a timm release we do not fit must break neither `import timm` nor ours
+        warnings.warn(f"alternet_hf could not register its models with timm: {error!r}", stacklevel=3)
 
 
 def register_when_timm_is_imported() -> None:
     """Register the zoo with timm now if timm is imported, else as soon as it is."""
     if "timm" in sys.modules:
-        register_models()
+        _register_or_warn()
     elif not any(isinstance(finder, _RegisterAfterImport) for finder in sys.meta_path):
         sys.meta_path.insert(0, _RegisterAfterImport())

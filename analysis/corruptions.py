@@ -393,7 +393,7 @@ def frost_photo_crops(
     if height >= small or width >= small:
         raise ValueError(
             f"the frost photographs are {small} pixels high at the smallest, too small for {height}×{width} crops; "
-            "use the procedural frost (frost_dir=None) for images this large"
+            'use the procedural frost (frost_dir="") for images this large'
         )
     choice = torch.randint(len(photos), (batch,), generator=generator, device=device).cpu()
     offsets = torch.rand((batch, 2), generator=generator, device=device, dtype=torch.float64).cpu()
@@ -410,20 +410,26 @@ def frost_profiles(folder: str) -> list[dict[str, tuple[float, ...] | float]]:
     every crop position it can draw (0–255 scale): `mean` per channel; `spread`, the standard deviation of
     a crop's grey mean across crops; `std`, per channel √(mean within-crop variance); `roughness`, the mean
     |difference| of horizontally adjacent grey pixels over the within-crop grey standard deviation."""
+
+    def crop_means(t: torch.Tensor, height: int = 32, width: int = 32) -> torch.Tensor:
+        """Mean of `t` (..., H, W) over each height×width window the reference can draw (summed-area table)."""
+        table = F.pad(t.cumsum(-1).cumsum(-2), (1, 0, 1, 0))
+        sums = table[..., height:, width:] - table[..., :-height, width:] - table[..., height:, :-width]
+        sums = sums + table[..., :-height, :-width]
+        return sums[..., :-1, :-1] / (height * width)  # its randint excludes the last offset
+
     profiles = []
     for photo in load_frost_photos(folder):
-        crops = photo.double().unfold(1, 32, 1).unfold(2, 32, 1)[:, :-1, :-1]  # (3, rows, cols, 32, 32)
-        crops = crops.flatten(1, 2).transpose(0, 1)  # (crops, 3, 32, 32)
-        means = crops.mean(dim=(2, 3))
-        grey = crops.mean(dim=1)
-        grey_centred = grey - grey.mean(dim=(1, 2), keepdim=True)
-        roughness = grey.diff(dim=2).abs().mean() / grey_centred.pow(2).mean().sqrt()
+        photo = photo.double()
+        means, grey = crop_means(photo), photo.mean(dim=0)
+        grey_variance = crop_means(grey**2) - crop_means(grey) ** 2
+        steps = crop_means(grey.diff(dim=1).abs(), width=31)  # a crop's rows hold 31 steps each
         profiles.append(
             dict(
-                mean=tuple(means.mean(0).tolist()),
-                spread=means.mean(1).std(correction=0).item(),
-                std=tuple((crops - means[..., None, None]).pow(2).mean(dim=(0, 2, 3)).sqrt().tolist()),
-                roughness=roughness.item(),
+                mean=tuple(means.mean(dim=(1, 2)).tolist()),
+                spread=means.mean(dim=0).std(correction=0).item(),
+                std=tuple((crop_means(photo**2) - means**2).mean(dim=(1, 2)).sqrt().tolist()),
+                roughness=(steps.mean() / grey_variance.mean().sqrt()).item(),
             )
         )
     return profiles

@@ -96,22 +96,27 @@ def reference_statistics(reference: str | Path, frost_dir: str | Path, seeds: in
 
     clean = photographs()
     pil_images = [Image.fromarray(image) for image in clean.permute(0, 2, 3, 1).numpy()]
+    reference, here = Path(reference).resolve(), os.getcwd()
     table = {}
-    with _libraries_as_in_2019() as gaussian, contextlib.chdir(frost_dir):  # it opens './frost1.png' etc.
-        functions = reference_functions(Path(reference).resolve(), gaussian)
-        for name in CORRUPTIONS:
-            table[name] = {}
-            for severity in SEVERITIES:
-                runs = []
-                for seed in range(seeds):
-                    np.random.seed(seed)
-                    corrupted = np.stack([np.uint8(functions[name](image, severity)) for image in pil_images])
-                    runs.append(corruption_statistics(clean, torch.from_numpy(corrupted).permute(0, 3, 1, 2)))
-                table[name][str(severity)] = {
-                    key: [float(np.mean([run[key] for run in runs])), float(np.std([run[key] for run in runs]))]
-                    for key in runs[0]
-                }
-            print(name, "done", file=sys.stderr)
+    os.chdir(frost_dir)  # it opens './frost1.png' etc.
+    try:
+        with _libraries_as_in_2019() as gaussian:
+            functions = reference_functions(reference, gaussian)
+            for name in CORRUPTIONS:
+                table[name] = {}
+                for severity in SEVERITIES:
+                    runs = []
+                    for seed in range(seeds):
+                        np.random.seed(seed)
+                        corrupted = np.stack([np.uint8(functions[name](image, severity)) for image in pil_images])
+                        runs.append(corruption_statistics(clean, torch.from_numpy(corrupted).permute(0, 3, 1, 2)))
+                    table[name][str(severity)] = {
+                        key: [float(np.mean([run[key] for run in runs])), float(np.std([run[key] for run in runs]))]
+                        for key in runs[0]
+                    }
+                print(name, "done", file=sys.stderr)
+    finally:
+        os.chdir(here)
     return table
 
 

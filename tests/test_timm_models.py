@@ -214,6 +214,8 @@ def test_pretrained_from_a_saved_zoo_folder(tmp_path):
 def test_mistakes_say_what_to_do():
     with pytest.raises(ValueError, match="publishes no timm weights.*pretrained_cfg_overlay=dict\\(file="):
         timm.create_model("alternet_18", pretrained=True)
+    with pytest.raises(FileNotFoundError):  # a weights file named in a pretrained_cfg dict is looked for
+        timm.create_model("alternet_18", pretrained=True, pretrained_cfg=dict(file="missing.safetensors"))
     with pytest.raises(ValueError, match="alternet_18 has no tag 'cifar1000'; its tags are cifar100, cifar10"):
         timm.create_model("alternet_18.cifar1000")
     with pytest.raises(ValueError, match="alternet_18 has no tag 'in1k'"):
