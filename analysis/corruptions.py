@@ -591,13 +591,11 @@ def _pillow_fixed_point(size: int, new_size: int) -> torch.Tensor:
 
 
 def _pillow_8bit_pass(levels: torch.Tensor, size: int, new_size: int) -> torch.Tensor:
-    """One pass of Pillow's 8-bit resampling along the last axis, bit for bit: out = (Σ level·weight + 2²¹)
-    >> 22, clipped, with `_pillow_fixed_point` weights. Exact in float64; in float32 too (twice as fast)
-    when every weight is a multiple of 2⁻⁶ (2¹⁶ in fixed point), as the CIFAR-C factors give at 32 px (1
-    and ½), since then every partial sum is a multiple of 2¹⁶ below 2⁴⁰."""
-    fixed = _pillow_fixed_point(size, new_size)
-    dtype = torch.float32 if bool((fixed % 2**16 == 0).all()) else torch.float64
-    levels = levels.to(dtype) @ fixed.to(levels.device, dtype)
+    """One pass of Pillow's 8-bit BOX down-scaling along the last axis, bit for bit: out = (Σ level·weight
+    + 2²¹) >> 22, clipped, with `_pillow_fixed_point` weights. Exact in float32: shrinking by a factor above
+    ½ (every CIFAR-C one) puts one or two input pixels in each output pixel, weights 1 or ½ (2²² or 2²¹), so
+    every partial sum is a multiple of 2²¹ with a few significant bits."""
+    levels = levels.float() @ _pillow_fixed_point(size, new_size).to(levels.device, torch.float32)
     return levels.add_(2**21).div_(2**22).floor_().clamp_(0, 255)
 
 

@@ -224,6 +224,15 @@ def test_pixelate_is_pillows_box_resize(photos):
             box = Image.Resampling.BOX
             pillow = Image.fromarray(image).resize((small, small), box).resize((32, 32), box)
             np.testing.assert_array_equal(np.asarray(pillow), got)
+    # and at other sizes
+    odd = torch.randint(0, 256, (2, 3, 45, 33), dtype=torch.uint8, generator=seeded())
+    for severity, factor in zip(SEVERITIES, SEVERITY_PARAMETERS["pixelate"]):
+        ours = corrupt(odd, "pixelate", severity).permute(0, 2, 3, 1).numpy()
+        for image, got in zip(odd.permute(0, 2, 3, 1).numpy(), ours):
+            box, size = Image.Resampling.BOX, (int(33 * factor), int(45 * factor))
+            np.testing.assert_array_equal(
+                np.asarray(Image.fromarray(image).resize(size, box).resize((33, 45), box)), got
+            )
 
 
 def _pillow_jpeg(image: np.ndarray, quality: int) -> np.ndarray:
