@@ -15,6 +15,7 @@ from .modeling_alternet import AlterNetForImageClassification, AlterNetModel, Al
 from .modeling_cifar_resnet import CifarResNetForImageClassification, CifarResNetModel, CifarResNetPreTrainedModel
 from .modeling_common import build_image_processor
 from .presets import DATASETS, create_config, create_model, list_models
+from .timm_models import register_when_timm_is_imported
 
 __version__ = "0.1.0"
 
@@ -25,6 +26,7 @@ for _config, _model, _classifier in (
     AutoConfig.register(_config.model_type, _config, exist_ok=True)
     AutoModel.register(_config, _model, exist_ok=True)
     AutoModelForImageClassification.register(_config, _classifier, exist_ok=True)
+register_when_timm_is_imported()  # timm.create_model("alternet_50") etc.; timm itself is not imported here
 
 __all__ = [
     "AlterNetConfig",

@@ -26,12 +26,26 @@ Where it differs, and why:
 - motion_blur and snow's streaks: the reference calls ImageMagick's MotionBlurImage. Its kernel is
   rebuilt here (2⌈radius⌉+1 one-sided taps along the angle, rounded to whole pixels, Gaussian weights,
   edge pixels repeated; taps weighing < 1e-6 are dropped) per image, applied with one grouped convolution.
-- frost: the reference blends crops of frost photographs whose licence is unclear. The textures here are
-  procedural (`frost_textures`: ridged multi-scale noise with oriented crystal streaks), made by this
-  project and seeded like everything else; they are not calibrated to the photographs' statistics.
-- Intermediate 8-bit steps are not reproduced (glass blur's uint8 image, snow's PNG round trips, Pillow's
-  fixed-point rounding in pixelate, at most one level): results stay float. uint8 inputs are rounded at
-  the end, where the reference's final `np.uint8(...)` truncates (half a level darker on average).
+- frost: the reference blends crops of photographs (frost1.png … frost5.jpg of hendrycks/robustness, which
+  `pip install imagecorruptions` also installs) whose licence is unclear, so none is shipped. Given their
+  folder (`frost_dir=`, or $ALTERNET_FROST_DIR), frost blends them as the reference does. Without it,
+  `frost_textures` makes procedural layers with the photographs' statistics (`FROST_PROFILES`: channel
+  means, spread of crop means, within-crop stds and roughness per photograph; overall mean 162 and
+  within-crop std 29 on the 0–255 scale, where this project's earlier textures had 71 and 41). They match
+  the photographs in these statistics, not in look.
+
+uint8 images (CIFAR-C as released) take the reference's 8-bit steps: the final `np.uint8(...)` truncates
+(half a level darker than rounding), glass blur shuffles a truncated uint8 image, snow's layer makes two
+8-bit round trips (its PNG, ImageMagick's output), and pixelate is Pillow's fixed-point 8-bit resize bit
+for bit. Float images stay float throughout, with no 8-bit step.
+
+Measured against the reference itself (make_cifar_c.py with ImageMagick 6.9.11, on 150 CIFAR-like
+photographs, tests/cifar_c_reference.py): the deterministic corruptions, and motion blur and elastic
+transform given the same random draws, give its bytes but for one-level differences where a value lies
+within float error of a level (≤ 1% of the pixels; 3.5% in defocus blur at severity 4 and brightness 4;
+none in pixelate and JPEG); and every corruption's statistics per severity
+(`corruption_statistics`: mean, contrast, change, roughness, colour) match the reference's within sampling
+noise, frost's procedural layers included (tests/test_corruptions.py).
 
 Other image sizes: any H, W ≥ 8 works. Pixel-sized parameters (blur radii, glass δ, elastic α/σ/shift)
 keep their 32-pixel values; the reference's elastic parameters are `IMSIZE × fraction` and ImageNet-C's
@@ -45,7 +59,9 @@ import functools
 import io
 import math
 import numbers
+import os
 import warnings
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -231,6 +247,16 @@ def _box_resize_matrix(size: int, new_size: int) -> torch.Tensor:
     return weights / weights.sum(dim=1, keepdim=True)
 
 
+# np.uint8(v) truncates; float32 arithmetic that lands a hair below an integer that float64 would reach
+# must not cost a level, hence the epsilon (in levels: far below any real fraction of a level).
+_TRUNCATION_EPSILON = 1e-5
+
+
+def _truncate_to_levels(x: torch.Tensor) -> torch.Tensor:
+    """The reference's 8-bit steps, `np.uint8(x * 255)` of x in [0, 1]: truncation to a level, kept in [0, 1]."""
+    return x.clamp(0, 1).mul_(255).add_(_TRUNCATION_EPSILON).floor_().div_(255)
+
+
 def _grayscale(x: torch.Tensor) -> torch.Tensor:
     weights = torch.tensor([0.299, 0.587, 0.114], dtype=x.dtype, device=x.device).view(1, 3, 1, 1)  # cv2 RGB2GRAY
     return (x * weights).sum(dim=1, keepdim=True)
@@ -268,9 +294,11 @@ def defocus_blur(x, parameters, generator):
     return _depthwise(x, kernel, "mirror")  # cv2.filter2D's default border, REFLECT_101
 
 
-def glass_blur(x, parameters, generator):
+def glass_blur(x, parameters, generator, eight_bit=False):
     sigma, delta, iterations = parameters
     x = _gaussian_blur(x, sigma)
+    if eight_bit:  # the reference shuffles the blurred image as uint8
+        x = _truncate_to_levels(x)
     batch, channels, height, width = x.shape
     # The reference loops over rows and columns H − δ … δ + 1 (descending) and "swaps" each pixel with the
     # one at a random offset in [−δ, δ)². Its swap assigns numpy views, so it copies the neighbour instead,
@@ -304,44 +332,172 @@ def zoom_blur(x, max_zoom, generator):
     return total / (len(zooms) + 1)
 
 
-def snow(x, parameters, generator):
+def snow(x, parameters, generator, eight_bit=False):
     mean, std, zoom, threshold, blur_radius, blur_sigma, blend = parameters
     batch, _, height, width = x.shape
     layer = mean + std * torch.randn((batch, 1, height, width), generator=generator, device=x.device, dtype=x.dtype)
     layer = _clipped_zoom(layer, zoom)
     layer = torch.where(layer < threshold, 0.0, layer).clamp(0, 1)
     angles = _uniform((batch,), -135.0, -45.0, generator, x.device)  # streaks fall from above
-    layer = _motion_blur(layer, blur_radius, blur_sigma, angles)
+    if eight_bit:  # the reference blurs an 8-bit PNG of the layer, and ImageMagick writes 8 bits back (truncating)
+        layer = _truncate_to_levels(_motion_blur(_truncate_to_levels(layer), blur_radius, blur_sigma, angles))
+    else:
+        layer = _motion_blur(layer, blur_radius, blur_sigma, angles)
     x = blend * x + (1 - blend) * torch.maximum(x, _grayscale(x) * 1.5 + 0.5)
     return x + layer + layer.flip(-1, -2)
+
+
+# The five photographs the reference draws from: `np.random.randint(5)` over its list of six never picks frost6.jpg.
+FROST_FILES = ("frost1.png", "frost2.png", "frost3.png", "frost4.jpg", "frost5.jpg")
+FROST_DIR_VARIABLE = "ALTERNET_FROST_DIR"
+
+
+def resolve_frost_dir(frost_dir: str | os.PathLike | None = None) -> str | None:
+    """The folder of frost photographs to use: `frost_dir`, else $ALTERNET_FROST_DIR; None for the procedural
+    frost (neither given, or `frost_dir=""`, which also overrides the variable)."""
+    folder = os.fspath(frost_dir) if frost_dir is not None else os.environ.get(FROST_DIR_VARIABLE, "")
+    return folder or None
+
+
+@functools.lru_cache(maxsize=4)
+def load_frost_photos(folder: str) -> tuple[torch.Tensor, ...]:
+    """The reference's frost photographs in `folder` as it blends them: RGB uint8 (3, h, w), shrunk by
+    cv2.resize(fx=0.2, fy=0.2), whose bilinear sampling at exactly 1/5 lands on every fifth pixel from
+    the third, so that is what is taken (no OpenCV needed)."""
+    from PIL import Image
+
+    folder_path = Path(folder)
+    missing = [name for name in FROST_FILES if not (folder_path / name).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"{folder} lacks the frost photographs {missing}: it needs {', '.join(FROST_FILES)} from "
+            "hendrycks/robustness (ImageNet-C/create_c/), which `pip install imagecorruptions` also installs "
+            f"(its imagecorruptions/frost folder); or unset {FROST_DIR_VARIABLE} for the procedural frost"
+        )
+    photos = []
+    for name in FROST_FILES:
+        with Image.open(folder_path / name) as image:
+            pixels = np.asarray(image.convert("RGB"))[2::5, 2::5]
+        photos.append(torch.from_numpy(np.ascontiguousarray(pixels)).permute(2, 0, 1).contiguous())
+    return tuple(photos)
+
+
+def frost_photo_crops(
+    folder: str, batch: int, height: int, width: int, *, generator: torch.Generator | None = None, device=None
+) -> torch.Tensor:
+    """The reference's frost layers (B, 3, H, W) in [0, 1]: per image a photograph drawn uniformly from
+    `FROST_FILES` and a uniformly placed crop (offsets 0 … size − H − 1, as its `randint`)."""
+    device = torch.device(device or "cpu")
+    photos = load_frost_photos(folder)
+    small = min(min(photo.shape[1] for photo in photos), min(photo.shape[2] for photo in photos))
+    if height >= small or width >= small:
+        raise ValueError(
+            f"the frost photographs are {small} pixels high at the smallest, too small for {height}×{width} crops; "
+            'use the procedural frost (frost_dir="") for images this large'
+        )
+    choice = torch.randint(len(photos), (batch,), generator=generator, device=device).cpu()
+    offsets = torch.rand((batch, 2), generator=generator, device=device, dtype=torch.float64).cpu()
+    crops = []
+    for index, (row, col) in zip(choice.tolist(), offsets.tolist()):
+        photo = photos[index]
+        top, left = int(row * (photo.shape[1] - height)), int(col * (photo.shape[2] - width))
+        crops.append(photo[:, top : top + height, left : left + width])
+    return torch.stack(crops).to(device).float().div_(255)
+
+
+def frost_profiles(folder: str) -> list[dict[str, tuple[float, ...] | float]]:
+    """Statistics of the reference's 32×32 frost layers, one dict per photograph of `FROST_FILES`, exact over
+    every crop position it can draw (0–255 scale): `mean` per channel; `spread`, the standard deviation of
+    a crop's grey mean across crops; `std`, per channel √(mean within-crop variance); `roughness`, the mean
+    |difference| of horizontally adjacent grey pixels over the within-crop grey standard deviation."""
+
+    def crop_means(t: torch.Tensor, height: int = 32, width: int = 32) -> torch.Tensor:
+        """Mean of `t` (..., H, W) over each height×width window the reference can draw (summed-area table)."""
+        table = F.pad(t.cumsum(-1).cumsum(-2), (1, 0, 1, 0))
+        sums = table[..., height:, width:] - table[..., :-height, width:] - table[..., height:, :-width]
+        sums = sums + table[..., :-height, :-width]
+        return sums[..., :-1, :-1] / (height * width)  # its randint excludes the last offset
+
+    profiles = []
+    for photo in load_frost_photos(folder):
+        photo = photo.double()
+        means, grey = crop_means(photo), photo.mean(dim=0)
+        grey_variance = crop_means(grey**2) - crop_means(grey) ** 2
+        steps = crop_means(grey.diff(dim=1).abs(), width=31)  # a crop's rows hold 31 steps each
+        profiles.append(
+            dict(
+                mean=tuple(means.mean(dim=(1, 2)).tolist()),
+                spread=means.mean(dim=0).std(correction=0).item(),
+                std=tuple((crop_means(photo**2) - means**2).mean(dim=(1, 2)).sqrt().tolist()),
+                roughness=(steps.mean() / grey_variance.mean().sqrt()).item(),
+            )
+        )
+    return profiles
+
+
+# The reference's frost layers, per photograph of FROST_FILES (0–255 scale, `frost_profiles` on frost1.png …
+# frost5.jpg, rounded): channel means, spread of crop means, within-crop channel stds, roughness; and `speckle`,
+# the share of white noise in the procedural texture's variance that gives it that roughness (fitted, see
+# `frost_textures`). frost2.png and frost3.png are two near-identical copies of one photograph.
+FROST_PROFILES = (
+    dict(mean=(76.7, 148.1, 164.7), spread=10.8, std=(21.6, 13.2, 12.7), roughness=0.72, speckle=0.0),
+    dict(mean=(198.5, 202.9, 212.2), spread=8.9, std=(17.9, 18.3, 18.9), roughness=0.82, speckle=0.17),
+    dict(mean=(198.5, 202.9, 212.2), spread=8.9, std=(17.9, 18.3, 18.9), roughness=0.82, speckle=0.17),
+    dict(mean=(143.5, 158.3, 171.1), spread=10.1, std=(25.9, 26.0, 27.0), roughness=0.93, speckle=0.41),
+    dict(mean=(102.7, 114.1, 125.9), spread=15.7, std=(35.4, 35.0, 34.2), roughness=0.86, speckle=0.25),
+)
+
+
+def _ice_pattern(batch: int, height: int, width: int, speckle: torch.Tensor, generator, device) -> torch.Tensor:
+    """(B, 1, H, W) with zero mean and unit variance per image: ridged multi-scale noise (veins of ice, where
+    smooth noise crosses zero) with fine oriented streaks (crystals), and white noise making up `speckle`
+    (B,) of the variance."""
+    ridges = torch.zeros(batch, 1, height, width, device=device)
+    for octave, cells in enumerate((3, 6, 12, 24)):
+        noise = torch.randn((batch, 1, cells, cells), generator=generator, device=device)
+        smooth = F.interpolate(noise, size=(height, width), mode="bicubic", align_corners=False)
+        ridges += (1 - smooth.abs().clamp(max=1)) ** 3 / 2**octave
+    streaks = torch.randn((batch, 1, height, width), generator=generator, device=device).clamp(min=0)
+    angles = _uniform((batch,), 0.0, 180.0, generator, device)
+    streaks = _motion_blur(streaks, 3, 1.5, angles)
+    pattern = ridges / ridges.amax(dim=(2, 3), keepdim=True) + 0.6 * streaks
+    white = torch.randn((batch, 1, height, width), generator=generator, device=device)
+
+    def standardised(t):
+        t = t - t.mean(dim=(2, 3), keepdim=True)
+        return t / t.std(dim=(2, 3), keepdim=True, correction=0).clamp_min(1e-12)
+
+    speckle = speckle.view(batch, 1, 1, 1)
+    return standardised((1 - speckle).sqrt() * standardised(pattern) + speckle.sqrt() * white)
 
 
 def frost_textures(
     batch: int, height: int, width: int, *, generator: torch.Generator | None = None, device=None
 ) -> torch.Tensor:
-    """Procedural frost (B, 3, H, W) in [0, 1], standing in for the reference's photographs: ridged
-    multi-scale noise (veins of ice, where smooth noise crosses zero) with fine oriented streaks (crystals),
-    slightly blue. Made by this project; no photographs are shipped."""
+    """Procedural frost layers (B, 3, H, W) in [0, 1], standing in for the reference's photographs, with their
+    statistics: per image a profile of `FROST_PROFILES` drawn uniformly (as the reference draws a photograph),
+    then the profile's channel means, shifted by a normal crop offset of its spread, plus an ice pattern scaled
+    to its within-crop channel stds and roughness. It matches the photographs' frost layers in mean, within-crop
+    and across-crop variation, colour and roughness; it does not look like them (no photographic crystals).
+    Made by this project; no photographs are shipped."""
     device = torch.device(device or "cpu")
-    texture = torch.zeros(batch, 1, height, width, device=device)
-    for octave, cells in enumerate((3, 6, 12, 24)):
-        noise = torch.randn((batch, 1, cells, cells), generator=generator, device=device)
-        smooth = F.interpolate(noise, size=(height, width), mode="bicubic", align_corners=False)
-        texture += (1 - smooth.abs().clamp(max=1)) ** 3 / 2**octave
-    streaks = torch.randn((batch, 1, height, width), generator=generator, device=device).clamp(min=0)
-    angles = _uniform((batch,), 0.0, 180.0, generator, device)
-    streaks = _motion_blur(streaks, 3, 1.5, angles)
-    texture = texture / texture.amax(dim=(2, 3), keepdim=True) + 0.6 * streaks
-    texture = texture / texture.amax(dim=(2, 3), keepdim=True)
-    tint = torch.tensor([0.85, 0.93, 1.0], device=device).view(1, 3, 1, 1)
-    return (texture * tint).clamp(0, 1)
+    table = {key: torch.tensor([p[key] for p in FROST_PROFILES], device=device) for key in ("mean", "spread", "std")}
+    speckle = torch.tensor([p["speckle"] for p in FROST_PROFILES], device=device)
+    choice = torch.randint(len(FROST_PROFILES), (batch,), generator=generator, device=device)
+    offset = torch.randn((batch, 1, 1, 1), generator=generator, device=device)
+    pattern = _ice_pattern(batch, height, width, speckle[choice], generator, device)
+    mean = table["mean"][choice].view(batch, 3, 1, 1) + table["spread"][choice].view(batch, 1, 1, 1) * offset
+    return ((mean + table["std"][choice].view(batch, 3, 1, 1) * pattern) / 255).clamp(0, 1)
 
 
-def frost(x, parameters, generator):
+def frost(x, parameters, generator, frost_dir=None):
     image_weight, frost_weight = parameters
     batch, _, height, width = x.shape
-    textures = frost_textures(batch, height, width, generator=generator, device=x.device)
-    return image_weight * x + frost_weight * textures.to(x.dtype)
+    if frost_dir is None:
+        layers = frost_textures(batch, height, width, generator=generator, device=x.device)
+    else:
+        layers = frost_photo_crops(frost_dir, batch, height, width, generator=generator, device=x.device)
+    return image_weight * x + frost_weight * layers.to(x.dtype)
 
 
 def plasma_fractal(
@@ -428,10 +584,32 @@ def elastic_transform(x, parameters, generator):
     return F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=False)
 
 
-def pixelate(x, factor, generator):
+@functools.lru_cache(maxsize=64)
+def _pillow_fixed_point(size: int, new_size: int) -> torch.Tensor:
+    """Pillow's 8-bit weights of a BOX resize along one axis, transposed: 22-bit fixed point, rounded half up."""
+    return torch.floor(_box_resize_matrix(size, new_size) * 2**22 + 0.5).T.contiguous()
+
+
+def _pillow_8bit_pass(levels: torch.Tensor, size: int, new_size: int) -> torch.Tensor:
+    """One pass of Pillow's 8-bit BOX down-scaling along the last axis, bit for bit: out = (Σ level·weight
+    + 2²¹) >> 22, clipped, with `_pillow_fixed_point` weights. Exact in float32: shrinking by a factor above
+    ½ (every CIFAR-C one) puts one or two input pixels in each output pixel, weights 1 or ½ (2²² or 2²¹), so
+    every partial sum is a multiple of 2²¹ with a few significant bits."""
+    levels = levels.float() @ _pillow_fixed_point(size, new_size).to(levels.device, torch.float32)
+    return levels.add_(2**21).div_(2**22).floor_().clamp_(0, 255)
+
+
+def pixelate(x, factor, generator, eight_bit=False):
     # Pillow BOX down to int(n·factor) pixels and BOX (nearest) back up: one (n, n) matrix per axis.
     height, width = x.shape[-2:]
     small_h, small_w = int(height * factor), int(width * factor)
+    if eight_bit:  # the reference resizes the uint8 image: Pillow's integer passes, columns first, then rows
+        levels = (x * 255).round_()
+        levels = _pillow_8bit_pass(levels, width, small_w)
+        levels = _pillow_8bit_pass(levels.transpose(-1, -2), height, small_h).transpose(-1, -2)
+        # BOX up-scaling picks the pixel under each output centre: weights of exactly 1, so exact
+        up_rows, up_cols = _box_resize_matrix(small_h, height), _box_resize_matrix(small_w, width)
+        return _separable(levels, up_rows, up_cols).to(x.dtype).div_(255)
     rows = _box_resize_matrix(small_h, height) @ _box_resize_matrix(height, small_h)
     cols = _box_resize_matrix(small_w, width) @ _box_resize_matrix(width, small_w)
     return _separable(x, rows, cols)
@@ -467,11 +645,38 @@ def jpeg_compression(x, quality, generator):
     return _jpeg_round_trip(images, quality).to(x.device, x.dtype) / 255
 
 
+def corruption_statistics(clean: torch.Tensor, corrupted: torch.Tensor) -> dict[str, float]:
+    """What a corruption does to a set of images, as five numbers on the [0, 1] scale (uint8 images are
+    divided by 255): `mean`, the pixel mean; `contrast`, the mean within-image standard deviation (per
+    channel); `change`, the mean |corrupted − clean|; `roughness`, the mean |difference| of horizontally and
+    vertically adjacent pixels (blur lowers it, noise raises it); `chroma`, the mean spread max − min over
+    the channels (colour). The statistics tests compare ours with the reference's; any source of corrupted
+    images (the released arrays, `analysis.robustness`) can be summarised the same way."""
+    if clean.shape != corrupted.shape:
+        raise ValueError(f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} images differ in shape")
+    clean, corrupted = (t.double() / 255 if t.dtype == torch.uint8 else t.double() for t in (clean, corrupted))
+    roughness = (corrupted.diff(dim=-1).abs().mean() + corrupted.diff(dim=-2).abs().mean()) / 2
+    return dict(
+        mean=corrupted.mean().item(),
+        contrast=corrupted.std(dim=(-2, -1), correction=0).mean().item(),
+        change=(corrupted - clean).abs().mean().item(),
+        roughness=roughness.item(),
+        chroma=(corrupted.amax(dim=-3) - corrupted.amin(dim=-3)).mean().item(),
+    )
+
+
 _FUNCTIONS = {name: globals()[name] for name in CORRUPTIONS}
+_EIGHT_BIT_STEPS = ("glass_blur", "snow", "pixelate")  # with uint8 images, the reference's inner 8-bit steps
+_EIGHT_BIT_RESULTS = ("pixelate", "jpeg_compression")  # computed on 8-bit levels by the reference: not truncated
 
 
 def corrupt(
-    images: torch.Tensor, corruption: str, severity: int, *, generator: torch.Generator | None = None
+    images: torch.Tensor,
+    corruption: str,
+    severity: int,
+    *,
+    generator: torch.Generator | None = None,
+    frost_dir: str | os.PathLike | None = None,
 ) -> torch.Tensor:
     """Apply one CIFAR-C corruption at a severity (1…5) to a batch.
 
@@ -483,6 +688,10 @@ def corrupt(
     None draws from torch's global RNG for that device. A generator on another device type (a CPU
     generator with CUDA images) is refused rather than used: drawing on one device and copying would be
     slower and give other numbers than a generator on the images' device.
+
+    `frost_dir`: a folder with the reference's frost photographs (`FROST_FILES`), which frost then blends as
+    the reference does; None reads $ALTERNET_FROST_DIR, and without either (or with `frost_dir=""`) frost uses
+    the procedural `frost_textures`.
     """
     if not isinstance(images, torch.Tensor):
         raise TypeError(f"images must be a torch.Tensor (batch, 3, height, width), got {type(images).__name__}")
@@ -509,8 +718,16 @@ def corrupt(
     x = images.to(torch.float64 if images.dtype == torch.float64 else torch.float32)
     if images.dtype == torch.uint8:
         x.div_(255)  # a fresh tensor: in place saves a pass over the batch
-    out = _FUNCTIONS[corruption](x, SEVERITY_PARAMETERS[corruption][severity - 1], generator)
+    options = {}
+    if corruption == "frost":
+        options["frost_dir"] = resolve_frost_dir(frost_dir)
+    if corruption in _EIGHT_BIT_STEPS:
+        options["eight_bit"] = images.dtype == torch.uint8
+    out = _FUNCTIONS[corruption](x, SEVERITY_PARAMETERS[corruption][severity - 1], generator, **options)
     if images.dtype == torch.uint8:
-        out = out.clamp(0, 1).mul_(255).round_()
+        out = out.clamp(0, 1).mul_(255)
+        # np.uint8's truncation, as the reference ends (the cast truncates); results already on 8-bit levels
+        # only lose the error of /255
+        out = out.round_() if corruption in _EIGHT_BIT_RESULTS else out.add_(_TRUNCATION_EPSILON)
         return out.to(torch.uint8, memory_format=torch.contiguous_format)
     return out.clamp(0, 1).to(images.dtype, memory_format=torch.contiguous_format)

@@ -31,7 +31,7 @@ from alternet_hf.metrics import classification_metrics
 
 from . import _common
 from ._common import AnalysisResult, analysis_mode, iterate_batches, logits_of, model_normalization, resolve_device
-from .corruptions import CORRUPTIONS, SEVERITIES, corrupt
+from .corruptions import CORRUPTIONS, SEVERITIES, corrupt, load_frost_photos, resolve_frost_dir
 
 Batches = Iterator[tuple[torch.Tensor, torch.Tensor]]
 
@@ -131,10 +131,21 @@ class GeneratedCorruptions:
     Images are corrupted in chunks of `chunk_size`, each with its own generator seeded from (seed,
     corruption, severity, chunk), so the result depends neither on the batch size asked for nor on
     which sets were generated before.
+
+    Frost blends the reference's photographs from `frost_dir` (or $ALTERNET_FROST_DIR, read here once) when
+    given, else the procedural textures with the photographs' statistics (`analysis.corruptions.frost_textures`);
+    `frost_dir` says which was used (None: procedural).
     """
 
     def __init__(
-        self, images: torch.Tensor, labels: torch.Tensor, *, seed: int = 0, chunk_size: int = 1000, device=None
+        self,
+        images: torch.Tensor,
+        labels: torch.Tensor,
+        *,
+        seed: int = 0,
+        chunk_size: int = 1000,
+        device=None,
+        frost_dir: str | Path | None = None,
     ):
         _check_uint8_images(images)
         if len(labels) != len(images):
@@ -142,6 +153,9 @@ class GeneratedCorruptions:
         self.images, self.labels = images, torch.as_tensor(labels, dtype=torch.int64)
         self.seed, self.chunk_size = seed, chunk_size
         self.device = torch.device(device or "cpu")
+        self.frost_dir = resolve_frost_dir(frost_dir)
+        if self.frost_dir is not None:
+            load_frost_photos(self.frost_dir)  # a wrong folder fails here, not after hours of other corruptions
 
     @classmethod
     def from_dataset(cls, dataset, **kwargs) -> "GeneratedCorruptions":
@@ -158,7 +172,7 @@ class GeneratedCorruptions:
             key = f"{self.seed}/{corruption}/{severity}/{chunk}".encode()
             generator = torch.Generator(device=self.device).manual_seed(zlib.crc32(key))
             clean = self.images[chunk : chunk + self.chunk_size].to(self.device, non_blocking=True)
-            corrupted = corrupt(clean, corruption, severity, generator=generator)
+            corrupted = corrupt(clean, corruption, severity, generator=generator, frost_dir=self.frost_dir or "")
             labels = self.labels[chunk : chunk + self.chunk_size]
             for start in range(0, len(corrupted), batch_size):
                 yield corrupted[start : start + batch_size], labels[start : start + batch_size]
