@@ -35,7 +35,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from accelerate import Accelerator
-from accelerate.utils import DataLoaderConfiguration, ProjectConfiguration, broadcast_object_list, set_seed
+from accelerate.utils import (
+    DataLoaderConfiguration,
+    DistributedType,
+    ProjectConfiguration,
+    broadcast_object_list,
+    set_seed,
+)
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
@@ -71,6 +77,10 @@ class TrainResult:
     metrics: dict  # of the last evaluation
     best_accuracy: float
     history: list
+
+
+# Where Accelerate's backward, clipping and optimizer wrappers do nothing but call torch (see `train_one_epoch`).
+DIRECT_TORCH_CALLS = (DistributedType.NO, DistributedType.MULTI_CPU, DistributedType.MULTI_GPU)
 
 
 class NonFiniteLossError(ValueError):
@@ -327,6 +337,12 @@ def train_one_epoch(
     """Train on `loader` (already advanced past `state.step_in_epoch` batches); `after_batch(optimizer_stepped)`
     follows every batch. `timing["data"]` gains the seconds spent waiting for batches."""
     model.train()
+    # Accelerate's optimizer wrapper looks an optional package up on disk twice per step and inspects a signature in
+    # `zero_grad`; its backward and clipping add a division and a walk over the parameters: ~0.3 ms per step, 3% of
+    # a GPU step's budget. Where all of them only forward to torch (no fp16 loss scaler; one device or DDP), torch is
+    # called directly, as they would call it.
+    direct = accelerator.scaler is None and accelerator.distributed_type in DIRECT_TORCH_CALLS
+    accumulation = accelerator.gradient_accumulation_steps
     batches = iter(loader)
     while True:
         waiting = time.perf_counter()
@@ -340,11 +356,19 @@ def train_one_epoch(
                 mix = mixer.parameters(state.epoch, state.step_in_epoch, accelerator.process_index)
                 mix = mix.to(accelerator.device, non_blocking=True)
             loss = train_step(batch["pixel_values"], batch["labels"], mix)
-            accelerator.backward(loss)
-            if accelerator.sync_gradients and clip_grad_norm is not None:
-                accelerator.clip_grad_norm_(parameters, clip_grad_norm)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            if not direct:
+                accelerator.backward(loss)
+                if accelerator.sync_gradients and clip_grad_norm is not None:
+                    accelerator.clip_grad_norm_(parameters, clip_grad_norm)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            else:
+                (loss / accumulation if accumulation > 1 else loss).backward()
+                if accelerator.sync_gradients:
+                    if clip_grad_norm is not None:
+                        torch.nn.utils.clip_grad_norm_(parameters, clip_grad_norm)
+                    optimizer.optimizer.step()
+                    optimizer.optimizer.zero_grad(set_to_none=True)
         monitor.add(loss, state)
         state.step_in_epoch += 1
         progress.update(1)
@@ -434,7 +458,8 @@ def train(config: TrainingConfig, *, resume: bool = False, overwrite: bool = Fal
     model, optimizer, train_loader, eval_loader = accelerator.prepare(model, optimizer, train_loader, eval_loader)
     # Accelerate also steps on an epoch's last, incomplete accumulation window.
     steps_per_epoch = math.ceil(len(train_loader) / config.gradient_accumulation_steps)
-    scheduler = build_scheduler(config, optimizer, steps_per_epoch)  # stepped by hand, once per optimizer step
+    # Stepped by hand, once per optimizer step; on the optimizer Accelerate wraps, whose `step` it counts.
+    scheduler = build_scheduler(config, optimizer.optimizer, steps_per_epoch)
     model_config = accelerator.unwrap_model(model).config
     mean, std = channel_statistics(model_config.image_mean, model_config.image_std, device=accelerator.device)
     compiled = config.compile if config.compile is not None else on_cuda

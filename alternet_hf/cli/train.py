@@ -3,7 +3,6 @@
     alternet-train                                                            # offline first run
     accelerate launch -m alternet_hf.cli.train --recipe paper --model alternet-50-cifar100   # the paper's recipe
     accelerate launch -m alternet_hf.cli.train --config my_run.json --resume  # continue after a crash or kill
-    alternet-train --output-dir outputs/alternet-digits --overwrite            # start a finished run again
     alternet-train --recipe paper --model vit-ti-cifar100 --print-config > vit.json
 
 Settings are layered: defaults (or `--recipe` for `--model`), then `--config` (JSON), then flags.
