@@ -472,13 +472,14 @@ def train(config: TrainingConfig, *, resume: bool = False, overwrite: bool = Fal
         channels_last=config.channels_last,
         compile_mode=config.compile_mode if compiled else None,
     )
-    mixing = config.mixup_alpha > 0 or config.cutmix_alpha > 0
-    mixer = BatchMixer(
-        mixup_alpha=config.mixup_alpha,
-        cutmix_alpha=config.cutmix_alpha,
-        image_size=model_config.image_size,
-        seed=config.seed,
-    )
+    mixer = None
+    if config.mixup_alpha > 0 or config.cutmix_alpha > 0:
+        mixer = BatchMixer(
+            mixup_alpha=config.mixup_alpha,
+            cutmix_alpha=config.cutmix_alpha,
+            image_size=model_config.image_size,
+            seed=config.seed,
+        )
     parameters = [p for p in model.parameters() if p.requires_grad]
 
     state = TrainState()
@@ -552,7 +553,7 @@ def train(config: TrainingConfig, *, resume: bool = False, overwrite: bool = Fal
                     model=model,
                     parameters=parameters,
                     clip_grad_norm=config.clip_grad_norm,
-                    mixer=mixer if mixing else None,
+                    mixer=mixer,
                     monitor=monitor,
                     after_batch=after_batch,
                     progress=progress,
