@@ -1,10 +1,14 @@
-"""Throughput of the zoo's models: images per second for inference and for a training step."""
+"""Speed of the zoo's models and of the training engine (`alternet-benchmark`): images per second of bare steps,
+of the data path per loader worker, of end-to-end runs; the engine's loop overhead; a step against the reference
+implementation's. Benchmarks, not tests: CPU figures are process time, so a shared machine's other jobs do not count."""
 
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 
+from .augmentation import normalize_images
 from .presets import create_model
 
 
@@ -84,68 +88,355 @@ def measure_throughput(
     )
 
 
-def measure_training_throughput(
+def cifar_like_dataset(path: str, *, num_labels: int, image_size: int, train: int, test: int, seed: int = 0) -> str:
+    """A `save_to_disk` dataset in CIFAR's schema (img, label; PNG-encoded random pixels, the hardest to compress):
+    what the engine reads, without a download."""
+    import datasets
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    features = datasets.Features({"img": datasets.Image(), "label": datasets.ClassLabel(num_classes=num_labels)})
+    splits = {
+        split: datasets.Dataset.from_dict(
+            {
+                "img": [
+                    Image.fromarray(rng.integers(0, 256, (image_size, image_size, 3), dtype=np.uint8)) for _ in range(n)
+                ],
+                "label": (np.arange(n) % num_labels).tolist(),
+            },
+            features=features,
+        )
+        for split, n in (("train", train), ("test", test))
+    }
+    datasets.DatasetDict(splits).save_to_disk(path)
+    return path
+
+
+@dataclass
+class DataPathSpeed:
+    """CPU time of the training data path per image, in one process (as one loader worker runs it)."""
+
+    model: str
+    recipe: str
+    images: int
+    milliseconds_per_image: list[float]  # CPU (process) time, one per pass over the images
+
+    @property
+    def images_per_second_per_worker(self) -> float:
+        return 1000 / min(self.milliseconds_per_image)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "images_per_second_per_worker": self.images_per_second_per_worker}
+
+
+def measure_data_path(
     name: str,
     *,
     recipe: str = "paper",
     images: int = 960,
     batch_size: int = 96,
-    num_workers: int = 0,
-    compiled: bool = False,
+    repeats: int = 3,
     workdir: str | None = None,
-) -> Throughput:
-    """Images/s of one epoch of the real training engine: data loading, augmentation, Mixup/CutMix on the
-    device, forward, backward, clipping, optimizer. The data are random photos-sized images written in
-    CIFAR's schema to a temporary folder, so no download is needed."""
+) -> DataPathSpeed:
+    """Read, decode, check, augment (the recipe's crop, flip, RandAugment, seeded per image) and collate the
+    training images exactly as `alternet-train`'s loader workers do, timed in CPU seconds (process time, so a
+    shared machine's other jobs do not count), on one thread as in a worker."""
     import tempfile
 
-    import datasets
-    import numpy as np
-    from PIL import Image
+    from .presets import create_config
+    from .recipe import recipe_config
+    from .training import build_model_and_data
+
+    config = create_config(name)
+    threads = torch.get_num_threads()
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        data = cifar_like_dataset(
+            f"{tmp}/data", num_labels=config.num_labels, image_size=config.image_size, train=images, test=1
+        )
+        run = recipe_config(
+            name, recipe, dataset=data, image_column="img", batch_size=batch_size, num_workers=0, eval_batch_size=1
+        )
+        _, augmentation, loader, _, _ = build_model_and_data(run)
+        torch.set_num_threads(1)
+        try:
+            milliseconds = []
+            for epoch in range(repeats):
+                augmentation.epoch = epoch
+                started = time.process_time()
+                count = sum(len(batch["labels"]) for batch in loader)
+                milliseconds.append(1000 * (time.process_time() - started) / count)
+        finally:
+            torch.set_num_threads(threads)
+    return DataPathSpeed(name, recipe, count, milliseconds)
+
+
+def measure_engine_overhead(*, steps: int = 50, batch_size: int = 8, repeats: int = 15) -> dict:
+    """CPU milliseconds per step of the engine's training loop (`training.train_one_epoch`: Accelerate's
+    accumulation, optimizer and clipping wrappers, the loss monitor, the progress bar) and of a hand-written loop
+    doing the same work (normalise, forward, loss, backward, clip, AdamW, schedule) on the same model and tensors.
+
+    The smallest AlterNet (one conv and one MSA block, 8×8 images) on one thread keeps the step short, so that the
+    loops' own cost is not lost in the model's. The two are timed alternately, `repeats` times; the median of the
+    paired differences is the engine's overhead."""
+    import io
+    import statistics
+
+    from accelerate import Accelerator
+    from tqdm.auto import tqdm
+
+    from .augmentation import channel_statistics
+    from .recipe import TrainingConfig, build_optimizer, build_scheduler
+    from .training import LossMonitor, TrainState, build_steps, train_one_epoch, training_loss
+
+    smallest = dict(
+        embedding_size=8, depths=[2], hidden_sizes=[8], num_attention_blocks=[1], num_attention_heads=[1],
+        attention_head_dim=8, image_size=8,
+    )  # fmt: skip
+    config = TrainingConfig(model="alternet-18-cifar10", model_overrides=smallest, epochs=1000)
+    accelerator = Accelerator(mixed_precision="no")
+    model = create_model(config.model, **config.model_overrides).to(memory_format=torch.channels_last)
+    optimizer = build_optimizer(config, model)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    scheduler = build_scheduler(config, optimizer.optimizer, steps_per_epoch=steps)
+    mean, std = channel_statistics(model.config.image_mean, model.config.image_std, device=accelerator.device)
+    train_step, _ = build_steps(
+        model, mean=mean, std=std, num_labels=10, label_smoothing=0.0, channels_last=True, compile_mode=None
+    )
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    generator = torch.Generator().manual_seed(0)
+    batches = [
+        {
+            "pixel_values": torch.randint(0, 256, (batch_size, 8, 8, 3), dtype=torch.uint8, generator=generator)
+            .permute(0, 3, 1, 2)
+            .to(accelerator.device),
+            "labels": torch.randint(0, 10, (batch_size,), generator=generator).to(accelerator.device),
+        }
+        for _ in range(steps)
+    ]
+
+    def hand_written():
+        for batch in batches:
+            logits = model(normalize_images(batch["pixel_values"], mean, std)).logits
+            loss = training_loss(logits, batch["labels"])
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(parameters, config.clip_grad_norm)
+            optimizer.optimizer.step()
+            optimizer.optimizer.zero_grad(set_to_none=True)
+            scheduler.step()
+
+    def engine():
+        state = TrainState()
+        monitor = LossMonitor(accelerator, config.log_every_steps, batches_per_epoch=steps)
+
+        def after_batch(optimizer_stepped):
+            if monitor.full:
+                monitor.read()
+
+        with tqdm(total=steps, file=io.StringIO()) as progress:
+            train_one_epoch(
+                train_step, batches, optimizer, scheduler, accelerator, state, model=model, parameters=parameters,
+                clip_grad_norm=config.clip_grad_norm, mixer=None, monitor=monitor, after_batch=after_batch,
+                progress=progress, timing={"data": 0.0},
+            )  # fmt: skip
+        monitor.read()
+
+    timings = {"hand-written loop": [], "engine": []}
+    model.train()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # parallel kernels' spinning threads would bury the loops' own time on a busy CPU
+    try:
+        hand_written(), engine()  # warm-up
+        for _ in range(repeats):
+            for label, loop in (("hand-written loop", hand_written), ("engine", engine)):
+                started = time.process_time()
+                loop()
+                timings[label].append(1000 * (time.process_time() - started) / steps)
+    finally:
+        torch.set_num_threads(threads)
+    medians = {label: statistics.median(values) for label, values in timings.items()}
+    differences = [engine - hand for engine, hand in zip(timings["engine"], timings["hand-written loop"])]
+    return {
+        "milliseconds_per_step": timings,
+        "median_milliseconds_per_step": medians,
+        "overhead_milliseconds_per_step": statistics.median(differences),
+        "batch_size": batch_size,
+        "device": str(accelerator.device),
+    }
+
+
+def measure_reference_step(
+    reference_dir: str, *, batch_size: int = 32, repeats: int = 5, channels_last: bool = True
+) -> dict:
+    """CPU seconds of one AlterNet-50 (CIFAR-100, paper layout, stochastic depth 0.1) training step — forward,
+    cross-entropy, backward, AdamW — in the zoo's implementation and in the reference code's
+    (`xxxnell/how-do-vits-work`, a checkout at `reference_dir`, imported from there and never copied), on the
+    same batch, timed alternately. The zoo model runs as the engine runs it (channels-last by default)."""
+    import statistics
+    import sys
+    from functools import partial
+
+    if not (Path(reference_dir) / "models" / "alternet.py").is_file():
+        raise ValueError(
+            f"{reference_dir} is not a checkout of the reference code (no models/alternet.py): "
+            "git clone https://github.com/xxxnell/how-do-vits-work and give its folder"
+        )
+    sys.path.insert(0, str(reference_dir))
+    try:
+        from models import alternet as reference_alternet
+        from models import preresnet_dnn_block as reference_blocks
+    finally:
+        sys.path.remove(str(reference_dir))
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randn(batch_size, 3, 32, 32, generator=generator)
+    labels = torch.randint(0, 100, (batch_size,), generator=generator)
+    reference = reference_alternet.AlterNet(
+        reference_blocks.Bottleneck,
+        reference_alternet.AttentionBlockB,
+        stem=partial(reference_alternet.StemB, pool=False),
+        num_blocks=(3, 4, 6, 4),
+        num_blocks2=(0, 1, 1, 2),  # the paper's layout, as the zoo's preset
+        heads=(3, 6, 12, 24),
+        num_classes=100,
+        window_size=4,
+        sd=0.1,
+    )
+    ours = create_model("alternet-50-cifar100", drop_path_rate=0.1)
+    memory_format = torch.channels_last if channels_last else torch.contiguous_format
+    ours = ours.to(memory_format=memory_format)
+    ours_images = images.contiguous(memory_format=memory_format)
+    if sum(p.numel() for p in ours.parameters()) != sum(p.numel() for p in reference.parameters()):
+        raise RuntimeError("the reference model and the zoo's differ in size: not the same architecture")
+
+    def step_of(model, batch, logits_of):
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        model.train()
+
+        def step():
+            loss = torch.nn.functional.cross_entropy(logits_of(model(batch)), labels)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        return step
+
+    steps = {
+        "reference": step_of(reference, images, lambda output: output),
+        "alternet_hf": step_of(ours, ours_images, lambda output: output.logits),
+    }
+    for step in steps.values():
+        step()  # warm-up
+    seconds = {name: [] for name in steps}
+    for _ in range(repeats):
+        for name, step in steps.items():
+            started = time.process_time()
+            step()
+            seconds[name].append(time.process_time() - started)
+    medians = {name: statistics.median(values) for name, values in seconds.items()}
+    return {
+        "cpu_seconds_per_step": seconds,
+        "median_cpu_seconds_per_step": medians,
+        "ratio": medians["alternet_hf"] / medians["reference"],
+        "batch_size": batch_size,
+        "threads": torch.get_num_threads(),
+        "channels_last": channels_last,
+    }
+
+
+@dataclass
+class TrainingRun:
+    """An end-to-end run of `alternet-train` (loader workers, evaluation and checkpoints on), and what the full
+    recipe's checkpoint cadence writes."""
+
+    model: str
+    device: str
+    compiled: bool
+    batch_size: int
+    num_workers: int
+    epochs: int
+    train_images: int
+    seconds: float
+    images_per_second: float  # of the whole run: training images / wall-clock seconds, start-up included
+    last_epoch_images_per_second: float  # training images of the last epoch / its training seconds
+    shares: dict  # of the wall-clock time: data (waiting for batches), step, evaluation, checkpoint, start-up
+    checkpoint_bytes: int  # one checkpoint of this model (weights, optimizer, RNG states)
+    recipe_checkpoints: int  # written by the full recipe in `recipe_minutes`, from its cadence
+    recipe_minutes: float
+    recipe_checkpoint_bytes: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def measure_training_run(
+    name: str,
+    *,
+    recipe: str = "paper",
+    epochs: int = 2,
+    images: int = 960,
+    eval_images: int = 480,
+    batch_size: int = 96,
+    num_workers: int = 2,
+    compiled: bool | None = None,
+    recipe_minutes: float = 30.0,
+    model_overrides: dict | None = None,
+    workdir: str | None = None,
+) -> TrainingRun:
+    """`epochs` epochs of the real engine with the recipe (augmentation, Mixup/CutMix, loader workers), evaluating
+    and checkpointing after every epoch, on a CIFAR-schema dataset written to a temporary folder (no download).
+
+    The checkpoint cadence of the full recipe (`save_every_epochs`, `save_every_minutes` over a run of
+    `recipe_minutes`) times the size of this run's checkpoint gives the bytes the full recipe writes.
+    `model_overrides` replace the recipe's (for a smaller model, whose checkpoints are then smaller)."""
+    import tempfile
 
     from .presets import create_config
     from .recipe import recipe_config
     from .training import train
 
-    config = create_config(name)
-    rng = np.random.default_rng(0)
-    size = config.image_size
-    features = datasets.Features({"img": datasets.Image(), "label": datasets.ClassLabel(num_classes=config.num_labels)})
+    full_recipe = recipe_config(name, recipe)
+    overrides = full_recipe.model_overrides if model_overrides is None else model_overrides
+    config = create_config(name, **overrides)
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        splits = {
-            split: datasets.Dataset.from_dict(
-                {
-                    "img": [Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8)) for _ in range(n)],
-                    "label": (np.arange(n) % config.num_labels).tolist(),
-                },
-                features=features,
-            )
-            for split, n in (("train", images), ("test", batch_size))
-        }
-        datasets.DatasetDict(splits).save_to_disk(f"{tmp}/data")
-        run = recipe_config(
-            name,
-            recipe,
-            dataset=f"{tmp}/data",
-            image_column="img",
-            label_column="label",
-            epochs=1,
-            batch_size=batch_size,
-            num_workers=num_workers,
-            compile=compiled,
-            output_dir=f"{tmp}/run",
-            save_every_steps=10**9,
+        data = cifar_like_dataset(
+            f"{tmp}/data", num_labels=config.num_labels, image_size=config.image_size, train=images, test=eval_images
         )
-        record = train(run).history[-1]
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    seconds_per_batch = record["train_seconds"] / (record["train_images"] / batch_size)
-    return Throughput(
+        run = recipe_config(
+            name, recipe, dataset=data, image_column="img", epochs=epochs, batch_size=batch_size,
+            num_workers=num_workers, compile=compiled, output_dir=f"{tmp}/run", eval_every_epochs=1,
+            save_every_epochs=1, save_every_minutes=None, model_overrides=overrides,
+        )  # fmt: skip
+        started = time.perf_counter()
+        history = train(run).history
+        seconds = time.perf_counter() - started
+        checkpoint = max(Path(f"{tmp}/run/checkpoints").glob("checkpoint-*"))
+        checkpoint_bytes = sum(f.stat().st_size for f in checkpoint.iterdir())
+    train_images = sum(h["train_images"] for h in history)
+    parts = {
+        "data": sum(h["data_seconds"] for h in history),
+        "step": sum(h["train_seconds"] - h["data_seconds"] for h in history),
+        "evaluation": sum(h.get("evaluation_seconds", 0.0) for h in history),
+        "checkpoint": sum(h["checkpoint_seconds"] for h in history),
+    }
+    parts["start-up"] = seconds - sum(parts.values())
+    epochs_saved = sum(
+        1 for e in range(1, full_recipe.epochs + 1) if e % full_recipe.save_every_epochs == 0 or e == full_recipe.epochs
+    )
+    timed = int(recipe_minutes // full_recipe.save_every_minutes) if full_recipe.save_every_minutes else 0
+    return TrainingRun(
         model=name,
-        device=device,
-        dtype="bfloat16" if torch.cuda.is_available() else "float32",
-        compiled=compiled,
+        device=torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        compiled=bool(run.compile if run.compile is not None else torch.cuda.is_available()),
         batch_size=batch_size,
-        mode=f"train ({recipe} recipe, data included)",
-        images_per_second=record["train_images"] / record["train_seconds"],
-        milliseconds_per_batch=1000 * seconds_per_batch,
+        num_workers=num_workers,
+        epochs=epochs,
+        train_images=train_images,
+        seconds=seconds,
+        images_per_second=train_images / seconds,
+        last_epoch_images_per_second=history[-1]["train_images"] / history[-1]["train_seconds"],
+        shares={part: value / seconds for part, value in parts.items()},
+        checkpoint_bytes=checkpoint_bytes,
+        recipe_checkpoints=epochs_saved + timed,
+        recipe_minutes=recipe_minutes,
+        recipe_checkpoint_bytes=(epochs_saved + timed) * checkpoint_bytes,
     )

@@ -6,7 +6,7 @@ handwritten digits (real 8×8 scans shipped inside scikit-learn), upscaled to 32
 network, so a first run works anywhere.
 """
 
-import random
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -290,50 +290,117 @@ def _reindex_by_name(dataset: datasets.Dataset, names: list[str], class_names: l
     return dataset.map(lambda batch: {"label": [index[i] for i in batch["label"]]}, batched=True, features=features)
 
 
+class DataRowError(ValueError):
+    """A row that cannot be used (an image missing or unreadable, a label outside the classes), named by row.
+
+    Raised in a data-loader worker, it reaches the main process as its own message: the DataLoader re-raises it
+    with the worker's traceback as the message, from which only the original message is kept.
+    """
+
+    def __init__(self, message: str):
+        marker = f"{type(self).__name__}: "
+        if message.startswith("Caught ") and marker in message:
+            message = message.rsplit(marker, 1)[1].rstrip()
+        super().__init__(message)
+
+
+def to_rgb(image: Image.Image) -> Image.Image:
+    """Any PIL image as 8-bit RGB. 16-bit greyscale (PIL modes I;16…, and I, as which PIL opens 16-bit PNG and TIFF
+    files) is scaled from 0…65535 to 0…255; PIL's own `convert("RGB")` clips it, so most of such an image turns white.
+    """
+    if image.mode == "RGB":
+        return image
+    if image.mode == "I" or image.mode.startswith("I;16"):
+        values = np.asarray(image).astype(np.float64)
+        grey = np.clip(np.rint(values * (255 / 65535)), 0, 255).astype(np.uint8)
+        return Image.fromarray(grey, "L").convert("RGB")
+    return image.convert("RGB")
+
+
+def decode_image(value, *, source: str, row: int) -> Image.Image:
+    """A row's stored image (`datasets.Image(decode=False)`: bytes and/or path; or a PIL image) as 8-bit RGB, or a
+    `DataRowError` that names the dataset, the row and the file."""
+    if isinstance(value, Image.Image):
+        return to_rgb(value)
+    data, path = (value.get("bytes"), value.get("path")) if isinstance(value, dict) else (None, None)
+    if data is None and path is None:
+        raise DataRowError(f"{source}, row {row}: the image is missing (null); remove the row or fill in its image")
+    try:
+        with Image.open(io.BytesIO(data) if data is not None else path) as image:
+            image.load()
+            return to_rgb(image)
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as error:
+        where = f" (file {path})" if path else ""
+        raise DataRowError(
+            f"{source}, row {row}{where}: the image cannot be read ({type(error).__name__}: {error}); "
+            "replace or remove it"
+        ) from None
+
+
 def collate_images(examples: list[dict]) -> dict[str, torch.Tensor]:
-    """Examples of `with_transform` datasets -> the batch a zoo model's `forward` takes."""
-    return {
-        "pixel_values": torch.stack([e["pixel_values"] for e in examples]),
-        "labels": torch.tensor([e["labels"] for e in examples]),
-    }
+    """Examples of `with_transform` datasets -> the batch a zoo model's `forward` takes (float images), or the
+    training engine's (uint8 images, normalised on the device).
+
+    uint8 images come from the workers as views of HWC pixels: stacked as such, they make a (B, 3, H, W) tensor in
+    channels-last memory with a single copy, ready for pinned memory and the device's channels-last convolutions.
+    """
+    images = [e["pixel_values"] for e in examples]
+    if images[0].dtype == torch.uint8:
+        pixel_values = torch.stack([image.permute(1, 2, 0) for image in images]).permute(0, 3, 1, 2)
+    else:
+        pixel_values = torch.stack(images)
+    return {"pixel_values": pixel_values, "labels": torch.tensor([e["labels"] for e in examples])}
 
 
 class SeededAugmentation:
-    """Applies `transform` with every RNG seeded from (seed, epoch, sample index).
+    """Applies `transform(image, rng)` with a NumPy `RandomState` seeded from (seed, epoch, row index).
 
-    A sample's augmentation then depends neither on which process or worker loads it, nor on what was
-    loaded before: data loaders read ahead, so a resume in the middle of an epoch could otherwise not
-    replay the interrupted run. Set `epoch` before each epoch (loader workers must not persist).
+    A row's augmentation then depends neither on which process or worker loads it nor on what was loaded
+    before: loaders read ahead, so a run resumed in the middle of an epoch could otherwise not replay the
+    interrupted one. Seeding one generator costs microseconds; no global RNG is touched. The epoch lives in
+    shared memory, so setting it before an epoch's loader iterator is made reaches persistent workers too.
     """
 
     def __init__(self, transform, seed: int):
-        self.transform, self.seed, self.epoch = transform, seed, 0
+        self.transform, self.seed = transform, seed
+        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
+        self._rng = np.random.RandomState()
 
-    def __call__(self, image, index: int) -> torch.Tensor:
-        seed = (self.seed * 1_000_003 + self.epoch) * 1_000_003 + index
-        python_state, numpy_state = random.getstate(), np.random.get_state()
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            random.seed(seed)
-            np.random.seed(seed % 2**32)
-            try:
-                return self.transform(image)
-            finally:
-                random.setstate(python_state)
-                np.random.set_state(numpy_state)
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch)
+
+    @epoch.setter
+    def epoch(self, value: int) -> None:
+        self._epoch.fill_(value)
+
+    def __call__(self, image, index: int):
+        self._rng.seed([self.seed % 2**32, int(self._epoch), index])
+        return self.transform(image, self._rng)
 
 
-def with_transform(dataset, transform):
-    """Turn PIL images into `pixel_values` (and `label` into `labels`) on the fly, as rows are read."""
-    if isinstance(transform, SeededAugmentation):
-        dataset = dataset.add_column("index", list(range(len(dataset))))
+def with_transform(dataset: datasets.Dataset, transform, *, source: str = "the dataset") -> datasets.Dataset:
+    """Rows -> `pixel_values` (the transform of the decoded RGB image) and `labels`, on the fly as rows are read.
 
-        def apply(batch):
-            images = [transform(image, index) for image, index in zip(batch["image"], batch["index"])]
-            return {"pixel_values": images, "labels": batch["label"]}
-    else:
+    Each row is checked as it is read, at no cost to the training step: an image that is missing or cannot be
+    decoded, or a label outside the `ClassLabel` classes, is a `DataRowError` naming `source` (the dataset and
+    split), the row and the file. A `SeededAugmentation` is called with the row's index.
+    """
+    num_classes = getattr(dataset.features.get("label"), "num_classes", None)
+    if isinstance(dataset.features.get("image"), datasets.Image):
+        dataset = dataset.cast_column("image", datasets.Image(decode=False))  # decoded below, errors named
+    dataset = dataset.add_column("index", list(range(len(dataset))))
+    seeded = isinstance(transform, SeededAugmentation)
 
-        def apply(batch):
-            return {"pixel_values": [transform(image) for image in batch["image"]], "labels": batch["label"]}
+    def apply(batch):
+        pixel_values = []
+        for value, label, row in zip(batch["image"], batch["label"], batch["index"]):
+            if label is None:
+                raise DataRowError(f"{source}, row {row}: the label is missing (null); remove the row or label it")
+            if num_classes is not None and not 0 <= label < num_classes:
+                raise DataRowError(f"{source}, row {row}: label {label} is outside the classes 0…{num_classes - 1}")
+            image = decode_image(value, source=source, row=row)
+            pixel_values.append(transform(image, row) if seeded else transform(image))
+        return {"pixel_values": pixel_values, "labels": batch["label"]}
 
     return dataset.with_transform(apply)  # a new view: the caller's dataset keeps returning PIL images

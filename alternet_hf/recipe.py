@@ -1,12 +1,14 @@
 """Training recipes: the paper's strong-augmentation recipe (PAPER.md §4), a plain SGD one, and the
 small offline default, as one dataclass that the command line and JSON config files fill in.
 
-The augmentation pieces are timm's (RandAugment, Mixup/CutMix with label smoothing); the schedule is
-transformers' per-step linear warm-up then cosine.
+The augmentation is timm's RandAugment and Mixup/CutMix with label smoothing, drawn from seeded generators
+(`augmentation`); the schedule is transformers' per-step linear warm-up then cosine.
 """
 
 import dataclasses
 import json
+import math
+import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +16,7 @@ from pathlib import Path
 # torch, timm and torchvision are imported where they are used, so that reading a TrainingConfig (the
 # command line's --help, --print-config) costs no more than the standard library.
 
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 DEFAULT_MODEL = "alternet-18-cifar10"
 # The offline first run's AlterNet-18 at a quarter of the width: minutes on two CPU cores. These belong
 # to the default model only; any other model starts from its preset as it is.
@@ -42,7 +45,9 @@ class TrainingConfig:
     image_column: str | None = None
     label_column: str | None = None
     train_split: str = "train"
-    eval_split: str = "test"
+    eval_split: str = field(
+        default="test", metadata={"help": "a split name, or holdout[:fraction] of the training split (seeded)"}
+    )
     output_dir: str = "outputs/alternet-digits"
 
     epochs: int = 6
@@ -63,13 +68,24 @@ class TrainingConfig:
     label_smoothing: float = 0.0
 
     eval_batch_size: int = 256
+    eval_every_epochs: int = field(default=1, metadata={"help": "evaluate every N epochs (the last one always)"})
     mixed_precision: str = field(default="auto", metadata={"help": "auto (bf16 on GPU), no, bf16, fp16"})
     channels_last: bool = True
-    compile: bool = False
-    num_workers: int = 0
+    compile: bool | None = field(
+        default=None, metadata={"help": "torch.compile the training and evaluation steps (default: on CUDA only)"}
+    )
+    compile_mode: str = field(default="default", metadata={"help": f"torch.compile mode: {', '.join(COMPILE_MODES)}"})
+    num_workers: int = field(default=0, metadata={"help": "data-loading processes per training process"})
     seed: int = 0
     deterministic: bool = field(default=False, metadata={"help": "deterministic algorithms (for exact resume checks)"})
-    save_every_steps: int = field(default=200, metadata={"help": "checkpoint every N optimizer steps (and each epoch)"})
+    log_every_steps: int = field(
+        default=20, metadata={"help": "log the mean loss, and check that it is finite, every N batches"}
+    )
+    save_every_epochs: int = field(default=1, metadata={"help": "checkpoint after every N-th epoch (and the last)"})
+    save_every_minutes: float | None = field(
+        default=None, metadata={"help": "also checkpoint inside an epoch once N minutes passed since the last one"}
+    )
+    save_every_steps: int | None = field(default=None, metadata={"help": "also checkpoint every N optimizer steps"})
     keep_checkpoints: int = 2
 
     def __post_init__(self):
@@ -98,12 +114,18 @@ class TrainingConfig:
                     "null" if a is type(None) else a.__name__ for a in allowed if a is not int or float not in allowed
                 )
                 raise ValueError(f"TrainingConfig.{f.name} must be {names}, got {value!r}")
-        for name in ("epochs", "batch_size", "gradient_accumulation_steps", "eval_batch_size", "save_every_steps",
-                     "keep_checkpoints"):  # fmt: skip
-            if getattr(self, name) < 1:
+        for name in ("learning_rate", "warmup_epochs", "weight_decay", "momentum", "clip_grad_norm", "horizontal_flip",
+                     "mixup_alpha", "cutmix_alpha", "label_smoothing", "save_every_minutes"):  # fmt: skip
+            if getattr(self, name) is not None and not math.isfinite(getattr(self, name)):
+                raise ValueError(f"TrainingConfig.{name} must be a finite number, got {getattr(self, name)}")
+        for name in ("epochs", "batch_size", "gradient_accumulation_steps", "eval_batch_size", "eval_every_epochs",
+                     "log_every_steps", "save_every_epochs", "save_every_steps", "keep_checkpoints"):  # fmt: skip
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"TrainingConfig.{name} must be at least 1, got {getattr(self, name)}")
-        if self.learning_rate <= 0:
-            raise ValueError(f"TrainingConfig.learning_rate must be positive, got {self.learning_rate}")
+        for name in ("learning_rate", "save_every_minutes", "clip_grad_norm"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                off = "" if name == "learning_rate" else " (null turns it off)"
+                raise ValueError(f"TrainingConfig.{name} must be positive{off}, got {getattr(self, name)}")
         for name in ("horizontal_flip", "label_smoothing"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"TrainingConfig.{name} must be within 0…1, got {getattr(self, name)}")
@@ -119,8 +141,22 @@ class TrainingConfig:
             )
         if (self.mixup_alpha > 0 or self.cutmix_alpha > 0) and self.batch_size % 2:
             raise ValueError("Mixup/CutMix pair samples within a batch: TrainingConfig.batch_size must be even")
+        if self.compile_mode not in COMPILE_MODES:
+            raise ValueError(
+                f"TrainingConfig.compile_mode must be one of {', '.join(COMPILE_MODES)}, got {self.compile_mode!r}"
+            )
+        if self.rand_augment is not None:
+            try:
+                check_rand_augment(self.rand_augment)
+            except ValueError as error:
+                raise ValueError(f"TrainingConfig.rand_augment: {error}") from None
 
 
+# How often a long GPU run evaluates and checkpoints: the full paper recipe (305 epochs of AlterNet-50, 397 MB
+# per checkpoint) writes 31 epoch checkpoints plus one per 10 minutes, 13.5 GB in a 30-minute run (and under 40 GB
+# in runs up to 11 hours; `alternet-benchmark --training` computes it), where a checkpoint every 200 steps and
+# every epoch wrote 436 GB.
+GPU_RUN_CADENCE = dict(eval_every_epochs=5, save_every_epochs=10, save_every_minutes=10.0)
 # The paper's recipe for every CIFAR preset (PAPER.md §4): AdamW lr 1.25e-4 at batch 96. `batch_size`
 # is per process and the learning rate is not rescaled: on several GPUs, scale it with the global batch.
 PAPER_RECIPE = dict(
@@ -139,6 +175,7 @@ PAPER_RECIPE = dict(
     label_smoothing=0.1,
     model_overrides={"drop_path_rate": 0.1},
     num_workers=8,  # augmentation must keep up with a GPU
+    **GPU_RUN_CADENCE,
 )
 # A plain baseline: SGD with momentum, crop and flip only.
 SGD_RECIPE = dict(
@@ -158,6 +195,7 @@ SGD_RECIPE = dict(
     label_smoothing=0.0,
     model_overrides={},
     num_workers=8,
+    **GPU_RUN_CADENCE,
 )
 DATASET_SOURCES = {"cifar10": "uoft-cs/cifar10", "cifar100": "uoft-cs/cifar100", "imagenet": "imagenet-1k"}
 
@@ -174,82 +212,87 @@ def recipe_config(preset: str, recipe: str = "paper", **overrides) -> TrainingCo
     return TrainingConfig(**{**fields, **overrides})
 
 
-def _to_rgb(image):
-    return image.convert("RGB")
-
-
 def train_transform(
-    image_size: int, mean, std, *, crop_padding: int = 4, horizontal_flip: float = 0.5, rand_augment: str | None = None
+    image_size: int,
+    mean,
+    std,
+    *,
+    crop_padding: int = 4,
+    horizontal_flip: float = 0.5,
+    rand_augment: str | None = None,
+    normalize: bool = True,
 ):
-    """PIL image -> normalised tensor, with random crop, flip and RandAugment (per image, on the CPU)."""
-    from timm.data.auto_augment import rand_augment_transform
-    from torchvision import transforms as T
+    """PIL image -> tensor with random crop, flip and RandAugment (per image, on the CPU; see `augmentation`):
+    normalised float32, or uint8 with `normalize=False` (the training engine normalises on the device)."""
+    from .augmentation import ImageAugmentation, ImageTransform
 
-    steps = [T.Lambda(_to_rgb), T.Resize((image_size, image_size))]
-    if crop_padding:
-        steps.append(T.RandomCrop(image_size, padding=crop_padding))
-    if horizontal_flip:
-        steps.append(T.RandomHorizontalFlip(horizontal_flip))
-    if rand_augment:
-        fill = tuple(round(255 * m) for m in mean)
-        steps.append(rand_augment_transform(rand_augment, {"img_mean": fill}))
-    steps += [T.ToTensor(), T.Normalize(mean, std)]
-    return T.Compose(steps)
-
-
-def eval_transform(image_size: int, mean, std):
-    from torchvision import transforms as T
-
-    return T.Compose(
-        [
-            T.Lambda(_to_rgb),
-            T.Resize((image_size, image_size)),
-            T.ToTensor(),
-            T.Normalize(mean, std),
-        ]
+    augmentation = ImageAugmentation(
+        image_size,
+        crop_padding=crop_padding,
+        horizontal_flip=horizontal_flip,
+        rand_augment=rand_augment,
+        fill=tuple(round(255 * m) for m in mean),  # RandAugment's geometric operations fill with the mean colour
     )
+    return ImageTransform(image_size, mean, std, augmentation=augmentation, normalize=normalize)
 
 
-class BatchMixer:
-    """Mixup/CutMix and label smoothing on a whole batch, on whatever device the batch is (the GPU in training)."""
+def eval_transform(image_size: int, mean, std, *, normalize: bool = True):
+    """PIL image -> tensor, resized only: normalised float32, or uint8 with `normalize=False`."""
+    from .augmentation import ImageTransform
 
-    def __init__(self, config: TrainingConfig, num_labels: int):
-        from timm.data.mixup import Mixup
-
-        self.num_labels = num_labels
-        self.label_smoothing = config.label_smoothing
-        self.mixup = (
-            Mixup(
-                mixup_alpha=config.mixup_alpha,
-                cutmix_alpha=config.cutmix_alpha,
-                prob=1.0,
-                label_smoothing=config.label_smoothing,
-                num_classes=num_labels,
-            )
-            if config.mixup_alpha > 0 or config.cutmix_alpha > 0
-            else None
-        )
-
-    def __call__(self, pixel_values, labels):
-        from timm.data.mixup import mixup_target
-
-        if self.mixup is not None:
-            return self.mixup(pixel_values, labels)
-        if self.label_smoothing > 0:
-            return pixel_values, mixup_target(labels, self.num_labels, 1.0, self.label_smoothing)
-        return pixel_values, labels
+    return ImageTransform(image_size, mean, std, augmentation=None, normalize=normalize)
 
 
-def build_optimizer(config: TrainingConfig, model):
-    """Weight decay on weights only: biases and norm parameters (1-D tensors) are not decayed."""
+# The `rand-…` grammar of timm's `rand_augment_transform`: option letters and the type of their value. timm
+# asserts on an unknown option and silently ignores one without a number (`rand-garbage`), so it is checked here.
+RAND_AUGMENT_OPTIONS = {"m": int, "n": int, "p": float, "mstd": float, "mmax": int, "inc": int}
+RAND_AUGMENT_SETS = ("weights", "3a", "3aw")  # `t<name>`; without one, timm's default set
+RAND_AUGMENT_GRAMMAR = (
+    "a RandAugment string is 'rand' followed by dash-separated options: m<magnitude, integer>, n<operations per "
+    "image>, mstd<magnitude noise>, p<probability of each operation, 0…1>, mmax<magnitude cap>, inc<0 or 1>, "
+    f"t<operation set: {', '.join(RAND_AUGMENT_SETS)}>; the paper's is 'rand-m9-n2-mstd1.0'"
+)
+
+
+def check_rand_augment(text: str) -> None:
+    """Raise a ValueError that says what is wrong with a timm RandAugment string, and what the grammar is."""
+    sections = text.split("-")
+    if sections[0] != "rand":
+        raise ValueError(f"{text!r} does not start with 'rand': {RAND_AUGMENT_GRAMMAR}")
+    for section in sections[1:]:
+        if section.startswith("t"):
+            if section[1:] not in RAND_AUGMENT_SETS:
+                raise ValueError(f"{text!r}: unknown operation set {section!r}: {RAND_AUGMENT_GRAMMAR}")
+            continue
+        match = re.fullmatch(r"([a-z]+)(\d.*)", section)
+        if match is None or match.group(1) not in RAND_AUGMENT_OPTIONS:
+            raise ValueError(f"{text!r}: unknown option {section!r}: {RAND_AUGMENT_GRAMMAR}")
+        name, value = match.groups()
+        try:
+            number = RAND_AUGMENT_OPTIONS[name](value)
+        except ValueError:
+            kind = "an integer" if RAND_AUGMENT_OPTIONS[name] is int else "a number"
+            raise ValueError(f"{text!r}: option {name} needs {kind}, got {value!r}: {RAND_AUGMENT_GRAMMAR}") from None
+        if not math.isfinite(number) or number < 0 or (name == "p" and number > 1) or (name == "inc" and number > 1):
+            raise ValueError(f"{text!r}: option {section!r} is out of range: {RAND_AUGMENT_GRAMMAR}")
+
+
+def build_optimizer(config: TrainingConfig, model, *, fused: bool = False):
+    """Weight decay on weights only: biases and norm parameters (1-D tensors) are not decayed.
+
+    `fused=True` (the engine's choice on CUDA): one kernel per step for all parameters, and no host reads of the
+    step counters that the foreach implementation makes."""
     import torch
 
     decay = [p for p in model.parameters() if p.requires_grad and p.ndim > 1]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim <= 1]
     groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    implementation = {"fused": True} if fused else {}
     if config.optimizer == "sgd":
-        return torch.optim.SGD(groups, lr=config.learning_rate, momentum=config.momentum, nesterov=True)
-    return torch.optim.AdamW(groups, lr=config.learning_rate)
+        return torch.optim.SGD(
+            groups, lr=config.learning_rate, momentum=config.momentum, nesterov=True, **implementation
+        )
+    return torch.optim.AdamW(groups, lr=config.learning_rate, **implementation)
 
 
 def build_scheduler(config: TrainingConfig, optimizer, steps_per_epoch: int):

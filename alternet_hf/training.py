@@ -1,37 +1,69 @@
 """The training engine on Accelerate: one code path for a CPU, one GPU, or many processes and nodes.
 
 `train(config)` builds data, model, optimizer and schedule from a `TrainingConfig`, trains with the
-recipe's augmentation, evaluates the paper's metrics every epoch, and writes
+recipe's augmentation, evaluates the paper's metrics every `eval_every_epochs` epochs (and after the last), and
+writes
 
     <output_dir>/                 the final model (save_pretrained + image processor), metrics.json,
                                   history.json, training_curves.png, reliability_diagram.png, config
+                                  (and holdout.json: the rows an `eval_split="holdout"` kept from training)
     <output_dir>/best/            the model of the best evaluation accuracy
     <output_dir>/checkpoints/     Accelerate states for `resume=True`
     <output_dir>/logs/            TensorBoard
 
-Checkpoints are written to a temporary folder, renamed into place, and only then named by the
-`latest` pointer (itself replaced atomically), so a kill at any moment leaves a usable checkpoint.
-Resuming restores model, optimizer, schedule, every RNG and the position inside the epoch.
+The hot path is built for a GPU: uint8 images reach the device from pinned memory without blocking; normalisation,
+Mixup/CutMix and the loss run inside the training step, compiled on CUDA as one graph (zero graph breaks and
+recompiles, tested); fused AdamW. The host waits for the device only every `log_every_steps` batches (the logged
+loss, checked to be finite there), at checkpoints and at evaluations.
+
+Checkpoints (every `save_every_epochs` epochs and the last, every `save_every_minutes`, every `save_every_steps`)
+are written to a temporary folder with a manifest of their files, renamed into place, and only then named by the
+`latest` pointer, so a kill at any moment leaves a usable checkpoint. Resuming restores model, optimizer,
+schedule, every RNG and the position inside the epoch; a checkpoint any part of which does not load is skipped
+for the previous one, saying so.
 """
 
 import json
 import math
 import os
+import re
 import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from accelerate import Accelerator
-from accelerate.utils import DataLoaderConfiguration, ProjectConfiguration, set_seed
+from accelerate.utils import (
+    DataLoaderConfiguration,
+    DistributedType,
+    ProjectConfiguration,
+    broadcast_object_list,
+    set_seed,
+)
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from .data import SeededAugmentation, class_names_of, collate_images, load_image_classification, with_transform
+from .augmentation import BatchMixer, channel_statistics, mix_batch, normalize_images
+from .data import (
+    SeededAugmentation,
+    class_names_of,
+    collate_images,
+    load_image_classification,
+    load_train_and_eval,
+    with_transform,
+)
 from .metrics import classification_metrics, plot_reliability_diagram, reliability_diagram
 from .presets import create_model
-from .recipe import BatchMixer, TrainingConfig, build_optimizer, build_scheduler, eval_transform, train_transform
+from .recipe import TrainingConfig, build_optimizer, build_scheduler, eval_transform, train_transform
+
+# What a run writes into its output folder; `overwrite=True` removes these (and nothing else) first.
+RUN_OUTPUTS = (
+    "checkpoints", "best", "logs", "training_config.json", "history.json", "metrics.json", "training_curves.png",
+    "reliability_diagram.png", "config.json", "model.safetensors", "preprocessor_config.json", "holdout.json",
+)  # fmt: skip
 
 
 @dataclass
@@ -55,36 +87,116 @@ class TrainResult:
     history: list
 
 
+# Where Accelerate's backward, clipping and optimizer wrappers do nothing but call torch (see `train_one_epoch`).
+DIRECT_TORCH_CALLS = (DistributedType.NO, DistributedType.MULTI_CPU, DistributedType.MULTI_GPU)
+
+
+class NonFiniteLossError(ValueError):
+    """The loss (or the weights) stopped being finite: the run cannot go on."""
+
+
+def training_loss(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
+    """The engine's loss: cross-entropy of `logits` against class indices, or against soft targets (a mixed batch),
+    with label smoothing, in float32.
+
+    Computed here from the logits, not by the model (`forward(labels=...)`), so that every family trains on the same
+    loss and the step holds no label-range check (a host sync): labels are checked as rows are read
+    (`data.with_transform`). Smoothing soft targets `t` gives `(1 − ε)·t + ε/K`, which is timm's `mixup_target`
+    with smoothing, so this equals timm's SoftTargetCrossEntropy on timm's targets (tested).
+    """
+    return F.cross_entropy(logits.float(), targets, label_smoothing=label_smoothing)
+
+
+def build_steps(
+    model, *, mean, std, num_labels: int, label_smoothing: float, channels_last: bool, compile_mode: str | None
+):
+    """The training step `(uint8 images, labels, mix parameters or None) -> loss` and the evaluation step
+    `(uint8 images) -> float32 logits`, each one graph under `torch.compile` when `compile_mode` is given."""
+    memory_format = torch.channels_last if channels_last else torch.contiguous_format
+
+    def train_step(pixel_values, labels, mix_parameters):
+        images = normalize_images(pixel_values, mean, std)
+        if mix_parameters is not None:
+            images, labels = mix_batch(images, labels, mix_parameters, num_labels)
+        logits = model(images.contiguous(memory_format=memory_format)).logits
+        return training_loss(logits, labels, label_smoothing)
+
+    def eval_step(pixel_values):
+        images = normalize_images(pixel_values, mean, std)
+        return model(images.contiguous(memory_format=memory_format)).logits.float()
+
+    if compile_mode is None:
+        return train_step, eval_step
+    return torch.compile(train_step, mode=compile_mode), _padded(torch.compile(eval_step, mode=compile_mode))
+
+
+def _padded(step):
+    """`step` on batches padded to the size of the first, so that a smaller last batch compiles nothing new."""
+    full_size = None
+
+    def padded_step(pixel_values):
+        nonlocal full_size
+        full_size = full_size or len(pixel_values)
+        missing = full_size - len(pixel_values)
+        if missing <= 0:
+            return step(pixel_values)
+        padding = pixel_values.new_zeros((missing, *pixel_values.shape[1:]))
+        return step(torch.cat([pixel_values, padding]).contiguous(memory_format=torch.channels_last))[:-missing]
+
+    return padded_step
+
+
+class LossMonitor:
+    """The losses of the batches since the last read, kept on the device (no host sync per batch). `read()` (one
+    sync) checks them and returns their mean; a loss that is not finite stops the run, naming its step."""
+
+    def __init__(self, accelerator: Accelerator, capacity: int, batches_per_epoch: int):
+        self.accelerator, self.batches_per_epoch = accelerator, batches_per_epoch
+        self.losses = torch.zeros(capacity, device=accelerator.device)
+        self.positions: list[tuple[int, int, int]] = []  # (epoch, batch in epoch, optimizer step) of each loss
+        self.epoch_sum, self.epoch_count = 0.0, 0
+
+    @property
+    def full(self) -> bool:
+        return len(self.positions) == len(self.losses)
+
+    def add(self, loss: torch.Tensor, state: TrainState) -> None:
+        self.losses[len(self.positions)] = loss.detach()
+        self.positions.append((state.epoch, state.step_in_epoch, state.global_step))
+
+    def read(self) -> float | None:
+        """The mean loss since the last read (over all processes), or None when there was no batch."""
+        if not self.positions:
+            return None
+        count = len(self.positions)
+        losses = self.accelerator.reduce(self.losses[:count], reduction="mean").tolist()  # the sync
+        for value, (epoch, batch, step) in zip(losses, self.positions):
+            if not math.isfinite(value):
+                raise NonFiniteLossError(
+                    f"the loss is {value} at optimizer step {step + 1} (epoch {epoch + 1}, batch {batch + 1} of "
+                    f"{self.batches_per_epoch})"
+                )
+        self.positions.clear()
+        self.epoch_sum, self.epoch_count = self.epoch_sum + sum(losses), self.epoch_count + count
+        return sum(losses) / count
+
+    def epoch_mean(self) -> float:
+        mean = self.epoch_sum / max(self.epoch_count, 1)
+        self.epoch_sum, self.epoch_count = 0.0, 0
+        return mean
+
+
 class CheckpointManager:
-    """Atomic Accelerate checkpoints under `root`, the newest named by the file `root/latest`."""
+    """Atomic Accelerate checkpoints under `root`, each with a manifest of its files' sizes; the newest is named
+    by the file `root/latest`. A checkpoint with any file missing, cut short or unreadable counts as damaged."""
+
+    MANIFEST = "manifest.json"
 
     def __init__(self, root: Path, keep: int):
         self.root, self.keep = Path(root), keep
 
-    def latest(self) -> Path | None:
-        """The checkpoint `latest` names, else (a pointer lost or dangling) the newest complete one."""
-        pointer = self.root / "latest"
-        if pointer.exists():
-            path = self.root / pointer.read_text().strip()
-            if (path / "train_state.json").exists():
-                return path
-        complete = self._complete()
-        return complete[-1] if complete else None
-
-    def _complete(self) -> list[Path]:
-        """Finished checkpoints, oldest first by training progress (not by name)."""
-        found = [
-            p for p in self.root.glob("checkpoint-*") if p.suffix != ".partial" and (p / "train_state.json").exists()
-        ]
-
-        def progress(path: Path) -> tuple[int, int]:
-            state = json.loads((path / "train_state.json").read_text())
-            return state["global_step"], state["epoch"]
-
-        return sorted(found, key=progress)
-
     def save(self, accelerator: Accelerator, state: TrainState) -> Path:
-        final = self.root / f"checkpoint-{state.global_step:08d}-{state.step_in_epoch:06d}"
+        final = self.root / f"checkpoint-{state.global_step:08d}-{state.epoch:04d}"
         partial = final.with_name(final.name + ".partial")
         if accelerator.is_main_process:
             shutil.rmtree(partial, ignore_errors=True)
@@ -94,6 +206,8 @@ class CheckpointManager:
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             (partial / "train_state.json").write_text(json.dumps(asdict(state)))
+            sizes = {p.name: p.stat().st_size for p in sorted(partial.iterdir()) if p.is_file()}
+            (partial / self.MANIFEST).write_text(json.dumps(sizes, indent=1))
             shutil.rmtree(final, ignore_errors=True)
             os.replace(partial, final)
             pointer = self.root / "latest.tmp"
@@ -103,19 +217,81 @@ class CheckpointManager:
         accelerator.wait_for_everyone()
         return final
 
+    def newest_first(self) -> list[Path]:
+        """Every checkpoint written to the end (renamed into place), the furthest in training first."""
+        found = [p for p in self.root.glob("checkpoint-*") if p.is_dir() and "." not in p.name]
+        return sorted(found, key=_progress, reverse=True)
+
+    def latest(self) -> Path | None:
+        """The checkpoint `latest` names, else (a pointer lost or dangling) the furthest one."""
+        pointer = self.root / "latest"
+        if pointer.exists():
+            path = self.root / pointer.read_text().strip()
+            if path.is_dir():
+                return path
+        found = self.newest_first()
+        return found[0] if found else None
+
+    def problem(self, path: Path) -> str | None:
+        """What makes the checkpoint `path` unusable (a file missing, of another size than written, or unreadable),
+        or None. Accelerate alone would resume from a cut-short RNG state with a log line, and drift."""
+        from accelerate.utils import load
+
+        manifest = path / self.MANIFEST
+        if manifest.exists():  # checkpoints of alternet-hf before 0.2 have none
+            try:
+                sizes = json.loads(manifest.read_text())
+            except ValueError:
+                return f"its {self.MANIFEST} is unreadable"
+            for name, size in sizes.items():
+                if not (path / name).is_file():
+                    return f"{name} is missing"
+                if (path / name).stat().st_size != size:
+                    return f"{name} has {(path / name).stat().st_size:,} bytes where {size:,} were written"
+        try:
+            TrainState(**json.loads((path / "train_state.json").read_text()))
+        except (OSError, ValueError, TypeError) as error:
+            return f"train_state.json is unreadable ({type(error).__name__}: {error})"
+        for rng_file in sorted(path.glob("random_states_*.pkl")):
+            try:
+                load(rng_file)
+            except Exception as error:  # any failure to unpickle means the file is damaged
+                return f"{rng_file.name} is unreadable ({type(error).__name__})"
+        return None
+
     def _prune(self, keep: Path) -> None:
-        checkpoints = [p for p in self._complete() if p != keep]
+        checkpoints = [p for p in reversed(self.newest_first()) if p != keep]
         unfinished = list(self.root.glob("checkpoint-*.partial"))  # left by a kill during a save
         for old in checkpoints[: max(len(checkpoints) - (self.keep - 1), 0)] + unfinished:
             shutil.rmtree(old, ignore_errors=True)
 
 
-def build_model_and_data(config: TrainingConfig):
-    """The model (labels named after the dataset's classes), the training augmentation and both data loaders."""
-    columns = dict(image_column=config.image_column, label_column=config.label_column)
-    train_data = load_image_classification(config.dataset, split=config.train_split, **columns)
+def _progress(path: Path) -> tuple[int, int]:
+    """(optimizer step, epoch) of a checkpoint: from its train state, else (damaged) from its name."""
+    try:
+        state = json.loads((path / "train_state.json").read_text())
+        return state["global_step"], state["epoch"]
+    except (OSError, ValueError, KeyError, TypeError):
+        match = re.fullmatch(r"checkpoint-(\d+)-(\d+)", path.name)
+        return (int(match[1]), int(match[2])) if match else (-1, -1)
+
+
+def build_model_and_data(config: TrainingConfig, *, pin_memory: bool = False):
+    """The model (labels named after the dataset's classes), the training augmentation, both data loaders and
+    the evaluation hold-out (None unless `eval_split` asks for one: see `load_train_and_eval`).
+
+    The loaders yield uint8 images (normalised on the device); training workers persist across epochs (the
+    augmentation's epoch reaches them through shared memory)."""
+    splits = load_train_and_eval(
+        config.dataset,
+        train_split=config.train_split,
+        eval_split=config.eval_split,
+        image_column=config.image_column,
+        label_column=config.label_column,
+        seed=config.seed,
+    )
+    train_data, eval_data = splits.train, splits.eval
     names = train_data.features["label"].names
-    eval_data = load_image_classification(config.dataset, split=config.eval_split, class_names=names, **columns)
     labels = {"id2label": dict(enumerate(names)), "label2id": {name: i for i, name in enumerate(names)}}
     if Path(config.model).is_dir() or "/" in config.model:
         model = create_model(config.model, num_labels=len(names), **config.model_overrides)
@@ -130,82 +306,104 @@ def build_model_and_data(config: TrainingConfig):
         crop_padding=config.random_crop_padding,
         horizontal_flip=config.horizontal_flip,
         rand_augment=config.rand_augment,
+        normalize=False,
     )
     augmentation = SeededAugmentation(augment, config.seed)
-    train_data = with_transform(train_data, augmentation)
-    eval_data = with_transform(eval_data, eval_transform(size, mean, std))
+    train_data = with_transform(train_data, augmentation, source=f"{config.dataset} (split {config.train_split!r})")
+    eval_transform_uint8 = eval_transform(size, mean, std, normalize=False)
+    eval_data = with_transform(
+        eval_data, eval_transform_uint8, source=f"{config.dataset} (split {config.eval_split!r})"
+    )
     if len(train_data) < config.batch_size:
         raise ValueError(f"{len(train_data)} training images are fewer than one batch ({config.batch_size})")
     # Own generators: creating a loader iterator must not draw from the global RNG, or a resumed run
     # (which creates one more iterator) would drift from the uninterrupted one.
-    options = dict(collate_fn=collate_images, num_workers=config.num_workers)
+    options = dict(
+        collate_fn=collate_images,
+        num_workers=config.num_workers,
+        persistent_workers=config.num_workers > 0,
+        pin_memory=pin_memory,
+    )
     train_loader_rng, eval_loader_rng = (torch.Generator().manual_seed(config.seed + i) for i in range(2))
     train_loader = DataLoader(
         train_data, batch_size=config.batch_size, shuffle=True, drop_last=True, generator=train_loader_rng, **options
     )
-    eval_loader = DataLoader(
-        eval_data,
-        batch_size=config.eval_batch_size,
-        generator=eval_loader_rng,
-        persistent_workers=config.num_workers > 0,
-        **options,
-    )
-    return model, augmentation, train_loader, eval_loader
+    eval_loader = DataLoader(eval_data, batch_size=config.eval_batch_size, generator=eval_loader_rng, **options)
+    return model, augmentation, train_loader, eval_loader, splits
 
 
 def train_one_epoch(
-    model,
-    forward,
+    train_step,
     loader,
     optimizer,
     scheduler,
     accelerator: Accelerator,
-    mixer: BatchMixer,
     state: TrainState,
     *,
+    model,
+    parameters: list[torch.Tensor],
     clip_grad_norm: float | None,
-    channels_last: bool,
-    on_optimizer_step,
+    mixer: BatchMixer | None,
+    monitor: LossMonitor,
+    after_batch,
     progress: tqdm,
-) -> float:
-    """Train on `loader` (already advanced past `state.step_in_epoch` batches); return the mean loss."""
+    timing: dict,
+) -> None:
+    """Train on `loader` (already advanced past `state.step_in_epoch` batches); `after_batch(optimizer_stepped)`
+    follows every batch. `timing["data"]` gains the seconds spent waiting for batches."""
     model.train()
-    total_loss, count = torch.zeros((), device=accelerator.device), 0
-    for batch in loader:
+    # Accelerate's optimizer wrapper looks an optional package up on disk twice per step and inspects a signature in
+    # `zero_grad`; its backward and clipping add a division and a walk over the parameters: ~0.3 ms per step, 3% of
+    # a GPU step's budget. Where all of them only forward to torch (no fp16 loss scaler; one device or DDP), torch is
+    # called directly, as they would call it.
+    direct = accelerator.scaler is None and accelerator.distributed_type in DIRECT_TORCH_CALLS
+    accumulation = accelerator.gradient_accumulation_steps
+    batches = iter(loader)
+    while True:
+        waiting = time.perf_counter()
+        batch = next(batches, None)
+        timing["data"] += time.perf_counter() - waiting
+        if batch is None:
+            return
         with accelerator.accumulate(model):
-            pixel_values, labels = batch["pixel_values"], batch["labels"]
-            if channels_last:
-                pixel_values = pixel_values.contiguous(memory_format=torch.channels_last)
-            pixel_values, labels = mixer(pixel_values, labels)
-            loss = forward(pixel_values, labels=labels).loss
-            accelerator.backward(loss)
-            if accelerator.sync_gradients and clip_grad_norm:
-                accelerator.clip_grad_norm_(model.parameters(), clip_grad_norm)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-        total_loss += loss.detach()
-        count += 1
+            mix = None
+            if mixer is not None:
+                mix = mixer.parameters(state.epoch, state.step_in_epoch, accelerator.process_index)
+                mix = mix.to(accelerator.device, non_blocking=True)
+            loss = train_step(batch["pixel_values"], batch["labels"], mix)
+            if not direct:
+                accelerator.backward(loss)
+                if accelerator.sync_gradients and clip_grad_norm is not None:
+                    accelerator.clip_grad_norm_(parameters, clip_grad_norm)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            else:
+                (loss / accumulation if accumulation > 1 else loss).backward()
+                if accelerator.sync_gradients:
+                    if clip_grad_norm is not None:
+                        torch.nn.utils.clip_grad_norm_(parameters, clip_grad_norm)
+                    optimizer.optimizer.step()
+                    optimizer.optimizer.zero_grad(set_to_none=True)
+        monitor.add(loss, state)
         state.step_in_epoch += 1
         progress.update(1)
         if accelerator.sync_gradients:
             scheduler.step()
             state.global_step += 1
-            on_optimizer_step(loss)
-    return (total_loss / max(count, 1)).item()
+        after_batch(accelerator.sync_gradients)
 
 
 @torch.no_grad()
-def evaluate(
-    model, loader, accelerator: Accelerator, *, channels_last: bool = False
-) -> tuple[dict, torch.Tensor, torch.Tensor]:
-    """The paper's metrics on `loader` (gathered over processes), plus all logits and labels."""
+def evaluate(model, loader, accelerator: Accelerator, *, eval_step=None) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    """The paper's metrics on `loader` (gathered over processes), plus all logits and labels.
+
+    `eval_step(pixel_values) -> float logits` defaults to the model's own logits; the engine hands its (compiled)
+    step, which normalises uint8 images on the device."""
     model.eval()
+    eval_step = eval_step or (lambda pixel_values: model(pixel_values).logits.float())
     all_logits, all_labels = [], []
     for batch in tqdm(loader, desc="evaluate", leave=False, disable=not accelerator.is_local_main_process):
-        pixel_values = batch["pixel_values"]
-        if channels_last:
-            pixel_values = pixel_values.contiguous(memory_format=torch.channels_last)
-        logits = model(pixel_values).logits.float()
+        logits = eval_step(batch["pixel_values"])
         logits, labels = accelerator.gather_for_metrics((logits, batch["labels"]))
         all_logits.append(logits.cpu())
         all_labels.append(labels.cpu())
@@ -219,13 +417,15 @@ def plot_training_curves(history: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    epochs = [h["epoch"] for h in history]
+    evaluated = [h for h in history if "eval_accuracy" in h]
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
-    left.plot(epochs, [h["train_loss"] for h in history], marker="o", label="train loss")
-    left.plot(epochs, [h["eval_nll"] for h in history], marker="o", label="eval NLL")
+    left.plot([h["epoch"] for h in history], [h["train_loss"] for h in history], marker="o", label="train loss")
+    left.plot([h["epoch"] for h in evaluated], [h["eval_nll"] for h in evaluated], marker="o", label="eval NLL")
     left.set(xlabel="epoch", ylabel="loss")
     left.legend()
-    right.plot(epochs, [100 * h["eval_accuracy"] for h in history], marker="o", color="tab:green")
+    right.plot(
+        [h["epoch"] for h in evaluated], [100 * h["eval_accuracy"] for h in evaluated], marker="o", color="tab:green"
+    )
     right.set(xlabel="epoch", ylabel="eval accuracy (%)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -243,126 +443,177 @@ def _tracker_config(config: TrainingConfig) -> dict:
     return {k: v if isinstance(v, int | float | str | bool) else json.dumps(v) for k, v in config.to_dict().items()}
 
 
-def train(config: TrainingConfig, *, resume: bool = False) -> TrainResult:
-    """Run (or, with `resume=True`, continue from the latest checkpoint) the training `config` describes."""
+def train(config: TrainingConfig, *, resume: bool = False, overwrite: bool = False) -> TrainResult:
+    """Run the training `config` describes; `resume=True` continues from the latest usable checkpoint, and
+    `overwrite=True` first removes an earlier run's outputs from the output folder (otherwise an error)."""
     config.validate()
+    if resume and overwrite:
+        raise ValueError("resume and overwrite exclude each other: continue the run, or start it again")
     output_dir = Path(config.output_dir)
     accelerator = Accelerator(
         mixed_precision=_mixed_precision(config),
         gradient_accumulation_steps=config.gradient_accumulation_steps,
         log_with="tensorboard",
         project_config=ProjectConfiguration(project_dir=str(output_dir), logging_dir=str(output_dir / "logs")),
-        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=config.seed),
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=config.seed, non_blocking=True),
     )
+    on_cuda = accelerator.device.type == "cuda"
     set_seed(config.seed)
     if config.deterministic:
         torch.use_deterministic_algorithms(True)
+    if on_cuda:
+        torch.backends.cudnn.benchmark = not config.deterministic  # fixed shapes: pick the fastest kernels once
     checkpoints = CheckpointManager(output_dir / "checkpoints", keep=config.keep_checkpoints)
-    latest = checkpoints.latest() if resume else None
-    if not resume and checkpoints.latest() is not None:
-        raise FileExistsError(
-            f"{output_dir} holds checkpoints of an earlier run: continue it with --resume (resume=True), "
-            "or choose another --output-dir"
-        )
+    _claim_output_dir(accelerator, output_dir, checkpoints, resume=resume, overwrite=overwrite)
 
-    model, augmentation, train_loader, eval_loader = build_model_and_data(config)
+    model, augmentation, train_loader, eval_loader, splits = build_model_and_data(config, pin_memory=on_cuda)
+    if splits.holdout is not None:
+        accelerator.print(splits.holdout_note(config.dataset, config.train_split))
     if config.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    optimizer = build_optimizer(config, model)
+    optimizer = build_optimizer(config, model, fused=on_cuda)
     model, optimizer, train_loader, eval_loader = accelerator.prepare(model, optimizer, train_loader, eval_loader)
     # Accelerate also steps on an epoch's last, incomplete accumulation window.
     steps_per_epoch = math.ceil(len(train_loader) / config.gradient_accumulation_steps)
-    scheduler = build_scheduler(config, optimizer, steps_per_epoch)  # stepped by hand, once per optimizer step
-    forward = torch.compile(model) if config.compile else model
-    mixer = BatchMixer(config, accelerator.unwrap_model(model).config.num_labels)
+    # Stepped by hand, once per optimizer step; on the optimizer Accelerate wraps, whose `step` it counts.
+    scheduler = build_scheduler(config, optimizer.optimizer, steps_per_epoch)
+    model_config = accelerator.unwrap_model(model).config
+    mean, std = channel_statistics(model_config.image_mean, model_config.image_std, device=accelerator.device)
+    compiled = config.compile if config.compile is not None else on_cuda
+    train_step, eval_step = build_steps(
+        model,
+        mean=mean,
+        std=std,
+        num_labels=model_config.num_labels,
+        label_smoothing=config.label_smoothing,
+        channels_last=config.channels_last,
+        compile_mode=config.compile_mode if compiled else None,
+    )
+    mixer = None
+    if config.mixup_alpha > 0 or config.cutmix_alpha > 0:
+        mixer = BatchMixer(
+            mixup_alpha=config.mixup_alpha,
+            cutmix_alpha=config.cutmix_alpha,
+            image_size=model_config.image_size,
+            seed=config.seed,
+        )
+    parameters = [p for p in model.parameters() if p.requires_grad]
 
     state = TrainState()
-    if latest is not None:
-        _check_resumable(config, output_dir / "training_config.json")
-        accelerator.load_state(str(latest))
-        state = TrainState(**json.loads((latest / "train_state.json").read_text()))
-        if not state.scheduler:
-            raise ValueError(
-                f"{latest} was written by an older alternet-hf that kept no learning-rate schedule state, so "
-                "it cannot be continued exactly: start a new run in another --output-dir"
-            )
-        scheduler.load_state_dict(state.scheduler)
-        accelerator.print(f"resumed from {latest} (epoch {state.epoch + 1}, step {state.global_step})")
-        if state.epoch >= config.epochs:  # killed after its last checkpoint: only the final outputs remain to write
-            accelerator.print(f"{output_dir} has finished its {config.epochs} epochs: nothing left to train")
-    elif resume:
-        accelerator.print(f"no checkpoint in {checkpoints.root}: starting from scratch")
+    if resume:
+        state = _resume(accelerator, checkpoints, config, scheduler) or state
     if accelerator.is_main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
         config.save(output_dir / "training_config.json")
+        if splits.holdout is not None:  # which rows were never trained on, for evaluation and analyses later
+            holdout = {"dataset": config.dataset, "split": config.train_split, **splits.holdout}
+            (output_dir / "holdout.json").write_text(json.dumps(holdout))
     accelerator.init_trackers("train", config=_tracker_config(config))
 
+    monitor = LossMonitor(accelerator, config.log_every_steps, batches_per_epoch=len(train_loader))
+    timing = dict(data=0.0, checkpoint=0.0)
+    last_save = time.monotonic()
+
+    def read_losses():
+        """The one regular host sync: log the mean loss since the last read, and stop if one was not finite."""
+        mean_loss = monitor.read()
+        if mean_loss is not None:
+            accelerator.log({"train/loss": mean_loss, "train/lr": scheduler.get_last_lr()[0]}, step=state.global_step)
+
     def save_checkpoint():
+        nonlocal last_save
+        started = time.perf_counter()
+        read_losses()  # every loss up to here must be finite: a diverged run is never saved
+        weights = [t for t in accelerator.unwrap_model(model).state_dict().values() if t.is_floating_point()]
+        if not torch.stack([torch.isfinite(t).all() for t in weights]).all().item():  # BatchNorm statistics too
+            raise NonFiniteLossError(f"the weights are no longer finite after optimizer step {state.global_step}")
         state.scheduler = scheduler.state_dict()
         checkpoints.save(accelerator, state)
+        last_save = time.monotonic()
+        timing["checkpoint"] += time.perf_counter() - started
 
-    def on_optimizer_step(loss):
-        if state.global_step % 10 == 0:
-            accelerator.log({"train/loss": loss.item(), "train/lr": scheduler.get_last_lr()[0]}, step=state.global_step)
-        # On an epoch's last batch the end-of-epoch checkpoint follows at once (after evaluation).
-        if state.global_step % config.save_every_steps == 0 and state.step_in_epoch < len(train_loader):
+    def time_to_save() -> bool:
+        return _agreed(accelerator, _minutes_since(last_save) >= (config.save_every_minutes or math.inf))
+
+    def after_batch(optimizer_stepped: bool):
+        if state.step_in_epoch == len(train_loader):
+            return  # the epoch's end reads the losses and decides about a checkpoint
+        if optimizer_stepped and config.save_every_steps and state.global_step % config.save_every_steps == 0:
             save_checkpoint()
+        elif monitor.full:
+            read_losses()
+            if time_to_save():
+                save_checkpoint()
 
-    last_evaluation = state.history[-1] if state.history else {}
+    last_evaluation = next((h for h in reversed(state.history) if "eval_accuracy" in h), {})
     metrics = {k[len("eval_") :]: v for k, v in last_evaluation.items() if k.startswith("eval_")}
     logits = labels = None
-    while state.epoch < config.epochs:
-        started = time.perf_counter()
-        train_loader.set_epoch(state.epoch)
-        augmentation.epoch = state.epoch
-        resumed_at = state.step_in_epoch
-        loader = accelerator.skip_first_batches(train_loader, resumed_at) if resumed_at else train_loader
-        progress = tqdm(
-            total=len(train_loader),
-            initial=state.step_in_epoch,
-            desc=f"epoch {state.epoch + 1}/{config.epochs}",
-            disable=not accelerator.is_local_main_process,
-        )
-        train_started = time.perf_counter()
-        train_loss = train_one_epoch(
-            model,
-            forward,
-            loader,
-            optimizer,
-            scheduler,
-            accelerator,
-            mixer,
-            state,
-            clip_grad_norm=config.clip_grad_norm,
-            channels_last=config.channels_last,
-            on_optimizer_step=on_optimizer_step,
-            progress=progress,
-        )
-        progress.close()
-        train_seconds = time.perf_counter() - train_started
-        metrics, logits, labels = evaluate(model, eval_loader, accelerator, channels_last=config.channels_last)
-        record = {
-            "epoch": state.epoch + 1,
-            "train_loss": train_loss,
-            "lr": scheduler.get_last_lr()[0],
-            "seconds": time.perf_counter() - started,
-            "train_seconds": train_seconds,
-            "train_images": (state.step_in_epoch - resumed_at) * config.batch_size * accelerator.num_processes,
-            **{f"eval_{k}": v for k, v in metrics.items()},
-        }
-        accelerator.log(
-            {k.replace("eval_", "eval/"): v for k, v in record.items() if k.startswith("eval_")}, step=state.global_step
-        )
-        accelerator.print(
-            f"epoch {state.epoch + 1}: train loss {train_loss:.4f}, eval accuracy {100 * metrics['accuracy']:.2f}%, "
-            f"NLL {metrics['nll']:.4f}, ECE {metrics['ece']:.4f}"
-        )
-        state.history.append(record)
-        if metrics["accuracy"] > state.best_accuracy:
-            state.best_accuracy = metrics["accuracy"]
-            _save_model(accelerator, model, output_dir / "best", metrics)
-        state.epoch, state.step_in_epoch = state.epoch + 1, 0
-        save_checkpoint()
+    try:
+        while state.epoch < config.epochs:
+            started = time.perf_counter()
+            timing.update(data=0.0, checkpoint=0.0)
+            train_loader.set_epoch(state.epoch)
+            augmentation.epoch = state.epoch  # before the loader's iterator exists: its workers read it
+            resumed_at = state.step_in_epoch
+            loader = accelerator.skip_first_batches(train_loader, resumed_at) if resumed_at else train_loader
+            progress = tqdm(
+                total=len(train_loader),
+                initial=state.step_in_epoch,
+                desc=f"epoch {state.epoch + 1}/{config.epochs}",
+                disable=not accelerator.is_local_main_process,
+            )
+            try:
+                train_one_epoch(
+                    train_step,
+                    loader,
+                    optimizer,
+                    scheduler,
+                    accelerator,
+                    state,
+                    model=model,
+                    parameters=parameters,
+                    clip_grad_norm=config.clip_grad_norm,
+                    mixer=mixer,
+                    monitor=monitor,
+                    after_batch=after_batch,
+                    progress=progress,
+                    timing=timing,
+                )
+            finally:
+                progress.close()  # before any error message
+            read_losses()
+            record = {
+                "epoch": state.epoch + 1,
+                "train_loss": monitor.epoch_mean(),
+                "lr": scheduler.get_last_lr()[0],
+                "train_seconds": time.perf_counter() - started - timing["checkpoint"],
+                "data_seconds": timing["data"],
+                "train_images": (state.step_in_epoch - resumed_at) * config.batch_size * accelerator.num_processes,
+            }
+            last_epoch = state.epoch + 1 == config.epochs
+            if last_epoch or (state.epoch + 1) % config.eval_every_epochs == 0:
+                evaluation_started = time.perf_counter()
+                metrics, logits, labels = evaluate(model, eval_loader, accelerator, eval_step=eval_step)
+                record["evaluation_seconds"] = time.perf_counter() - evaluation_started
+                record.update({f"eval_{k}": v for k, v in metrics.items()})
+                accelerator.log({f"eval/{k}": v for k, v in metrics.items()}, step=state.global_step)
+                accelerator.print(
+                    f"epoch {state.epoch + 1}: train loss {record['train_loss']:.4f}, eval accuracy "
+                    f"{100 * metrics['accuracy']:.2f}%, NLL {metrics['nll']:.4f}, ECE {metrics['ece']:.4f}"
+                )
+                if metrics["accuracy"] > state.best_accuracy:
+                    state.best_accuracy = metrics["accuracy"]
+                    _save_model(accelerator, model, output_dir / "best", metrics)
+            else:
+                accelerator.print(f"epoch {state.epoch + 1}: train loss {record['train_loss']:.4f}")
+            state.history.append(record)
+            state.epoch, state.step_in_epoch = state.epoch + 1, 0
+            if last_epoch or state.epoch % config.save_every_epochs == 0 or time_to_save():
+                save_checkpoint()
+            record.update(checkpoint_seconds=timing["checkpoint"], seconds=time.perf_counter() - started)
+    except NonFiniteLossError as error:
+        accelerator.end_training()
+        raise NonFiniteLossError(_diverged_message(error, config, checkpoints)) from None
 
     if accelerator.is_main_process and state.history:
         _save_model(accelerator, model, output_dir, metrics)
@@ -378,11 +629,126 @@ def train(config: TrainingConfig, *, resume: bool = False) -> TrainResult:
     return TrainResult(accelerator.unwrap_model(model), output_dir, metrics, state.best_accuracy, state.history)
 
 
+def _minutes_since(moment: float) -> float:
+    return (time.monotonic() - moment) / 60
+
+
+def _agreed(accelerator: Accelerator, decision: bool) -> bool:
+    """The main process's `decision`, on every process (clocks differ; a save is collective)."""
+    if accelerator.num_processes == 1:
+        return decision
+    return broadcast_object_list([decision])[0]
+
+
+def _diverged_message(error: NonFiniteLossError, config: TrainingConfig, checkpoints: CheckpointManager) -> str:
+    latest = checkpoints.latest()
+    kept = f"the last good checkpoint, {latest}, is kept" if latest else "no checkpoint had been written before it"
+    clipping = " or gradient clipping (--clip-grad-norm 5)" if config.clip_grad_norm is None else ""
+    return (
+        f"training stopped: {error}, so nothing after it was saved; {kept}. A lower --learning-rate (this run: "
+        f"{config.learning_rate:g}){clipping} usually helps: start again with --overwrite, or in another --output-dir"
+    )
+
+
+def _claim_output_dir(
+    accelerator: Accelerator, output_dir: Path, checkpoints: CheckpointManager, *, resume: bool, overwrite: bool
+) -> None:
+    """Refuse to write over an earlier run (unless `overwrite`: then remove its outputs, and only those)."""
+    earlier = [name for name in RUN_OUTPUTS if (output_dir / name).exists()]
+    has_checkpoints = bool(checkpoints.newest_first())
+    if not earlier or (resume and has_checkpoints):
+        if resume and not has_checkpoints:
+            accelerator.print(f"no checkpoint in {checkpoints.root}: starting from scratch")
+        return
+    if not overwrite:
+        if has_checkpoints:
+            raise FileExistsError(
+                f"{output_dir} holds checkpoints of an earlier run: continue it with --resume (resume=True), start "
+                "it again with --overwrite (overwrite=True), or choose another --output-dir"
+            )
+        what = "has no checkpoint to resume from but holds" if resume else "holds"
+        raise FileExistsError(
+            f"{output_dir} {what} an earlier run ({', '.join(earlier)}), which this run would overwrite: replace it "
+            "with --overwrite (overwrite=True), or choose another --output-dir"
+        )
+    accelerator.wait_for_everyone()  # every process has looked before anything is removed
+    if accelerator.is_main_process:
+        for name in earlier:
+            path = output_dir / name
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        accelerator.print(f"--overwrite: removed the earlier run's {', '.join(earlier)} from {output_dir}")
+    accelerator.wait_for_everyone()
+
+
+def _resume(accelerator: Accelerator, checkpoints: CheckpointManager, config: TrainingConfig, scheduler):
+    """Load the furthest checkpoint that loads completely (damaged newer ones are set aside as `*.damaged`, saying
+    so) and return its train state; None when there is no checkpoint."""
+    candidates = checkpoints.newest_first()
+    if not candidates:
+        return None
+    _check_resumable(config, Path(config.output_dir) / "training_config.json")
+    damaged = []
+    for path in candidates:
+        problem = checkpoints.problem(path)
+        if problem is None:
+            _check_world_size(path, accelerator, config)
+            try:
+                accelerator.load_state(str(path))
+            except Exception as error:  # a file that passed the checks and still does not load
+                problem = f"it does not load ({type(error).__name__}: {error})"
+        if problem is None:
+            break
+        damaged.append((path, problem))
+    else:
+        details = "; ".join(f"{p.name}: {problem}" for p, problem in damaged)
+        raise ValueError(
+            f"no usable checkpoint in {checkpoints.root} ({details}). Start the run again with --overwrite, or "
+            "in another --output-dir"
+        )
+    accelerator.wait_for_everyone()
+    for old, problem in damaged:
+        aside = next(
+            old.with_name(f"{old.name}.damaged{suffix}")
+            for suffix in ("", *(f"-{i}" for i in range(2, 10_000)))
+            if not old.with_name(f"{old.name}.damaged{suffix}").exists()
+        )
+        accelerator.print(f"checkpoint {old.name} is damaged: {problem}; set aside as {aside.name}")
+        if accelerator.is_main_process:
+            os.replace(old, aside)
+    state = TrainState(**json.loads((path / "train_state.json").read_text()))
+    if not state.scheduler:
+        raise ValueError(
+            f"{path} was written by an older alternet-hf that kept no learning-rate schedule state, so "
+            "it cannot be continued exactly: start a new run in another --output-dir"
+        )
+    scheduler.load_state_dict(state.scheduler)
+    earlier = " (the previous complete checkpoint)" if damaged else ""
+    accelerator.print(f"resumed from {path}{earlier} (epoch {state.epoch + 1}, step {state.global_step})")
+    if state.epoch >= config.epochs:  # killed after its last checkpoint: only the final outputs remain to write
+        accelerator.print(f"{config.output_dir} has finished its {config.epochs} epochs: nothing left to train")
+    return state
+
+
+def _check_world_size(path: Path, accelerator: Accelerator, config: TrainingConfig) -> None:
+    """Each process saves its own RNG state, so a checkpoint's RNG files count the processes that wrote it."""
+    written_by = len(list(path.glob("random_states_*.pkl")))
+    if written_by and written_by != accelerator.num_processes:
+        batch, now = config.batch_size, accelerator.num_processes
+        raise ValueError(
+            f"{path} was written by {written_by} processes (a global batch of {written_by} × {batch} = "
+            f"{written_by * batch} images); this run has {now} (a global batch of {now * batch}), which changes the "
+            "batches per epoch, the learning-rate schedule and every step after, so it would not continue the same "
+            f"run. Resume it on {written_by} processes (`accelerate launch --num_processes {written_by} -m "
+            "alternet_hf.cli.train ... --resume`), or start a new run with --overwrite or in another --output-dir"
+        )
+
+
 # What a resumed run may change: where it writes, and how fast (not what) it computes. Everything else
 # defines the run (model, data, augmentation, optimizer, schedule, seed) and must stay as it was.
 RESUMABLE_CHANGES = (
-    "output_dir", "num_workers", "eval_batch_size", "save_every_steps", "keep_checkpoints", "compile",
-    "channels_last", "mixed_precision", "deterministic",
+    "output_dir", "num_workers", "eval_batch_size", "eval_every_epochs", "log_every_steps", "save_every_epochs",
+    "save_every_minutes", "save_every_steps", "keep_checkpoints", "compile", "compile_mode", "channels_last",
+    "mixed_precision", "deterministic",
 )  # fmt: skip
 
 
@@ -400,10 +766,25 @@ def _check_resumable(config: TrainingConfig, saved_path: Path) -> None:
         )
 
 
+@contextmanager
+def _quiet_progress_bars():
+    """transformers' `save_pretrained` shows a "Writing model shards" bar; silence it while a run saves models."""
+    from transformers.utils import logging as transformers_logging
+
+    enabled = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            transformers_logging.enable_progress_bar()
+
+
 def _save_model(accelerator: Accelerator, model, path: Path, metrics: dict) -> None:
     if accelerator.is_main_process:
         unwrapped = accelerator.unwrap_model(model)
-        unwrapped.save_pretrained(path)
+        with _quiet_progress_bars():
+            unwrapped.save_pretrained(path)
         (Path(path) / "metrics.json").write_text(
             json.dumps({k: _finite_or_none(v) for k, v in metrics.items()}, indent=2)
         )
@@ -441,9 +822,9 @@ def evaluate_model(
             f"{source} has {num_classes} classes but {model_name_or_path} predicts {model.config.num_labels}: "
             "evaluate on the dataset the model was trained for"
         )
-    data = with_transform(
-        data, eval_transform(model.config.image_size, model.config.image_mean, model.config.image_std)
-    )
+    size, image_mean, image_std = model.config.image_size, model.config.image_mean, model.config.image_std
+    transform = eval_transform(size, image_mean, image_std, normalize=False)
+    data = with_transform(data, transform, source=f"{source} (split {split!r})")
     loader = DataLoader(
         data,
         batch_size=batch_size,
@@ -452,4 +833,8 @@ def evaluate_model(
         generator=torch.Generator().manual_seed(0),
     )
     model, loader = accelerator.prepare(model, loader)
-    return evaluate(model, loader, accelerator)
+    mean, std = channel_statistics(image_mean, image_std, device=accelerator.device)
+    _, eval_step = build_steps(
+        model, mean=mean, std=std, num_labels=num_classes, label_smoothing=0.0, channels_last=False, compile_mode=None
+    )
+    return evaluate(model, loader, accelerator, eval_step=eval_step)

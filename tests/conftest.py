@@ -71,3 +71,26 @@ def command_names() -> list[str]:
     """Every console script that setup.cfg installs."""
     setup = (Path(__file__).resolve().parents[1] / "setup.cfg").read_text()
     return [line.split("=")[0].strip() for line in setup.splitlines() if "= alternet_hf.cli." in line]
+
+
+@pytest.fixture
+def tiny_dataset(tmp_path) -> str:
+    """A local dataset in the real schema (`save_to_disk`): 32 training and 20 test images (random pixels) of 4
+    classes; its path."""
+    from datasets import ClassLabel, Dataset, DatasetDict, Features
+    from datasets import Image as ImageFeature
+
+    features = Features({"image": ImageFeature(), "label": ClassLabel(names=["a", "b", "c", "d"])})
+    rng = np.random.default_rng(0)
+    splits = {
+        split: Dataset.from_dict(
+            {
+                "image": [Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)) for _ in range(n)],
+                "label": [i % 4 for i in range(n)],
+            },
+            features,
+        )
+        for split, n in (("train", 32), ("test", 20))
+    }
+    DatasetDict(splits).save_to_disk(str(tmp_path / "data"))
+    return str(tmp_path / "data")

@@ -1,7 +1,7 @@
 import json
 import subprocess
 
-from conftest import installed_command
+from conftest import TINY, installed_command
 
 from alternet_hf.benchmark import measure_throughput
 
@@ -39,8 +39,31 @@ def test_benchmark_script_writes_json(tmp_path):
     assert len(rows) == 1 and rows[0]["images_per_second"] > 0
 
 
-def test_training_throughput_runs_the_real_engine(tmp_path):
-    from alternet_hf.benchmark import measure_training_throughput
+def test_the_training_benchmark_runs_the_real_engine_end_to_end(tmp_path):
+    from alternet_hf.benchmark import measure_training_run
 
-    result = measure_training_throughput("resnet-18-cifar10", images=32, batch_size=16, workdir=str(tmp_path))
-    assert result.images_per_second > 0 and result.mode.startswith("train (paper recipe")
+    tiny = {key: value for key, value in TINY["resnet-50-cifar100"].items() if key != "num_labels"}
+    run = measure_training_run(
+        "resnet-50-cifar100", epochs=2, images=32, eval_images=8, batch_size=16, num_workers=2, model_overrides=tiny,
+        workdir=str(tmp_path),
+    )  # fmt: skip
+    assert run.train_images == 64 and run.images_per_second > 0 and not run.compiled  # eager on a CPU
+    assert set(run.shares) == {"data", "step", "evaluation", "checkpoint", "start-up"}
+    assert abs(sum(run.shares.values()) - 1) < 1e-9 and all(share > 0 for share in run.shares.values())
+    # The paper recipe's cadence: 31 epoch checkpoints of 305, plus one per 10 minutes of a 30-minute run.
+    assert run.recipe_checkpoints == 34 and run.recipe_checkpoint_bytes == 34 * run.checkpoint_bytes
+
+
+def test_data_path_and_engine_overhead_benchmarks(tmp_path):
+    from alternet_hf.benchmark import measure_data_path, measure_engine_overhead
+
+    speed = measure_data_path("resnet-18-cifar10", images=48, batch_size=16, repeats=2, workdir=str(tmp_path))
+    assert speed.images == 48 and len(speed.milliseconds_per_image) == 2 and speed.images_per_second_per_worker > 0
+    overhead = measure_engine_overhead(steps=3, batch_size=4, repeats=1)
+    assert set(overhead["median_milliseconds_per_step"]) == {"hand-written loop", "engine"}
+
+
+def test_the_reference_comparison_names_a_folder_that_is_not_the_reference_code(tmp_path):
+    command = [installed_command("alternet-benchmark"), "--reference-dir", str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 2 and "is not a checkout of the reference code" in result.stderr

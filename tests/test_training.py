@@ -1,5 +1,7 @@
-"""The training engine end to end on the embedded digits: outputs, resume after SIGKILL, two processes."""
+"""The training engine end to end on the embedded digits: outputs, resume after SIGKILL, two processes, the
+compiled step."""
 
+import functools
 import json
 import os
 import signal
@@ -10,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import installed_command
+from conftest import TINY, installed_command
 from safetensors.torch import load_file
 from transformers import AutoModelForImageClassification
 
@@ -159,6 +161,14 @@ def test_two_processes_end_with_identical_weights(tmp_path):
     rank0, rank1 = _torchrun(config, tmp_path / "alternet-weights", processes=2)
     for key in rank0:
         assert torch.equal(rank0[key], rank1[key]), key
+    # Resumed on one process, the run would have another global batch: refused, the checkpoints left as they are.
+    run = tmp_path / "alternet"
+    before = {p: p.stat().st_mtime_ns for p in run.rglob("*")}
+    command = [installed_command("alternet-train"), "--config", str(run / "training_config.json"), "--resume"]
+    resumed = subprocess.run(command, capture_output=True, text=True, env=_env())
+    assert resumed.returncode == 2 and "written by 2 processes (a global batch of 2 × 16 = 32" in resumed.stderr
+    assert "this run has 1 (a global batch of 16)" in resumed.stderr and "--num_processes 2" in resumed.stderr
+    assert {p: p.stat().st_mtime_ns for p in run.rglob("*")} == before
 
 
 def test_two_processes_equal_one_process_with_the_same_global_batch(tmp_path):
@@ -272,10 +282,17 @@ def test_paper_recipe_is_the_papers():
         TrainingConfig(batch_size=15, mixup_alpha=1.0).validate()
 
 
-def test_the_default_run_is_the_readme_main_job(tmp_path):
-    """`alternet-train` with no arguments: the embedded digits to at least 95% test accuracy."""
-    result = train(TrainingConfig(output_dir=str(tmp_path / "main")))
-    assert result.metrics["accuracy"] >= 0.95, result.history
+def test_a_holdout_evaluation_split_is_carved_from_training_and_saved(tmp_path, tiny_dataset):
+    """`--eval-split holdout:0.25` for a source with one split: evaluation rows never trained on, saved."""
+    overrides = {key: value for key, value in TINY["resnet-50-cifar100"].items() if key != "num_labels"}
+    config = TrainingConfig(
+        model="resnet-50-cifar100", model_overrides=overrides, dataset=tiny_dataset, eval_split="holdout:0.25",
+        output_dir=str(tmp_path / "run"), epochs=1, batch_size=8, eval_batch_size=8,
+    )  # fmt: skip
+    train(config)
+    holdout = json.loads((tmp_path / "run" / "holdout.json").read_text())
+    assert (holdout["split"], holdout["fraction"], len(holdout["rows"])) == ("train", 0.25, 8)
+    assert set(holdout["rows"]) < set(range(32))
 
 
 def test_checkpoints_are_ordered_by_progress_and_survive_a_lost_pointer(tmp_path):
@@ -293,3 +310,27 @@ def test_checkpoints_are_ordered_by_progress_and_survive_a_lost_pointer(tmp_path
     manager.keep = 1
     manager._prune(keep=tmp_path / "checkpoint-00000022-000000")
     assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-00000022-000000"]
+
+
+@pytest.mark.parametrize("name", ["alternet-50-cifar100", "resnet-50-cifar100", "vit-ti-cifar100"])
+def test_the_compiled_steps_never_break_the_graph_or_recompile(name, tiny_dataset, tmp_path, monkeypatch):
+    """Two epochs with an evaluation between (its last batch smaller), with class indices and with mixed (soft)
+    targets: the training step and the evaluation step are one graph each, compiled once."""
+    from torch._dynamo.utils import counters
+
+    # Graph breaks and recompiles are dynamo's, decided before any backend: aot_eager (forward and backward graphs,
+    # no code generation) keeps this in seconds where inductor takes minutes on two CPU cores.
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+    overrides = {key: value for key, value in TINY[name].items() if key != "num_labels"}
+    for mixing in ({}, {"mixup_alpha": 1.0, "cutmix_alpha": 0.8}):
+        torch._dynamo.reset()
+        counters.clear()
+        config = TrainingConfig(
+            model=name, model_overrides=overrides, dataset=tiny_dataset, output_dir=str(tmp_path / f"run{len(mixing)}"),
+            epochs=2, batch_size=8, eval_batch_size=16, compile=True, label_smoothing=0.1,
+            rand_augment="rand-m9-n2-mstd1.0", **mixing,
+        )  # fmt: skip
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            train(config)
+        assert not counters["graph_break"], dict(counters["graph_break"])
+        assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])

@@ -35,12 +35,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--recipe", choices=["paper", "sgd"], help="start from this recipe for --model's dataset")
     parser.add_argument("--config", type=json_file, help="JSON file of TrainingConfig fields")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output-dir")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace an earlier run in --output-dir (refused otherwise)"
+    )
     parser.add_argument("--print-config", action="store_true", help="print the resulting config as JSON and exit")
     helps = TrainingConfig.fields_help()
     hints = typing.get_type_hints(TrainingConfig)
     for f in dataclasses.fields(TrainingConfig):
         flag = "--" + f.name.replace("_", "-")
-        if hints[f.name] is bool:
+        if hints[f.name] in (bool, bool | None):  # --flag / --no-flag; unset keeps the default (None: automatic)
             parser.add_argument(
                 flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=helps[f.name]
             )
@@ -89,7 +92,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     from alternet_hf.training import train
 
-    result = train(config, resume=args.resume)
+    if args.resume and args.overwrite:
+        raise CommandError("--resume continues the run in --output-dir and --overwrite replaces it: choose one")
+    result = train(config, resume=args.resume, overwrite=args.overwrite)
     if result.metrics:
         print(
             f"\nfinal test accuracy {100 * result.metrics['accuracy']:.2f}% (best {100 * result.best_accuracy:.2f}%)\n"
