@@ -179,9 +179,9 @@ def _variance_claim(results, kinds, *, reduces: bool) -> Claim:
             claim.numbers.setdefault(name, {})[kind] = {"ratio": ours, "reference_ratio": reference,
                                                         "ratios": ratios.tolist()}  # fmt: skip
             claim.evidence.append(
-                f"{name}: {kind.upper() if kind == 'msa' else kind} ×{ours:.3g} (reference definition ×{reference:.3g})"
+                f"{name}: {kind.upper() if kind == 'msa' else kind} ×{ours:.4g} (reference definition ×{reference:.4g})"
                 f" over {ratios.size} block{'s' if ratios.size > 1 else ''}"
-                + (f", ×{ratios.min():.3g} … ×{ratios.max():.3g}" if ratios.size > 1 else "")
+                + (f", ×{ratios.min():.4g} … ×{ratios.max():.4g}" if ratios.size > 1 else "")
             )
     return claim
 

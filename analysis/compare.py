@@ -56,6 +56,7 @@ class Settings:
     landscape_batches: int = 1
     landscape_span: float = 1.0
     landscape_protocol: str = "filter"
+    landscape_batchnorm: str | None = None  # None: the protocol's own mode
     corruptions: tuple[str, ...] = CORRUPTIONS
     severities: tuple[int, ...] = SEVERITIES
     corruption_images: int | None = None
@@ -204,7 +205,8 @@ def analyse(
             results[name] = landscape.loss_landscape(
                 model, train_data(), num_points=settings.landscape_points, span=settings.landscape_span,
                 weight_decay=settings.weight_decay, penalty=settings.penalty, protocol=settings.landscape_protocol,
-                max_batches=settings.landscape_batches, seed=settings.seed, **common,
+                batchnorm=settings.landscape_batchnorm, max_batches=settings.landscape_batches, seed=settings.seed,
+                **common,
             )  # fmt: skip
         elif name == "robustness":
             results[name] = robustness.evaluate_corruptions(

@@ -150,7 +150,7 @@ def variance_paragraph(definitions: dict) -> str:
 
 def _span(values: np.ndarray) -> str:
     return (
-        f"{values.min():.3g}"
+        f"{values.min():.4g}"
         if values.size == 1 or np.ptp(values) < 1e-12
-        else f"{values.min():.3g}–{values.max():.3g}"
+        else f"{values.min():.4g}–{values.max():.4g}"
     )

@@ -126,7 +126,7 @@ def test_per_block_analyses_share_one_pass_and_match_the_single_analyses():
 def test_settings_scale_down_on_a_cpu_and_say_so():
     settings, notes = compare.Settings.for_device("cpu", hessian_batches=7)
     assert settings.hessian_batches == 7 and settings.lanczos_steps == compare.Settings.CPU_AMOUNTS["lanczos_steps"]
-    assert any(note.startswith("lanczos-steps 30 (paper: 100)") for note in notes)
+    assert any(note.startswith("lanczos-steps 20 (paper: 100)") for note in notes)
     assert not any("hessian-batches" in note for note in notes)
     gpu, gpu_notes = compare.Settings.for_device("cuda")
     assert gpu == compare.Settings() and gpu_notes == []
@@ -141,13 +141,14 @@ def test_comparison_of_two_zoo_models_writes_every_figure_json_and_report(tmp_pa
     test = [(torch.randn(8, 3, 16, 16, generator=generator), torch.randint(0, 4, (8,), generator=generator))]
     train = [(torch.randn(8, 3, 16, 16, generator=generator), torch.randint(0, 4, (8,), generator=generator))]
     settings = compare.Settings(
-        hessian_batches=1, top_k=1, bottom_k=1, lanczos_steps=4, hessian_tol=1e-1, density_vectors=1, density_steps=4,
+        hessian_batches=1, top_k=1, bottom_k=1, lanczos_steps=2, hessian_tol=1e-1, density_vectors=1, density_steps=2,
         landscape_points=3, landscape_protocol="reference",
     )  # fmt: skip
-    analyses = [a for a in compare.ANALYSES if a != "robustness"]
     results, summaries = {}, {}
     for name, model in models.items():
         short = name.split("-")[0]
+        # Hessian-vector products of AlterNet's tiny convolutions are slow on a CPU: its spectrum is left out.
+        analyses = [a for a in compare.ANALYSES if a != "robustness" and (a != "hessian" or short != "alternet")]
         results[short] = compare.analyse(model, analyses, test_data=test, train_data=lambda: train, settings=settings)
         summaries[short] = {**compare.summary_of(model), "source": name}
     written = write_comparison(tmp_path, results, summaries, meta={"dataset": "random"}, notes=["a note"])

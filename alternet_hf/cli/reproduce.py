@@ -88,14 +88,15 @@ def training_config(family: str, out: Path, *, epochs: int | None, quick: bool):
 
 def train_family(config, say=print):
     """Train (or reuse, or resume) one model; returns its folder."""
-    from alternet_hf.training import train
+    from alternet_hf.training import RESUMABLE_CHANGES, train
 
     folder = Path(config.output_dir)
     saved = folder / "training_config.json"
     if saved.is_file():
         before = json.loads(saved.read_text())
         now = json.loads(json.dumps(config.to_dict()))
-        changed = [key for key in now if key not in ("num_workers",) and before.get(key) != now[key]]
+        # What defines the model; where it was written and how fast it ran do not (a moved folder is reused).
+        changed = [key for key in now if key not in RESUMABLE_CHANGES and before.get(key) != now[key]]
         if changed:
             details = ", ".join(f"{key} {before.get(key)!r} -> {now[key]!r}" for key in changed)
             raise CommandError(
