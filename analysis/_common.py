@@ -194,14 +194,14 @@ def progress(iterable, *, enabled: bool, **kwargs):
 SHADES = {"msa": ("0.85", "MSA"), "pool": ("#c6dbef", "downsampling")}
 
 
-def shade_blocks(ax, kinds: list[str], positions=None, *, width: float = 1.0) -> list:
+def shade_blocks(ax, kinds: list[str], positions=None) -> list:
     """Bands behind MSA and downsampling blocks; returns legend handles for the kinds present."""
     from matplotlib.patches import Patch
 
     positions = range(len(kinds)) if positions is None else positions
     for position, kind in zip(positions, kinds):
         if kind in SHADES:
-            ax.axvspan(position - width / 2, position + width / 2, color=SHADES[kind][0], zorder=0, linewidth=0)
+            ax.axvspan(position - 0.5, position + 0.5, color=SHADES[kind][0], zorder=0, linewidth=0)
     return [Patch(color=SHADES[kind][0], label=SHADES[kind][1]) for kind in SHADES if kind in kinds]
 
 

@@ -302,7 +302,7 @@ def _hf_resnet(model) -> BlockAdapter:
     return d.adapter(num_prefix_tokens=0)
 
 
-# (module the class lives in, class names, describer): the first match describes the model.
+# (module the class lives in, class names, describer): the model's class, or its nearest base, that matches.
 DISCOVERERS: list[tuple[str, tuple[str, ...], Callable[[nn.Module], BlockAdapter]]] = [
     ("timm.models.vision_transformer", ("VisionTransformer", "VisionTransformerDistilled"), _timm_vit),
     ("timm.models.deit", ("VisionTransformerDistilled",), _timm_vit),
@@ -334,14 +334,31 @@ _ADAPTER_HELP = (
 )
 
 
+def _wrapped_zoo_adapter(model: nn.Module) -> BlockAdapter | None:
+    """A zoo backbone behind timm's interface (`model.backbone`, `model.forward_head`), as the zoo's timm
+    models are: the zoo's blocks, the logits from the wrapper's own head on the last state."""
+    backbone = getattr(model, "backbone", None)
+    if not isinstance(backbone, nn.Module) or not hasattr(model, "forward_head") or not _is_zoo_model(backbone):
+        return None
+
+    def states_of(wrapper, inputs):
+        states, _ = alternet_hf.block_states(wrapper.backbone, inputs)
+        return states, wrapper.forward_head(states[-1])
+
+    return replace(_zoo_adapter(backbone), states_of=states_of)
+
+
 def discover_blocks(model: nn.Module) -> BlockAdapter:
     """The blocks of a zoo, timm or transformers model of a known family; a clear error otherwise."""
     if _is_zoo_model(model):
         return _zoo_adapter(model)
-    for module_name, class_names, describe in DISCOVERERS:
-        cls = type(model)
-        if cls.__module__.startswith(module_name) and cls.__name__ in class_names:
-            return describe(model)
+    wrapped = _wrapped_zoo_adapter(model)
+    if wrapped is not None:
+        return wrapped
+    for cls in type(model).__mro__:  # a subclass of a known family is described as that family
+        for module_name, class_names, describe in DISCOVERERS:
+            if cls.__module__.startswith(module_name) and cls.__name__ in class_names:
+                return describe(model)
     children = ", ".join(f"{name} ({type(child).__name__})" for name, child in list(model.named_children())[:12])
     raise UndescribedModelError(
         f"cannot find the blocks of {type(model).__name__} ({type(model).__module__}): analyses know "

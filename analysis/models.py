@@ -35,6 +35,7 @@ class LoadedModel:
     image_mean: tuple[float, ...]
     image_std: tuple[float, ...]
     training_config: dict | None = None
+    training_config_path: Path | None = None
     preprocessing_note: str = ""
 
     @property
@@ -79,9 +80,11 @@ def _load_transformers(source: str, name: str) -> LoadedModel:
     if not all(fields.values()):
         fields, note = _from_image_processor(source, fields)
     size = fields["image_size"]
+    config_path = training_config_path(source)
     return LoadedModel(
         name, source, model, int(size if isinstance(size, int) else size[0]), tuple(fields["image_mean"]),
-        tuple(fields["image_std"]), training_config=read_training_config(source), preprocessing_note=note,
+        tuple(fields["image_std"]), training_config=json.loads(config_path.read_text()) if config_path else None,
+        training_config_path=config_path, preprocessing_note=note,
     )  # fmt: skip
 
 
@@ -106,13 +109,13 @@ def _from_image_processor(source: str, fields: dict) -> tuple[dict, str]:
     return found, note
 
 
-def read_training_config(source: str | Path) -> dict | None:
+def training_config_path(source: str | Path) -> Path | None:
     """The `training_config.json` that `alternet-train` writes next to its model (or one folder up, for
     `<run>/best/`), or None."""
     folder = Path(source)
     for candidate in (folder / "training_config.json", folder.parent / "training_config.json"):
         if folder.is_dir() and candidate.is_file():
-            return json.loads(candidate.read_text())
+            return candidate
     return None
 
 

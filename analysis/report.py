@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .claims import HOLDS, Claim, evaluate_claims, role, variance_definitions_agree
+from .claims import HOLDS, UNDECIDED, Claim, evaluate_claims, role, variance_definitions_agree
 from .compare import comparison_figures, finite
 
 FIGURE_CAPTIONS = {
@@ -104,11 +104,11 @@ def report_markdown(results, summaries, claims: list[Claim], definitions: dict, 
         verdict = f"**{claim.verdict}**" if claim.verdict == HOLDS else claim.verdict
         evidence = "<br>".join(claim.evidence) or "(not measured)"
         lines.append(f"| {claim.statement} ({claim.source}) | {verdict} | {evidence}<br>*rule: {claim.rule}* |")
-    failing = [c for c in claims if c.verdict not in (HOLDS, "not decidable")]
+    failing = [c for c in claims if c.verdict not in (HOLDS, UNDECIDED)]
     if failing:
         lines += ["", "Claims that do not hold (or not on every model) here: "
                   + "; ".join(f"{c.key} ({', '.join(k for k, ok in c.checks.items() if not ok)})" for c in failing)
-                  + ". These are small models on a small data set; the numbers say what these models do."]  # fmt: skip
+                  + ". The verdicts are about these models on this data, not the paper's models."]  # fmt: skip
     lines += ["", "## Feature-map variance: the metric or the models?", "", variance_paragraph(definitions), ""]
     lines += ["## Settings", ""]
     for key in ("augmentation", "landscape_protocol", "settings"):

@@ -167,3 +167,34 @@ def test_an_unknown_variant_of_a_known_family_names_the_module():
     model = VisionTransformer(img_size=32, patch_size=8, depth=1, embed_dim=16, num_heads=2, block_fn=ResPostBlock)
     with pytest.raises(UndescribedModelError, match=r"(?s)blocks\.0 is a ResPostBlock.*BlockAdapter"):
         describe_blocks(model)
+
+
+def test_a_zoo_backbone_behind_timms_interface():
+    """As the zoo's timm models wrap it: the backbone's blocks, the logits of the wrapper's own head."""
+    from conftest import TINY
+
+    import alternet_hf
+
+    class Wrapper(nn.Module):
+        def __init__(self):
+            super().__init__()
+            zoo = alternet_hf.create_model("alternet-50-cifar100", **TINY["alternet-50-cifar100"])
+            self.alternet, self.classifier = zoo.alternet, zoo.classifier
+
+        @property
+        def backbone(self):
+            return self.alternet
+
+        def forward_head(self, features):
+            return self.classifier(features.mean(dim=(2, 3)))
+
+        def forward(self, x):
+            return self.forward_head(self.alternet(x).last_hidden_state)
+
+    model = Wrapper().eval()
+    inputs = torch.randn(2, 3, 16, 16)
+    run = run_blocks(model, inputs)
+    assert run.kinds == ["stem", "conv", "pool", "msa", "pool", "msa", "head"]
+    with torch.no_grad():
+        torch.testing.assert_close(run.logits, model(inputs))
+    assert lesion_study(model, (inputs, torch.tensor([0, 1]))).kinds == run.kinds

@@ -159,7 +159,7 @@ def augmentation_of(choice: str, loaded) -> dict:
 
     if choice == "model":
         if loaded.training_config is not None:
-            fields, source = loaded.training_config, f"{loaded.source}/training_config.json"
+            fields, source = loaded.training_config, str(loaded.training_config_path)
         else:
             fields, source = PAPER_RECIPE, "the paper's recipe (the model has no training_config.json)"
     elif choice == "paper":
