@@ -60,11 +60,16 @@ def iterate_batches(data, *, max_batches: int | None = None) -> Iterator[Batch]:
 
 def iterate_inputs(data, *, max_batches: int | None = None) -> Iterator[torch.Tensor]:
     """Yield the inputs of each batch: `data` may also be a bare input tensor (targets not needed)."""
-    if isinstance(data, torch.Tensor):
-        yield data
-        return
-    for inputs, _ in iterate_batches(data, max_batches=max_batches):
+    for inputs, _ in iterate_inputs_and_targets(data, max_batches=max_batches):
         yield inputs
+
+
+def iterate_inputs_and_targets(data, *, max_batches: int | None = None) -> Iterator[tuple[torch.Tensor, object]]:
+    """Yield `(inputs, targets)` of each batch; a bare input tensor gives `(inputs, None)`."""
+    if isinstance(data, torch.Tensor):
+        yield data, None
+        return
+    yield from iterate_batches(data, max_batches=max_batches)
 
 
 def _is_single_batch(data) -> bool:
@@ -103,6 +108,25 @@ def resolve_device(model: nn.Module, device: str | torch.device | None) -> torch
         return torch.device(device)
     parameter = next(model.parameters(), None)
     return parameter.device if parameter is not None else torch.device("cpu")
+
+
+# The L2 term of "NLL + L2" per unit of weight decay, over every parameter tensor p: the reference's
+# Σ_p ‖p‖ (its landscape code: norms, not squared) or ½·Σ_p ‖p‖² (the penalty whose gradient is weight decay).
+L2_PENALTIES = ("reference", "squared")
+
+
+def l2_term(parameters, penalty: str = "reference") -> torch.Tensor:
+    """The L2 term of `parameters` (differentiable: the Hessian analyses take its second derivative).
+
+    ‖p‖ has no derivative at p = 0 (autograd's second derivative there is NaN): an all-zero tensor, such
+    as a bias never trained away from its initialisation, adds 0 and is left out of the derivatives.
+    """
+    parameters = list(parameters)
+    if penalty == "reference":
+        return sum(p.norm() for p in parameters if p.detach().any())
+    if penalty == "squared":
+        return 0.5 * sum(p.pow(2).sum() for p in parameters)
+    raise ValueError(f"penalty must be one of {L2_PENALTIES}, not {penalty!r}")
 
 
 BATCHNORM_MODES = ("eval", "train")
@@ -166,23 +190,33 @@ def progress(iterable, *, enabled: bool, **kwargs):
     return tqdm(iterable, **kwargs)
 
 
-def shade_msa_blocks(ax, kinds: list[str], positions=None) -> None:
-    """Grey bands behind MSA blocks, as in the paper's figures."""
+# Background of the blocks the paper's figures shade: MSAs grey, downsampling ("subsampling") blue.
+SHADES = {"msa": ("0.85", "MSA"), "pool": ("#c6dbef", "downsampling")}
+
+
+def shade_blocks(ax, kinds: list[str], positions=None) -> list:
+    """Bands behind MSA and downsampling blocks; returns legend handles for the kinds present."""
+    from matplotlib.patches import Patch
+
     positions = range(len(kinds)) if positions is None else positions
     for position, kind in zip(positions, kinds):
-        if kind == "msa":
-            ax.axvspan(position - 0.5, position + 0.5, color="0.85", zorder=0, linewidth=0)
+        if kind in SHADES:
+            ax.axvspan(position - 0.5, position + 0.5, color=SHADES[kind][0], zorder=0, linewidth=0)
+    return [Patch(color=SHADES[kind][0], label=SHADES[kind][1]) for kind in SHADES if kind in kinds]
 
 
 def plot_by_depth(values, kinds: list[str], ax=None, *, ylabel: str, title: str, color: str):
-    """One value per state (0 = input) against depth, MSA blocks shaded: the paper's by-depth figures."""
+    """One value per state (0 = input) against depth, MSA and downsampling blocks shaded: the paper's
+    by-depth figures."""
     ax = new_axes(ax)
     depth = np.arange(len(kinds))
-    shade_msa_blocks(ax, kinds, depth)
+    handles = shade_blocks(ax, kinds, depth)
     ax.plot(depth, values, marker="o", markersize=3, color=color)
     ax.set_xlabel("depth (0 = input)")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
+    if handles:
+        ax.legend(handles=handles, fontsize=7)
     return ax
 
 

@@ -166,3 +166,69 @@ def hessian_convergence(
         "power_error_own_stop": float(abs(power_stop.eigenvalues[0] - top) / abs(top)),
         "seconds_per_hvp": seconds_per_hvp,
     }
+
+
+def _reference_notebook_statistics(maps: list[torch.Tensor]) -> None:
+    """The reference notebooks' Fourier and variance computation on given maps (how-do-vits-work's
+    `fourier_analysis.ipynb` and `featuremap_variance.ipynb`, rewritten): what one pass is measured against."""
+    for latent in maps:
+        spectrum = torch.fft.fft2(latent).abs().add(1e-6).log()
+        height, width = latent.shape[-2:]
+        spectrum = torch.roll(spectrum, shifts=(height // 2, width // 2), dims=(2, 3)).mean(dim=(0, 1))
+        curve = spectrum.diag()[height // 2 :]
+        (curve - curve[0]).tolist()
+        latent.var(dim=[-1, -2]).mean(dim=[0, 1]).item()
+
+
+def per_block_speed(
+    name: str = "alternet-18-cifar10", *, dataset: str = "digits", num_images: int = 256, batch_size: int = 128,
+    repeats: int = 3, device=None,
+) -> dict:  # fmt: skip
+    """Seconds for Fourier ΔlogA and feature-map variance of `name` on `num_images` test images: each on its
+    own pass of the model (as before one pass fed both), both from one pass of `analysis.blocks.accumulate`,
+    and the reference notebooks' computation (one forward, their formulas) on the same maps; best of `repeats`."""
+    import alternet_hf
+    from alternet_hf.data import load_image_classification
+    from alternet_hf.recipe import eval_transform
+
+    from .blocks import accumulate, block_batches
+    from .fourier import FourierAccumulator, fourier_log_amplitude
+    from .variance import VarianceAccumulator, feature_map_variance
+
+    model = alternet_hf.create_model(name).to(device or "cpu")
+    config = model.config
+    test = load_image_classification(dataset, split="test").select(range(num_images))
+    transform = eval_transform(config.image_size, config.image_mean, config.image_std)
+    images = torch.stack([transform(image) for image in test["image"]])
+    loader = [
+        (images[i : i + batch_size], torch.zeros(len(images[i : i + batch_size])))
+        for i in range(0, len(images), batch_size)
+    ]
+
+    def separately():
+        fourier_log_amplitude(model, loader, device=device)
+        feature_map_variance(model, loader, device=device)
+
+    def together():
+        accumulate(model, loader, [FourierAccumulator(), VarianceAccumulator()], device=device)
+
+    def reference():
+        for batch in block_batches(model, loader, device=device):
+            _reference_notebook_statistics([m.cpu() for m in batch.maps if m is not None])
+
+    def best(function):
+        function()  # warm-up
+        timings = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            function()
+            timings.append(time.perf_counter() - start)
+        return min(timings)
+
+    seconds = {"separate_passes": best(separately), "one_pass": best(together), "reference_notebook": best(reference)}
+    return {
+        "model": name, "images": num_images, "device": str(device or "cpu"),
+        **{f"{key}_s": value for key, value in seconds.items()},
+        "separate_over_one_pass": seconds["separate_passes"] / seconds["one_pass"],
+        "one_pass_over_reference": seconds["one_pass"] / seconds["reference_notebook"],
+    }  # fmt: skip

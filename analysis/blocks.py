@@ -1,14 +1,25 @@
 """Any model as the paper's sequence of tagged blocks (PAPER.md §6): stem, conv or MLP, MSA, pool, head.
 
-Zoo models know their blocks (`alternet_hf.block_kinds`, `block_states`, `residual_branches`);
-any other model — a timm or transformers network — is described by a `BlockAdapter` that names the
-modules whose outputs are the block states. Token states lose their prefix (CLS) tokens and become
-square feature maps before spatial analyses.
+Zoo models know their blocks (`alternet_hf.block_kinds`, `block_states`, `residual_branches`). The
+families most analysed besides them are found automatically (`discover_blocks`): timm's ResNet,
+VisionTransformer (ViT, DeiT), SwinTransformer, ConvNeXt and PoolingVisionTransformer (PiT), and
+transformers' ResNet, ViT, DeiT, Swin and ConvNeXt. Any other model is described by a `BlockAdapter`
+that names the modules whose outputs (or inputs) are the block states; an unknown model gets an error
+that shows the adapter to write.
+
+A block that lowers the resolution (a strided convolution or pooling inside it, a patch merging) is
+tagged `pool` whatever it computes besides: the reference notebooks shade those blocks apart from
+convs and MSAs ("subsampling", blue), since they cause most of the rises of high-frequency ΔlogA
+and the drops of variance, which would otherwise be counted as the convs' doing.
+
+`block_batches` runs a model once per batch and hands every per-block analysis the same states and
+feature maps (token states lose their prefix tokens and become square maps): `accumulate` feeds
+several analyses (Fourier, variance, CKA, accuracy) from one pass.
 """
 
 import math
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
@@ -19,33 +30,78 @@ from alternet_hf.blocks import BLOCK_KINDS
 from . import _common
 from ._common import analysis_mode, logits_of, resolve_device
 
+STATE_READS = ("output", "input")
+
+
+@dataclass(frozen=True)
+class Block:
+    """One block: its `kind`, the `module` whose output (or, `read="input"`, whose first input) is the
+    block's state, the module whose output is its residual branch (None: nothing to remove, as for a
+    stem, a head or a pooling layer), and its `name` (the module's path, for reports)."""
+
+    kind: str
+    module: nn.Module
+    name: str = ""
+    residual_branch: nn.Module | None = None
+    read: str = "output"
+
 
 @dataclass
 class BlockAdapter:
-    """The blocks of a model that is not a zoo model.
+    """The blocks of a model, in forward order.
 
-    `blocks` lists `(kind, module)` pairs in forward order; each module's output (its first element if
-    a tuple) is that block's state. `residual_branches`, aligned with `blocks` (None where a block has
-    no residual branch), lets the lesion study remove branches. `num_prefix_tokens` is the number of
-    class/register tokens ahead of the patch tokens in token states.
+    `blocks` holds `Block`s or `(kind, module)` pairs (the module's output, its first element if a
+    tuple, is the state). `residual_branches`, aligned with `blocks` (None where a block has none),
+    lets the lesion study remove branches. `num_prefix_tokens`: class/distillation tokens ahead of the
+    patch tokens in token states. `channels_last`: 4-D states are (B, H, W, C), as in timm's Swin.
+    `states_of(model, inputs) -> (states, logits)` replaces the hooks where a model returns its
+    states itself (the zoo's `output_hidden_states`).
 
-    Example for a timm ViT: `BlockAdapter([("stem", m.patch_embed)] + [("mlp", b) for b in m.blocks])`.
+    Example for a timm ViT (what `discover_blocks` builds, with the MSA state read before `norm2`):
+    `BlockAdapter([Block("stem", m.norm_pre)] + [Block(k, ...) for b in m.blocks for k in ("msa", "mlp")])`.
     """
 
-    blocks: Sequence[tuple[str, nn.Module]]
+    blocks: Sequence[Block | tuple[str, nn.Module]]
     residual_branches: Sequence[nn.Module | None] | None = None
     num_prefix_tokens: int = 1
+    channels_last: bool = False
+    states_of: Callable | None = field(default=None, repr=False)
 
     def __post_init__(self):
-        for kind, module in self.blocks:
-            if kind not in BLOCK_KINDS:
-                raise ValueError(f"block kind {kind!r} is not one of {BLOCK_KINDS}")
-            if not isinstance(module, nn.Module):
-                raise TypeError(f"block {kind!r} must be an nn.Module, not {type(module).__name__}")
-        if self.residual_branches is not None and len(self.residual_branches) != len(self.blocks):
-            raise ValueError(
-                f"residual_branches has {len(self.residual_branches)} entries for {len(self.blocks)} blocks"
-            )
+        blocks = []
+        for entry in self.blocks:
+            block = entry if isinstance(entry, Block) else Block(*entry)
+            if block.kind not in BLOCK_KINDS:
+                raise ValueError(f"block kind {block.kind!r} is not one of {BLOCK_KINDS}")
+            if not isinstance(block.module, nn.Module):
+                raise TypeError(f"block {block.kind!r} must be an nn.Module, not {type(block.module).__name__}")
+            if block.read not in STATE_READS:
+                raise ValueError(f"Block.read must be one of {STATE_READS}, not {block.read!r}")
+            blocks.append(block)
+        if self.residual_branches is not None:
+            if len(self.residual_branches) != len(blocks):
+                raise ValueError(
+                    f"residual_branches has {len(self.residual_branches)} entries for {len(blocks)} blocks"
+                )
+            blocks = [replace(b, residual_branch=r) for b, r in zip(blocks, self.residual_branches)]
+        self.blocks = blocks
+
+    @property
+    def kinds(self) -> list[str]:
+        return [block.kind for block in self.blocks]
+
+    @property
+    def names(self) -> list[str]:
+        return [block.name or f"block {i}" for i, block in enumerate(self.blocks)]
+
+    @property
+    def has_residual_branches(self) -> bool:
+        return any(block.residual_branch is not None for block in self.blocks)
+
+
+class UndescribedModelError(TypeError, ValueError):
+    """A model whose blocks are not known: a TypeError for Python callers, a ValueError (a user error,
+    one message) for the commands."""
 
 
 @dataclass
@@ -56,6 +112,10 @@ class BlockRun:
     kinds: list[str]
     logits: torch.Tensor
     num_prefix_tokens: int
+    channels_last: bool = False
+
+
+# --- the zoo ---------------------------------------------------------------------------------------
 
 
 def _is_zoo_model(model: nn.Module) -> bool:
@@ -66,61 +126,333 @@ def _is_zoo_model(model: nn.Module) -> bool:
     return True
 
 
-def _require_adapter(model: nn.Module, adapter: BlockAdapter | None) -> BlockAdapter | None:
-    if adapter is None and not _is_zoo_model(model):
-        raise TypeError(
-            f"{type(model).__name__} is not a zoo model; describe its blocks with "
-            "analysis.blocks.BlockAdapter([(kind, module), ...]) and pass adapter=..."
-        )
-    return adapter
+def _zoo_adapter(model: nn.Module) -> BlockAdapter:
+    """The zoo's own description (alternet_hf.blocks), with each block's module found from its branch."""
+    kinds, branches = alternet_hf.block_kinds(model), alternet_hf.residual_branches(model)
+    paths = {module: name for name, module in model.named_modules()}
+    blocks = []
+    for kind, branch in zip(kinds, branches):
+        if branch is None:
+            blocks.append(Block(kind, model, kind))
+            continue
+        parent = paths[branch].rpartition(".")[0]
+        # A conv block's branch is its drop-path (the block is the parent); ViT's are the attention/MLP themselves.
+        name = parent if paths[branch].endswith("drop_path") else paths[branch]
+        blocks.append(Block(kind, model.get_submodule(name), name, branch))
+    return BlockAdapter(blocks, num_prefix_tokens=1, states_of=alternet_hf.block_states)
+
+
+# --- discovery of other families ---------------------------------------------------------------------
+
+
+class _Describer:
+    """Collects blocks of `model` by attribute path; what cannot be found is an error naming it."""
+
+    def __init__(self, model: nn.Module, family: str):
+        self.model, self.family, self.blocks = model, family, []
+        self.paths = {module: name for name, module in model.named_modules()}
+
+    def get(self, module: nn.Module, attribute: str) -> nn.Module:
+        found = getattr(module, attribute, None)
+        if not isinstance(found, nn.Module):
+            path = self.paths.get(module, type(module).__name__) or "the model"
+            raise UndescribedModelError(
+                f"{path} ({type(module).__name__}) of this {self.family} has no submodule {attribute!r}: "
+                f"analysis.blocks cannot describe this variant. {_ADAPTER_HELP}"
+            )
+        return found
+
+    def require(self, module: nn.Module, *class_names: str) -> None:
+        if type(module).__name__ not in class_names:
+            raise UndescribedModelError(
+                f"{self.paths.get(module) or 'the model'} is a {type(module).__name__}; analysis.blocks describes "
+                f"{self.family} blocks of class {' or '.join(class_names)} only. {_ADAPTER_HELP}"
+            )
+
+    def add(
+        self, kind: str, module: nn.Module, branch: nn.Module | None = None, *, read: str = "output", named=None
+    ) -> None:
+        """A block whose state is `module`'s output (or input); `named`: the module to name it after."""
+        if isinstance(module, nn.Identity) and kind == "pool":
+            return  # a stage without downsampling
+        self.blocks.append(Block(kind, module, self.paths.get(named or module, ""), branch, read))
+
+    def adapter(self, **options) -> BlockAdapter:
+        return BlockAdapter(self.blocks, **options)
+
+
+def _timm_vit_layer(d: _Describer, block: nn.Module) -> None:
+    """timm's `Block`: x + attn(norm1 x), then + mlp(norm2 x); the MSA state is what enters norm2."""
+    d.require(block, "Block")
+    d.add("msa", d.get(block, "norm2"), d.get(block, "drop_path1"), read="input", named=d.get(block, "attn"))
+    d.add("mlp", block, d.get(block, "drop_path2"), named=d.get(block, "mlp"))
+
+
+def _timm_vit(model) -> BlockAdapter:
+    d = _Describer(model, "timm VisionTransformer")
+    d.add("stem", d.get(model, "norm_pre"))  # patches + class token + position embedding
+    for block in d.get(model, "blocks"):
+        _timm_vit_layer(d, block)
+    d.add("head", d.get(model, "norm"))
+    return d.adapter(num_prefix_tokens=model.num_prefix_tokens)
+
+
+def _timm_pit(model) -> BlockAdapter:
+    d = _Describer(model, "timm PoolingVisionTransformer")
+    d.add("stem", d.get(model, "pos_drop"))
+    for stage in d.get(model, "transformers"):
+        if getattr(stage, "pool", None) is not None:
+            d.add("pool", stage.pool)
+        for block in d.get(stage, "blocks"):
+            _timm_vit_layer(d, block)
+    return d.adapter(num_prefix_tokens=model.cls_token.shape[1])
+
+
+def _timm_swin(model) -> BlockAdapter:
+    d = _Describer(model, "timm SwinTransformer")
+    d.add("stem", d.get(model, "patch_embed"))
+    for stage in d.get(model, "layers"):
+        d.add("pool", d.get(stage, "downsample"))
+        for block in d.get(stage, "blocks"):
+            d.require(block, "SwinTransformerBlock")
+            d.add("msa", d.get(block, "norm2"), d.get(block, "drop_path1"), read="input", named=d.get(block, "attn"))
+            d.add("mlp", block, d.get(block, "drop_path2"), named=d.get(block, "mlp"))
+    d.add("head", d.get(model, "norm"))
+    return d.adapter(num_prefix_tokens=0, channels_last=True)
+
+
+def _timm_convnext(model) -> BlockAdapter:
+    d = _Describer(model, "timm ConvNeXt")
+    d.add("stem", d.get(model, "stem"))
+    for stage in d.get(model, "stages"):
+        d.add("pool", d.get(stage, "downsample"))
+        for block in d.get(stage, "blocks"):
+            d.require(block, "ConvNeXtBlock")
+            d.add("conv", block, d.get(block, "drop_path"))
+    return d.adapter(num_prefix_tokens=0)
+
+
+def _timm_resnet(model) -> BlockAdapter:
+    d = _Describer(model, "timm ResNet")
+    d.add("stem", d.get(model, "maxpool"))
+    for layer in ("layer1", "layer2", "layer3", "layer4"):
+        for block in d.get(model, layer):
+            d.require(block, "BasicBlock", "Bottleneck")
+            # The branch ends in drop-path, else squeeze-excitation, else the last norm (None when unused).
+            last_norm = "bn3" if hasattr(block, "bn3") else "bn2"
+            branch = next(
+                getattr(block, name)
+                for name in ("drop_path", "se", last_norm)
+                if getattr(block, name, None) is not None
+            )
+            d.add("conv", block, branch)
+    return d.adapter(num_prefix_tokens=0)
+
+
+def _hf_vit_like(model, backbone_name: str, family: str) -> BlockAdapter:
+    """transformers' DeiT (ViT goes through the zoo): the layers' MSA residual is what enters
+    layernorm_after, the MLP residual the layer's output."""
+    d = _Describer(model, family)
+    backbone = d.get(model, backbone_name) if hasattr(model, backbone_name) else model
+    d.add("stem", d.get(backbone, "embeddings"))
+    for layer in d.get(backbone, "layers"):
+        attention, mlp = d.get(layer, "attention"), d.get(layer, "mlp")
+        d.add("msa", d.get(layer, "layernorm_after"), attention, read="input", named=attention)
+        d.add("mlp", layer, mlp, named=mlp)
+    d.add("head", d.get(backbone, "layernorm"))
+    prefix = 1 + int(getattr(backbone.embeddings, "distillation_token", None) is not None)
+    return d.adapter(num_prefix_tokens=prefix)
+
+
+def _hf_swin(model) -> BlockAdapter:
+    d = _Describer(model, "transformers Swin")
+    backbone = d.get(model, "swin") if hasattr(model, "swin") else model
+    d.add("stem", d.get(backbone, "embeddings"))
+    for stage in d.get(d.get(backbone, "encoder"), "layers"):
+        for layer in d.get(stage, "blocks"):
+            attention, mlp = d.get(layer, "attention"), d.get(layer, "mlp")
+            d.add("msa", d.get(layer, "layernorm_after"), d.get(layer, "drop_path"), read="input", named=attention)
+            d.add("mlp", layer, mlp, named=mlp)
+        if getattr(stage, "downsample", None) is not None:
+            d.add("pool", stage.downsample)
+    d.add("head", d.get(backbone, "layernorm"))
+    return d.adapter(num_prefix_tokens=0)
+
+
+def _hf_convnext(model) -> BlockAdapter:
+    d = _Describer(model, "transformers ConvNext")
+    backbone = d.get(model, "convnext") if hasattr(model, "convnext") else model
+    d.add("stem", d.get(backbone, "embeddings"))
+    for stage in d.get(d.get(backbone, "encoder"), "stages"):
+        downsampling = d.get(stage, "downsampling_layer")  # a ModuleList its stage runs in turn
+        if len(downsampling):
+            d.add("pool", downsampling[-1], named=downsampling)
+        for layer in d.get(stage, "layers"):
+            d.add("conv", layer, d.get(layer, "drop_path"))
+    return d.adapter(num_prefix_tokens=0)
+
+
+def _hf_resnet(model) -> BlockAdapter:
+    d = _Describer(model, "transformers ResNet")
+    backbone = d.get(model, "resnet") if hasattr(model, "resnet") else model
+    d.add("stem", d.get(backbone, "embedder"))
+    for stage in d.get(d.get(backbone, "encoder"), "stages"):
+        for layer in d.get(stage, "layers"):
+            d.add("conv", layer, d.get(layer, "layer"))
+    return d.adapter(num_prefix_tokens=0)
+
+
+# (module the class lives in, class names, describer): the model's class, or its nearest base, that matches.
+DISCOVERERS: list[tuple[str, tuple[str, ...], Callable[[nn.Module], BlockAdapter]]] = [
+    ("timm.models.vision_transformer", ("VisionTransformer", "VisionTransformerDistilled"), _timm_vit),
+    ("timm.models.deit", ("VisionTransformerDistilled",), _timm_vit),
+    ("timm.models.pit", ("PoolingVisionTransformer",), _timm_pit),
+    ("timm.models.swin_transformer", ("SwinTransformer",), _timm_swin),
+    ("timm.models.convnext", ("ConvNeXt",), _timm_convnext),
+    ("timm.models.resnet", ("ResNet",), _timm_resnet),
+    ("transformers.models.deit", ("DeiTModel", "DeiTForImageClassification",
+                                  "DeiTForImageClassificationWithTeacher"),
+     lambda m: _hf_vit_like(m, "deit", "transformers DeiT")),
+    ("transformers.models.swin", ("SwinModel", "SwinForImageClassification"), _hf_swin),
+    ("transformers.models.convnext", ("ConvNextModel", "ConvNextForImageClassification"), _hf_convnext),
+    ("transformers.models.resnet", ("ResNetModel", "ResNetForImageClassification"), _hf_resnet),
+]  # fmt: skip
+
+KNOWN_FAMILIES = (
+    "the zoo's AlterNet, ResNet and ViT; timm's ResNet, VisionTransformer (ViT, DeiT), SwinTransformer, ConvNeXt "
+    "and PoolingVisionTransformer (PiT); transformers' ResNet, ViT, DeiT, Swin and ConvNext"
+)
+_ADAPTER_HELP = (
+    "Describe its blocks in forward order and pass adapter=...:\n\n"
+    "    from analysis.blocks import Block, BlockAdapter\n"
+    "    adapter = BlockAdapter(\n"
+    '        [("stem", model.stem), ("conv", model.stage1[0]), ..., ("msa", model.stage4[1]), ("head", model.norm)],\n'
+    "        residual_branches=[None, model.stage1[0].<branch>, ..., None],  # for the lesion study\n"
+    "        num_prefix_tokens=1,  # class tokens ahead of the patch tokens in token states (0 if none)\n"
+    "    )\n\n"
+    '(Block("msa", module, read="input") reads a state where it enters a module, e.g. a residual sum.)'
+)
+
+
+def _wrapped_zoo_adapter(model: nn.Module) -> BlockAdapter | None:
+    """A zoo backbone behind timm's interface (`model.backbone`, `model.forward_head`), as the zoo's timm
+    models are: the zoo's blocks, the logits from the wrapper's own head on the last state."""
+    backbone = getattr(model, "backbone", None)
+    if not isinstance(backbone, nn.Module) or not hasattr(model, "forward_head") or not _is_zoo_model(backbone):
+        return None
+
+    def states_of(wrapper, inputs):
+        states, _ = alternet_hf.block_states(wrapper.backbone, inputs)
+        return states, wrapper.forward_head(states[-1])
+
+    return replace(_zoo_adapter(backbone), states_of=states_of)
+
+
+def discover_blocks(model: nn.Module) -> BlockAdapter:
+    """The blocks of a zoo, timm or transformers model of a known family; a clear error otherwise."""
+    if _is_zoo_model(model):
+        return _zoo_adapter(model)
+    wrapped = _wrapped_zoo_adapter(model)
+    if wrapped is not None:
+        return wrapped
+    for cls in type(model).__mro__:  # a subclass of a known family is described as that family
+        for module_name, class_names, describe in DISCOVERERS:
+            if cls.__module__.startswith(module_name) and cls.__name__ in class_names:
+                return describe(model)
+    children = ", ".join(f"{name} ({type(child).__name__})" for name, child in list(model.named_children())[:12])
+    raise UndescribedModelError(
+        f"cannot find the blocks of {type(model).__name__} ({type(model).__module__}): analyses know "
+        f"{KNOWN_FAMILIES}. {_ADAPTER_HELP}\nIts top-level modules: {children or 'none'}."
+    )
+
+
+def reduces_resolution(module: nn.Module) -> bool:
+    """Whether a block lowers the resolution: a convolution or pooling inside it has a stride above 1."""
+    for inner in module.modules():
+        if isinstance(inner, (nn.Conv2d, nn.MaxPool2d, nn.AvgPool2d)):
+            stride = inner.stride if isinstance(inner.stride, tuple) else (inner.stride,)
+            if max(stride) > 1:
+                return True
+    return False
+
+
+def describe_blocks(model: nn.Module, adapter: BlockAdapter | None = None) -> BlockAdapter:
+    """The adapter to analyse `model` with (the one given, else discovered), resolution-lowering blocks
+    tagged `pool` (see the module docstring)."""
+    adapter = adapter if adapter is not None else discover_blocks(model)
+    blocks = [
+        replace(block, kind="pool")
+        if block.kind in ("conv", "mlp", "msa") and block.module is not model and reduces_resolution(block.module)
+        else block
+        for block in adapter.blocks
+    ]
+    return replace(adapter, blocks=blocks, residual_branches=None)
 
 
 def block_kinds(model: nn.Module, adapter: BlockAdapter | None = None) -> list[str]:
-    """The kind of each block, aligned with `run_blocks(...).states`."""
-    if _require_adapter(model, adapter) is not None:
-        return [kind for kind, _ in adapter.blocks]
-    return alternet_hf.block_kinds(model)
+    """The kind of each block, aligned with `run_blocks(...).states` (`pool` for those that downsample)."""
+    return describe_blocks(model, adapter).kinds
 
 
 def run_blocks(model: nn.Module, inputs: torch.Tensor, adapter: BlockAdapter | None = None) -> BlockRun:
     """Run `model` once on `inputs` and return every block's output with its kind and the logits."""
-    if _require_adapter(model, adapter) is None:
-        states, logits = alternet_hf.block_states(model, inputs)
-        return BlockRun(states, alternet_hf.block_kinds(model), logits, num_prefix_tokens=1)
+    adapter = describe_blocks(model, adapter)
+    if adapter.states_of is not None:
+        states, logits = adapter.states_of(model, inputs)
+        return BlockRun(list(states), adapter.kinds, logits, adapter.num_prefix_tokens, adapter.channels_last)
 
-    states: list[torch.Tensor] = []
-    record = lambda module, args, output: states.append(output[0] if isinstance(output, (tuple, list)) else output)
-    handles = [module.register_forward_hook(record) for _, module in adapter.blocks]
+    states: list = [None] * len(adapter.blocks)
+    calls = [0] * len(adapter.blocks)
+
+    def recorder(index: int, read: str):
+        def record(module, args, output=None):
+            value = args[0] if read == "input" else output
+            states[index] = value[0] if isinstance(value, (tuple, list)) else value
+            calls[index] += 1
+
+        return record
+
+    handles = []
+    for index, block in enumerate(adapter.blocks):
+        hook = recorder(index, block.read)
+        if block.read == "input":
+            handles.append(block.module.register_forward_pre_hook(hook))
+        else:
+            handles.append(block.module.register_forward_hook(hook))
     try:
         logits = logits_of(model(inputs))
     finally:
         for handle in handles:
             handle.remove()
-    if len(states) != len(adapter.blocks):
-        raise RuntimeError(f"the adapter names {len(adapter.blocks)} blocks but {len(states)} of them ran once each")
-    return BlockRun(states, [kind for kind, _ in adapter.blocks], logits, adapter.num_prefix_tokens)
+    wrong = [adapter.names[i] for i, count in enumerate(calls) if count != 1]
+    if wrong:
+        raise RuntimeError(f"every block must run exactly once per forward pass; these did not: {wrong}")
+    return BlockRun(states, adapter.kinds, logits, adapter.num_prefix_tokens, adapter.channels_last)
 
 
 def residual_branches(model: nn.Module, adapter: BlockAdapter | None = None) -> list[nn.Module | None]:
     """The residual-branch module of each block (None where there is none), for the lesion study."""
-    if _require_adapter(model, adapter) is None:
-        return alternet_hf.residual_branches(model)
-    if adapter.residual_branches is None:
+    adapter = describe_blocks(model, adapter)
+    if not adapter.has_residual_branches:
         raise ValueError("this BlockAdapter names no residual_branches; give them to run a lesion study")
-    return list(adapter.residual_branches)
+    return [block.residual_branch for block in adapter.blocks]
 
 
-def as_feature_map(state: torch.Tensor, num_prefix_tokens: int = 1) -> torch.Tensor | None:
+def as_feature_map(
+    state: torch.Tensor, num_prefix_tokens: int = 1, *, channels_last: bool = False
+) -> torch.Tensor | None:
     """A block state as a (batch, channels, height, width) map, or None if it has no spatial layout.
 
     Token states (batch, tokens, dim) drop their prefix tokens; the rest must form a square grid.
     """
     if state.ndim == 4:
-        return state
+        return state.permute(0, 3, 1, 2) if channels_last else state
     if state.ndim != 3:
         return None
     tokens = state[:, num_prefix_tokens:]
     side = math.isqrt(tokens.shape[1])
+    if side == 0:
+        return None
     if side * side != tokens.shape[1]:
         raise ValueError(
             f"{tokens.shape[1]} tokens after {num_prefix_tokens} prefix tokens do not form a square grid; "
@@ -129,7 +461,23 @@ def as_feature_map(state: torch.Tensor, num_prefix_tokens: int = 1) -> torch.Ten
     return tokens.transpose(1, 2).reshape(state.shape[0], state.shape[2], side, side)
 
 
-def feature_maps_by_batch(
+# --- one pass, many analyses -------------------------------------------------------------------------
+
+
+@dataclass
+class BlockBatch:
+    """One batch seen block by block: `kinds`/`names` start with the input; `maps[i]` is state i as a
+    (B, C, H, W) map (None without spatial layout), `states` the blocks' raw outputs (no input)."""
+
+    kinds: list[str]
+    names: list[str]
+    maps: list[torch.Tensor | None]
+    states: list[torch.Tensor]
+    logits: torch.Tensor
+    targets: torch.Tensor | None
+
+
+def block_batches(
     model: nn.Module,
     data,
     *,
@@ -138,15 +486,30 @@ def feature_maps_by_batch(
     device: str | torch.device | None = None,
     progress: bool = False,
     desc: str = "blocks",
-) -> Iterator[tuple[list[str], list[torch.Tensor | None]]]:
-    """For each batch of `data` (inputs, a batch `(inputs, targets)` or a DataLoader), in eval mode:
-    the kinds `["input", *block kinds]` and the input with every block output as (B, C, H, W) maps
-    (None for a state without spatial layout). The spatial analyses are reductions of this stream."""
+) -> Iterator[BlockBatch]:
+    """For each batch of `data` (inputs, a batch `(inputs, targets)` or a DataLoader), in eval mode and
+    without gradients: the input and every block's state. The per-block analyses reduce this stream."""
     device = resolve_device(model, device)
-    batches = _common.iterate_inputs(data, max_batches=max_batches)
+    adapter = describe_blocks(model, adapter)
+    kinds, names = ["input", *adapter.kinds], ["input", *adapter.names]
     total = _common.count_batches(data, max_batches)
+    batches = _common.iterate_inputs_and_targets(data, max_batches=max_batches)
     with analysis_mode(model, device=device), torch.no_grad():
-        for inputs in _common.progress(batches, enabled=progress, total=total, desc=desc, unit="batch"):
+        for inputs, targets in _common.progress(batches, enabled=progress, total=total, desc=desc, unit="batch"):
             inputs = inputs.to(device)
             run = run_blocks(model, inputs, adapter)
-            yield ["input", *run.kinds], [inputs] + [as_feature_map(s, run.num_prefix_tokens) for s in run.states]
+            maps = [as_feature_map(s, run.num_prefix_tokens, channels_last=run.channels_last) for s in run.states]
+            yield BlockBatch(kinds, names, [inputs, *maps], run.states, run.logits, targets)
+
+
+def accumulate(model: nn.Module, data, accumulators: Sequence, **options) -> list:
+    """Feed every accumulator (`update(batch)` then `result()`) from one pass of `block_batches`; return
+    their results in order. `options` go to `block_batches`."""
+    seen = False
+    for batch in block_batches(model, data, **options):
+        seen = True
+        for accumulator in accumulators:
+            accumulator.update(batch)
+    if not seen:
+        raise ValueError("the data gave no batches")
+    return [accumulator.result() for accumulator in accumulators]

@@ -23,7 +23,7 @@ from torch import nn
 
 from . import _common
 from ._common import AnalysisResult, analysis_mode, new_axes, resolve_device
-from .blocks import BlockAdapter, block_kinds, run_blocks
+from .blocks import BlockAdapter, accumulate, describe_blocks, run_blocks
 
 MIN_BATCH_SIZE = 4  # the unbiased HSIC estimator divides by n(n-3)
 
@@ -146,6 +146,28 @@ class CKAResult(AnalysisResult):
     num_samples: int
 
 
+class CKAAccumulator:
+    """CKA of a model's blocks with each other, fed by the batches of `analysis.blocks.block_batches`
+    (batches under `MIN_BATCH_SIZE` samples are skipped and counted in `skipped`)."""
+
+    def __init__(self):
+        self.minibatch, self.kinds, self.skipped = MinibatchCKA(), None, 0
+
+    def update(self, batch) -> None:
+        self.kinds = batch.kinds[1:]  # blocks only, as `block_kinds`
+        if len(batch.states[0]) < MIN_BATCH_SIZE:
+            self.skipped += len(batch.states[0])
+            return
+        self.minibatch.update(batch.states)
+
+    def result(self) -> CKAResult:
+        if self.skipped:
+            warnings.warn(f"CKA skipped {self.skipped} samples in batches smaller than {MIN_BATCH_SIZE}", stacklevel=2)
+        if self.minibatch.num_batches == 0:
+            raise ValueError(f"the data gave no batches of at least {MIN_BATCH_SIZE} samples")
+        return CKAResult(self.minibatch.compute(), self.kinds, self.kinds, self.minibatch.num_samples)
+
+
 @torch.no_grad()
 def cka(
     model: nn.Module,
@@ -162,31 +184,36 @@ def cka(
 
     `data` is inputs (B, C, H, W), one batch `(inputs, targets)` or a DataLoader; targets are unused.
     The unbiased HSIC needs at least 4 samples per batch: smaller batches (a DataLoader's last one)
-    are skipped with a warning.
+    are skipped with a warning. Of one model with itself, this is a `CKAAccumulator` on one pass of
+    `analysis.blocks.block_batches`, which other per-block analyses can share.
     """
+    if other is None:
+        (result,) = accumulate(
+            model, data, [CKAAccumulator()], adapter=adapter, max_batches=max_batches, device=device,
+            progress=progress, desc="CKA",
+        )  # fmt: skip
+        return result
     device = resolve_device(model, device)
-    kinds_a = block_kinds(model, adapter)
-    kinds_b = kinds_a if other is None else block_kinds(other, other_adapter)
+    adapter, other_adapter = describe_blocks(model, adapter), describe_blocks(other, other_adapter)
     batches = _common.iterate_inputs(data, max_batches=max_batches)
     total = _common.count_batches(data, max_batches)
     accumulator, skipped = MinibatchCKA(), 0
     with contextlib.ExitStack() as modes:
         modes.enter_context(analysis_mode(model, device=device))
-        if other is not None:
-            modes.enter_context(analysis_mode(other, device=device))
+        modes.enter_context(analysis_mode(other, device=device))
         for inputs in _common.progress(batches, enabled=progress, total=total, desc="CKA", unit="batch"):
             if len(inputs) < MIN_BATCH_SIZE:
                 skipped += len(inputs)
                 continue
             inputs = inputs.to(device)
-            states_a = run_blocks(model, inputs, adapter).states
-            states_b = None if other is None else run_blocks(other, inputs, other_adapter).states
-            accumulator.update(states_a, states_b)
+            accumulator.update(
+                run_blocks(model, inputs, adapter).states, run_blocks(other, inputs, other_adapter).states
+            )
     if skipped:
         warnings.warn(f"CKA skipped {skipped} samples in batches smaller than {MIN_BATCH_SIZE}", stacklevel=2)
     if accumulator.num_batches == 0:
         raise ValueError(f"the data gave no batches of at least {MIN_BATCH_SIZE} samples")
-    return CKAResult(accumulator.compute(), kinds_a, kinds_b, accumulator.num_samples)
+    return CKAResult(accumulator.compute(), adapter.kinds, other_adapter.kinds, accumulator.num_samples)
 
 
 def plot_cka(result: CKAResult, ax=None):

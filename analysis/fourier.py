@@ -20,7 +20,7 @@ from torch import nn
 
 from . import _common
 from ._common import AnalysisResult, new_axes
-from .blocks import BlockAdapter, feature_maps_by_batch
+from .blocks import BlockAdapter, accumulate
 
 
 @dataclass
@@ -63,6 +63,35 @@ def half_diagonal(log_amplitude: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     return 2.0 * np.arange(len(values)) / side, values - values[0]
 
 
+class FourierAccumulator:
+    """ΔlogA of every state, accumulated over the batches of `analysis.blocks.block_batches`."""
+
+    def __init__(self, num_frequencies: int | None = None):
+        self.num_frequencies = num_frequencies
+        self.sums, self.count, self.kinds = None, 0, None
+
+    def update(self, batch) -> None:
+        self.kinds = batch.kinds
+        size = len(batch.maps[0])
+        amplitudes = [None if m is None else mean_log_amplitude(m) * size for m in batch.maps]
+        if self.sums is None:
+            self.sums = amplitudes
+        else:
+            self.sums = [None if s is None else s + a for s, a in zip(self.sums, amplitudes)]
+        self.count += size
+
+    def result(self) -> FourierResult:
+        if self.sums is None:
+            raise ValueError("no images were given")
+        curves = [None if s is None else half_diagonal(s / self.count) for s in self.sums]
+        longest = max(len(c[0]) for c in curves if c is not None)
+        frequencies = np.linspace(0.0, 1.0, self.num_frequencies or longest)
+        relative = np.stack(
+            [np.full_like(frequencies, np.nan) if c is None else np.interp(frequencies, *c) for c in curves]
+        )
+        return FourierResult(frequencies, relative, np.diff(relative, axis=0), self.kinds)
+
+
 def fourier_log_amplitude(
     model: nn.Module,
     images,
@@ -76,35 +105,21 @@ def fourier_log_amplitude(
     """ΔlogA by frequency for the input and every block output of `model` on `images`.
 
     `images`: model inputs (B, C, H, W) already normalised, a batch `(inputs, targets)` or a DataLoader.
-    `num_frequencies` points on [0, π] (default: those of the largest map).
+    `num_frequencies` points on [0, π] (default: those of the largest map). To compute it together
+    with other per-block analyses in one pass, give a `FourierAccumulator` to `analysis.blocks.accumulate`.
     """
-    sums, count, kinds = None, 0, None
-    stream = feature_maps_by_batch(
-        model, images, adapter=adapter, max_batches=max_batches, device=device, progress=progress, desc="fourier"
-    )
-    for kinds_of_batch, maps in stream:
-        kinds = kinds_of_batch
-        size = len(maps[0])
-        amplitudes = [None if m is None else mean_log_amplitude(m) * size for m in maps]
-        sums = amplitudes if sums is None else [None if s is None else s + a for s, a in zip(sums, amplitudes)]
-        count += size
-    if sums is None:
-        raise ValueError("no images were given")
-
-    curves = [None if s is None else half_diagonal(s / count) for s in sums]
-    longest = max(len(c[0]) for c in curves if c is not None)
-    frequencies = np.linspace(0.0, 1.0, num_frequencies or longest)
-    relative = np.stack(
-        [np.full_like(frequencies, np.nan) if c is None else np.interp(frequencies, *c) for c in curves]
-    )
-    return FourierResult(frequencies, relative, np.diff(relative, axis=0), kinds)
+    (result,) = accumulate(
+        model, images, [FourierAccumulator(num_frequencies)], adapter=adapter, max_batches=max_batches,
+        device=device, progress=progress, desc="fourier",
+    )  # fmt: skip
+    return result
 
 
 def plot_fourier(result: FourierResult, ax=None):
-    """ΔlogA at π by depth, MSA blocks shaded: the paper's Fig. 2 (right)."""
+    """ΔlogA at π by depth, MSA and downsampling blocks shaded: the paper's Fig. 2 (right)."""
     return _common.plot_by_depth(
         result.high_frequency, result.kinds, ax, ylabel="ΔlogA at π",
-        title="High-frequency log amplitude (MSA shaded)", color="tab:blue",
+        title="High-frequency log amplitude", color="tab:blue",
     )  # fmt: skip
 
 

@@ -6,25 +6,32 @@ Never released by the authors; the tool people use instead, PyHessian, runs powe
 fails on torch ≥ 2. Here:
 
 - `top_eigenvalues` runs Lanczos with full re-orthogonalisation and returns the algebraically
-  largest eigenvalues, sorted and signed (negative ones appear for ViTs), stopping when the Lanczos
-  residual bound |β_m s_mi| of every requested Ritz value is below `tol` relative to it; it needs
-  about half the Hessian-vector products of power iteration for the top one (`alternet-benchmark
-  --hessian`).
+  largest eigenvalues, sorted and signed, stopping when the Lanczos residual bound |β_m s_mi| of every
+  requested Ritz value is below `tol` relative to it; it needs about half the Hessian-vector products
+  of power iteration for the top one (`alternet-benchmark --hessian`). `extreme_eigenvalues` also
+  returns the most negative ones from the same Krylov space (both ends converge together), with
+  their tolerance relative to the spectrum's scale |λ|max, since they may lie near zero: the paper's
+  negative eigenvalues of ViTs live at that end.
 - `hessian_trace` is Hutchinson's estimator, stopped when the 95% confidence half-width falls below
   `rtol` of the estimate (after `min_samples`), not after a fixed count or a small relative change.
 - `spectral_density` is stochastic Lanczos quadrature (Ghorbani et al. 2019).
+- `max_eigenvalue_spectrum` pools the per-minibatch eigenvalues (either end or both) into the
+  paper's histogram; it can report after every minibatch and stop at a time limit, so a long run that
+  is cut short still leaves its finished minibatches.
 - The loss is the mean over every given sample (batches are weighted by size: Hessian-vector
-  products are averaged, not summed) plus the L2 term ½·weight_decay·‖w‖², whose Hessian
-  weight_decay·I is added exactly. Batches are drawn once and reused, so every product is of one
+  products are averaged, not summed) plus weight_decay times the L2 term `analysis._common.l2_term`,
+  the same as the loss landscape's: the reference's Σ_p ‖p‖ by default, or ½·‖w‖² (`penalty="squared"`,
+  whose Hessian is weight_decay·I). Batches are drawn once and reused, so every product is of one
   fixed function. BatchNorm mode is explicit: "train" (batch statistics, the loss the optimiser sees;
   the paper's setting) or "eval" (running statistics, PyHessian's); dropout and stochastic depth are
   always off so the function is deterministic.
 """
 
 import math
+import time
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -33,7 +40,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from . import _common
-from ._common import AnalysisResult, analysis_mode, logits_of, materialize, new_axes, resolve_device
+from ._common import AnalysisResult, analysis_mode, l2_term, logits_of, materialize, new_axes, resolve_device
 
 LossFn = Callable[[object, torch.Tensor], torch.Tensor]
 
@@ -44,16 +51,25 @@ def cross_entropy_loss(outputs, targets: torch.Tensor) -> torch.Tensor:
 
 
 class HessianOperator:
-    """v ↦ H v for the mean loss of `model` over fixed `batches`, plus weight_decay·v.
+    """v ↦ H v for the mean loss of `model` over fixed `batches` plus weight_decay times the L2 term.
 
     Vectors are flat, in the order of the trainable parameters. Counts its products in `num_hvps`.
     """
 
-    def __init__(self, model: nn.Module, batches, *, loss_fn: LossFn | None = None, weight_decay: float = 0.0):
+    def __init__(
+        self,
+        model: nn.Module,
+        batches,
+        *,
+        loss_fn: LossFn | None = None,
+        weight_decay: float = 0.0,
+        penalty: str = "reference",
+    ):
         self.model = model
         self.batches = batches
         self.loss_fn = loss_fn or cross_entropy_loss
         self.weight_decay = weight_decay
+        self.penalty = penalty
         self.parameters = [p for p in model.parameters() if p.requires_grad]
         if not self.parameters:
             raise ValueError("the model has no trainable parameters")
@@ -75,6 +91,8 @@ class HessianOperator:
         # The fused attention kernels have no second derivative; the math one does.
         with sdpa_kernel(SDPBackend.MATH):
             loss = self.loss_fn(self.model(inputs), targets)
+        if self.weight_decay:  # in every batch's loss: batches are averaged, so it counts once
+            loss = loss + self.weight_decay * l2_term(self.parameters, self.penalty)
         return torch.autograd.grad(loss, self.parameters, create_graph=True)
 
     def __call__(self, vector: torch.Tensor) -> torch.Tensor:
@@ -87,7 +105,7 @@ class HessianOperator:
             weight = len(targets) / self.num_samples
             product += weight * torch.cat([h.reshape(-1) for h in hvp]).double()
         self.num_hvps += 1
-        return product + self.weight_decay * vector.double()
+        return product
 
     def random_vector(self, generator: torch.Generator) -> torch.Tensor:
         """A Rademacher vector of unit norm (float64, on the parameters' device)."""
@@ -131,13 +149,18 @@ def _ritz(alphas: np.ndarray, betas: np.ndarray) -> tuple[np.ndarray, np.ndarray
 @dataclass
 class EigenvalueResult(AnalysisResult):
     """`eigenvalues`: the top-k algebraically largest, descending; `residuals`: Lanczos bounds on their
-    errors; `history`: the estimate of the largest after each Hessian-vector product."""
+    errors; `history`: the estimate of the largest after each Hessian-vector product. `smallest` (with
+    `smallest_residuals`): the most negative ones, ascending, where asked for. `timed_out`: stopped at a
+    deadline before converging (values not found by then are NaN)."""
 
     eigenvalues: np.ndarray
     residuals: np.ndarray
     num_hvps: int
     converged: bool
     history: np.ndarray
+    smallest: np.ndarray = field(default_factory=lambda: np.empty(0))
+    smallest_residuals: np.ndarray = field(default_factory=lambda: np.empty(0))
+    timed_out: bool = False
 
 
 def _prepared(model, data, *, max_batches, device):
@@ -145,25 +168,63 @@ def _prepared(model, data, *, max_batches, device):
     return device, materialize(data, max_batches=max_batches, device=device)
 
 
-def _lanczos_top(operator: HessianOperator, *, top_k: int, tol: float, max_steps: int, seed: int):
-    if top_k < 1 or top_k > operator.dimension:
-        raise ValueError(f"top_k must be between 1 and the number of parameters ({operator.dimension}), not {top_k}")
-    if max_steps < top_k:
-        raise ValueError(f"max_steps={max_steps} Lanczos steps cannot give top_k={top_k} eigenvalues; raise max_steps")
-    history, values, residuals, converged = [], None, None, False
+def _padded(values: np.ndarray, size: int) -> np.ndarray:
+    return np.concatenate([values[:size], np.full(max(size - len(values), 0), np.nan)])
+
+
+def _lanczos_extremes(
+    operator: HessianOperator,
+    *,
+    top_k: int,
+    bottom_k: int = 0,
+    tol: float,
+    max_steps: int,
+    seed: int,
+    deadline: float | None = None,
+) -> EigenvalueResult:
+    """The `top_k` largest and `bottom_k` smallest eigenvalues from one Lanczos run (see the module
+    docstring for the tolerances); stops at `deadline` (a `time.monotonic()` value) if given."""
+    wanted = top_k + bottom_k
+    if top_k < 1 or bottom_k < 0 or wanted > operator.dimension:
+        raise ValueError(
+            f"top_k must be at least 1 and top_k + bottom_k at most the number of parameters "
+            f"({operator.dimension}), not {top_k} + {bottom_k}"
+        )
+    if max_steps < wanted:
+        name = f"top_k={top_k}" + (f" + bottom_k={bottom_k}" if bottom_k else "")
+        raise ValueError(f"max_steps={max_steps} Lanczos steps cannot give {name} eigenvalues; raise max_steps")
+    history, values, residuals, converged, timed_out = [], np.empty(0), np.empty(0), False, False
     steps = min(max_steps, operator.dimension)
     for alphas, betas in _lanczos(operator, operator.random_vector(_generator(seed)), steps):
         values, residuals, _ = _ritz(alphas, betas)
         history.append(values[0])
-        if len(values) >= top_k and np.all(residuals[:top_k] <= tol * np.maximum(np.abs(values[:top_k]), 1e-12)):
-            converged = True
+        if len(values) >= wanted:
+            top_ok = np.all(residuals[:top_k] <= tol * np.maximum(np.abs(values[:top_k]), 1e-12))
+            scale = max(abs(values[0]), abs(values[-1]), 1e-12)
+            bottom_ok = bottom_k == 0 or np.all(residuals[len(values) - bottom_k :] <= tol * scale)
+            if top_ok and bottom_ok:
+                converged = True
+                break
+        if deadline is not None and time.monotonic() > deadline:
+            timed_out = True
             break
-    if len(values) < top_k:  # only an exact invariant subspace ends Lanczos this early
+    if len(values) < wanted and not timed_out:  # only an exact invariant subspace ends Lanczos this early
         raise RuntimeError(
             f"the Hessian has an invariant subspace of dimension {len(values)} containing the start vector, "
-            f"so Lanczos cannot find top_k={top_k} eigenvalues; try another seed or a smaller top_k"
+            f"so Lanczos cannot find {wanted} eigenvalues; try another seed or fewer eigenvalues"
         )
-    return EigenvalueResult(values[:top_k], residuals[:top_k], operator.num_hvps, converged, np.array(history))
+    top = slice(0, min(top_k, len(values)))
+    bottom = slice(max(len(values) - bottom_k, top.stop), len(values)) if bottom_k else slice(0, 0)
+    return EigenvalueResult(
+        _padded(values[top], top_k),
+        _padded(residuals[top], top_k),
+        operator.num_hvps,
+        converged,
+        np.array(history),
+        _padded(values[bottom][::-1], bottom_k),
+        _padded(residuals[bottom][::-1], bottom_k),
+        timed_out,
+    )
 
 
 def top_eigenvalues(
@@ -173,6 +234,7 @@ def top_eigenvalues(
     loss_fn: LossFn | None = None,
     top_k: int = 1,
     weight_decay: float = 0.0,
+    penalty: str = "reference",
     batchnorm: str = "train",
     tol: float = 1e-3,
     max_steps: int = 100,
@@ -186,10 +248,34 @@ def top_eigenvalues(
     once). `loss_fn(outputs, targets)` defaults to cross-entropy on the logits. Memory: the Lanczos
     basis holds up to `max_steps` float64 vectors of the parameter count (33 M for AlterNet-50: 264 MB each).
     """
+    return extreme_eigenvalues(
+        model, data, loss_fn=loss_fn, top_k=top_k, bottom_k=0, weight_decay=weight_decay, penalty=penalty,
+        batchnorm=batchnorm, tol=tol, max_steps=max_steps, max_batches=max_batches, seed=seed, device=device,
+    )  # fmt: skip
+
+
+def extreme_eigenvalues(
+    model: nn.Module,
+    data,
+    *,
+    loss_fn: LossFn | None = None,
+    top_k: int = 1,
+    bottom_k: int = 1,
+    weight_decay: float = 0.0,
+    penalty: str = "reference",
+    batchnorm: str = "train",
+    tol: float = 1e-3,
+    max_steps: int = 100,
+    max_batches: int | None = None,
+    seed: int = 0,
+    device: str | torch.device | None = None,
+) -> EigenvalueResult:
+    """The `top_k` largest and the `bottom_k` smallest (most negative) eigenvalues of the Hessian of the
+    mean loss on `data`, from one Lanczos run (`smallest` ascending). See `top_eigenvalues`."""
     device, batches = _prepared(model, data, max_batches=max_batches, device=device)
     with analysis_mode(model, batchnorm=batchnorm, device=device):
-        operator = HessianOperator(model, batches, loss_fn=loss_fn, weight_decay=weight_decay)
-        return _lanczos_top(operator, top_k=top_k, tol=tol, max_steps=max_steps, seed=seed)
+        operator = HessianOperator(model, batches, loss_fn=loss_fn, weight_decay=weight_decay, penalty=penalty)
+        return _lanczos_extremes(operator, top_k=top_k, bottom_k=bottom_k, tol=tol, max_steps=max_steps, seed=seed)
 
 
 def power_iteration(
@@ -198,6 +284,7 @@ def power_iteration(
     *,
     loss_fn: LossFn | None = None,
     weight_decay: float = 0.0,
+    penalty: str = "reference",
     batchnorm: str = "train",
     tol: float = 1e-3,
     max_steps: int = 100,
@@ -210,7 +297,7 @@ def power_iteration(
     against; prefer `top_eigenvalues`."""
     device, batches = _prepared(model, data, max_batches=max_batches, device=device)
     with analysis_mode(model, batchnorm=batchnorm, device=device):
-        operator = HessianOperator(model, batches, loss_fn=loss_fn, weight_decay=weight_decay)
+        operator = HessianOperator(model, batches, loss_fn=loss_fn, weight_decay=weight_decay, penalty=penalty)
         vector, history, converged = operator.random_vector(_generator(seed)), [], False
         for _ in range(max_steps):
             product = operator(vector)
@@ -241,6 +328,7 @@ def hessian_trace(
     *,
     loss_fn: LossFn | None = None,
     weight_decay: float = 0.0,
+    penalty: str = "reference",
     batchnorm: str = "train",
     rtol: float = 1e-2,
     min_samples: int = 10,
@@ -257,7 +345,7 @@ def hessian_trace(
     samples: list[float] = []
     converged = False
     with analysis_mode(model, batchnorm=batchnorm, device=device):
-        operator = HessianOperator(model, batches, loss_fn=loss_fn, weight_decay=weight_decay)
+        operator = HessianOperator(model, batches, loss_fn=loss_fn, weight_decay=weight_decay, penalty=penalty)
         for _ in _common.progress(range(max_samples), enabled=progress, desc="trace", unit="hvp"):
             vector = operator.random_vector(generator) * math.sqrt(operator.dimension)  # entries ±1
             samples.append(torch.dot(operator(vector), vector).item())
@@ -288,6 +376,7 @@ def spectral_density(
     *,
     loss_fn: LossFn | None = None,
     weight_decay: float = 0.0,
+    penalty: str = "reference",
     batchnorm: str = "train",
     num_vectors: int = 4,
     num_steps: int = 64,
@@ -302,16 +391,19 @@ def spectral_density(
     from Rademacher starts, each Ritz value a Gaussian of width `sigma` (default: 1% of the spectrum's
     span) weighted by its squared first Ritz-vector component."""
     device, batches = _prepared(model, data, max_batches=max_batches, device=device)
-    generator = _generator(seed)
-    all_nodes, all_weights = [], []
     with analysis_mode(model, batchnorm=batchnorm, device=device):
-        operator = HessianOperator(model, batches, loss_fn=loss_fn, weight_decay=weight_decay)
-        steps = min(num_steps, operator.dimension)
-        for _ in _common.progress(range(num_vectors), enabled=progress, desc="density", unit="vector"):
-            *_, (alphas, betas) = _lanczos(operator, operator.random_vector(generator), steps)  # run to the end
-            nodes, _, weights = _ritz(alphas, betas)
-            all_nodes.append(np.pad(nodes, (0, steps - len(nodes)), constant_values=np.nan))
-            all_weights.append(np.pad(weights, (0, steps - len(weights))))
+        operator = HessianOperator(model, batches, loss_fn=loss_fn, weight_decay=weight_decay, penalty=penalty)
+        return _slq(operator, _generator(seed), num_vectors, num_steps, num_points, sigma, progress=progress)
+
+
+def _slq(operator, generator, num_vectors, num_steps, num_points, sigma, *, progress=False) -> DensityResult:
+    all_nodes, all_weights = [], []
+    steps = min(num_steps, operator.dimension)
+    for _ in _common.progress(range(num_vectors), enabled=progress, desc="density", unit="vector"):
+        *_, (alphas, betas) = _lanczos(operator, operator.random_vector(generator), steps)  # run to the end
+        nodes, _, weights = _ritz(alphas, betas)
+        all_nodes.append(np.pad(nodes, (0, steps - len(nodes)), constant_values=np.nan))
+        all_weights.append(np.pad(weights, (0, steps - len(weights))))
     nodes, weights = np.array(all_nodes), np.array(all_weights)
     low, high = np.nanmin(nodes), np.nanmax(nodes)
     sigma = sigma or max(0.01 * (high - low), 1e-12 * max(abs(low), abs(high), 1.0))
@@ -325,8 +417,13 @@ def spectral_density(
 
 @dataclass
 class SpectrumResult(AnalysisResult):
-    """Top-k eigenvalues of every minibatch (`eigenvalues[b]`, descending, with Lanczos error bounds
-    `residuals[b]` and `converged[b]`) pooled into a histogram."""
+    """Per minibatch b: the top-k eigenvalues `eigenvalues[b]` (descending, Lanczos error bounds
+    `residuals[b]`) and, where asked for, the most negative `smallest_eigenvalues[b]` (ascending),
+    `converged[b]` when both ends met the tolerance; every eigenvalue found pooled into a histogram
+    (`counts` over `bin_edges`). `complete` is False when a time limit ended the run early: the
+    minibatches finished by then are all there is. `density`: the SLQ spectral density of the first
+    minibatch's Hessian, where asked for. The loss is NLL + `weight_decay`·(`penalty` L2 term), with
+    BatchNorm in `batchnorm` mode."""
 
     eigenvalues: np.ndarray
     residuals: np.ndarray
@@ -334,6 +431,14 @@ class SpectrumResult(AnalysisResult):
     counts: np.ndarray
     bin_edges: np.ndarray
     num_hvps: int
+    smallest_eigenvalues: np.ndarray = field(default_factory=lambda: np.empty((0, 0)))
+    smallest_residuals: np.ndarray = field(default_factory=lambda: np.empty((0, 0)))
+    complete: bool = True
+    num_batches_requested: int | None = None
+    weight_decay: float = 0.0
+    penalty: str = "reference"
+    batchnorm: str = "train"
+    density: dict | None = None
 
 
 def max_eigenvalue_spectrum(
@@ -342,58 +447,114 @@ def max_eigenvalue_spectrum(
     *,
     loss_fn: LossFn | None = None,
     top_k: int = 5,
+    bottom_k: int = 0,
     weight_decay: float = 0.0,
+    penalty: str = "reference",
     batchnorm: str = "train",
     tol: float = 1e-3,
     max_steps: int = 100,
     max_batches: int | None = None,
     bins: int = 50,
+    density_vectors: int = 0,
+    density_steps: int = 32,
+    time_limit: float | None = None,
+    on_batch: Callable[["SpectrumResult"], None] | None = None,
     seed: int = 0,
     device: str | torch.device | None = None,
     progress: bool = False,
 ) -> SpectrumResult:
     """The paper's Hessian max-eigenvalue spectrum: for every (augmented training) minibatch of `data`,
-    the top-k eigenvalues of the Hessian of its loss + ½·weight_decay·‖w‖², pooled into a histogram."""
+    the top-k (and, `bottom_k > 0`, the bottom-k) eigenvalues of the Hessian of its loss + L2 term,
+    pooled into a histogram.
+
+    `on_batch(result)` is called with the spectrum so far after every minibatch (to write partial
+    results); after `time_limit` seconds the minibatch in progress stops (kept if it found its
+    eigenvalues, marked unconverged) and so does the run (`complete=False`). `density_vectors > 0`
+    adds the SLQ density of the first minibatch (`density_steps` Lanczos steps per vector).
+    """
     device = resolve_device(model, device)
-    per_batch, num_hvps = [], 0
+    deadline = None if time_limit is None else time.monotonic() + time_limit
+    per_batch, num_hvps, complete, first_batch = [], 0, True, None
+
+    def spectrum_so_far(density=None, done=False) -> SpectrumResult:
+        return _pooled(per_batch, num_hvps, bins, complete=complete and done, requested=total, density=density,
+                       weight_decay=weight_decay, penalty=penalty, batchnorm=batchnorm)  # fmt: skip
+
     with analysis_mode(model, batchnorm=batchnorm, device=device):
         batches = _common.iterate_batches(data, max_batches=max_batches)
         total = _common.count_batches(data, max_batches)
         for index, (inputs, targets) in enumerate(
             _common.progress(batches, enabled=progress, total=total, desc="max-eigenvalue spectrum", unit="batch")
         ):
-            operator = HessianOperator(
-                model, [(inputs.to(device), targets.to(device))], loss_fn=loss_fn, weight_decay=weight_decay
-            )
-            result = _lanczos_top(operator, top_k=top_k, tol=tol, max_steps=max_steps, seed=seed + index)
-            per_batch.append(result)
+            batch = [(inputs.to(device), targets.to(device))]
+            first_batch = first_batch or batch
+            operator = HessianOperator(model, batch, loss_fn=loss_fn, weight_decay=weight_decay, penalty=penalty)
+            result = _lanczos_extremes(
+                operator, top_k=top_k, bottom_k=bottom_k, tol=tol, max_steps=max_steps, seed=seed + index,
+                deadline=deadline,
+            )  # fmt: skip
             num_hvps += result.num_hvps
+            if not np.isnan(result.eigenvalues).any():
+                per_batch.append(result)
+            if result.timed_out or (deadline is not None and time.monotonic() > deadline):
+                complete = False
+                break
+            if on_batch is not None:
+                on_batch(spectrum_so_far())
+        density = None
+        if density_vectors > 0 and first_batch is not None and complete:
+            operator = HessianOperator(model, first_batch, loss_fn=loss_fn, weight_decay=weight_decay, penalty=penalty)
+            density = _slq(operator, _generator(seed), density_vectors, density_steps, 500, None).to_dict()
+            num_hvps += operator.num_hvps
     if not per_batch:
+        if not complete:
+            raise TimeoutError(f"the time limit of {time_limit:g} s ended the first minibatch before it had results")
         raise ValueError("the data gave no batches")
-    eigenvalues = np.array([result.eigenvalues for result in per_batch])
-    converged = np.array([result.converged for result in per_batch])
-    if not converged.all():
+    spectrum = spectrum_so_far(density, done=True)
+    if not complete:
         warnings.warn(
-            f"Lanczos did not reach tol={tol} within max_steps={max_steps} on {int((~converged).sum())} of "
+            f"the time limit of {time_limit:g} s stopped the spectrum after {len(per_batch)} of "
+            f"{total if total is not None else 'all'} minibatches",
+            stacklevel=2,
+        )
+    if not spectrum.converged.all():
+        warnings.warn(
+            f"Lanczos did not reach tol={tol} within max_steps={max_steps} on {int((~spectrum.converged).sum())} of "
             f"{len(per_batch)} minibatches; their eigenvalues are less accurate (see `residuals`). "
             "Raise max_steps or tol.",
             stacklevel=2,
         )
-    counts, edges = np.histogram(eigenvalues.ravel(), bins=bins)
-    residuals = np.array([result.residuals for result in per_batch])
-    return SpectrumResult(eigenvalues, residuals, converged, counts, edges, num_hvps)
+    return spectrum
 
 
-def plot_spectrum(result: SpectrumResult, ax=None, *, label: str | None = None):
-    """The max-eigenvalue spectrum as the paper draws it: a density histogram with a log count axis."""
+def _pooled(per_batch: list[EigenvalueResult], num_hvps: int, bins: int, *, complete: bool, requested, density,
+            **settings) -> SpectrumResult:  # fmt: skip
+    eigenvalues = np.array([r.eigenvalues for r in per_batch])
+    smallest = np.array([r.smallest for r in per_batch])
+    found = np.concatenate([eigenvalues.ravel(), smallest.ravel()])
+    counts, edges = np.histogram(found[np.isfinite(found)], bins=bins)
+    return SpectrumResult(
+        eigenvalues, np.array([r.residuals for r in per_batch]), np.array([r.converged for r in per_batch]),
+        counts, edges, num_hvps, smallest, np.array([r.smallest_residuals for r in per_batch]), complete,
+        requested, density=density, **settings,
+    )  # fmt: skip
+
+
+def plot_spectrum(result: SpectrumResult, ax=None, *, label: str | None = None, color=None):
+    """The max-eigenvalue spectrum as the paper draws it: a density histogram with a log count axis
+    (both ends of the spectrum where the most negative eigenvalues were computed too)."""
     ax = new_axes(ax)
-    fractions = result.counts / result.counts.sum()
-    ax.stairs(fractions, result.bin_edges, fill=True, alpha=0.6, label=label)
+    fractions = result.counts / max(result.counts.sum(), 1)
+    ax.stairs(fractions, result.bin_edges, fill=True, alpha=0.5, label=label, color=color)
     ax.axvline(0.0, color="0.5", linewidth=0.8, linestyle="--")
     ax.set_yscale("log")
-    ax.set_ylim(bottom=0.5 * fractions[fractions > 0].min())  # a bin holding a single eigenvalue stays visible
+    if (fractions > 0).any():
+        bottom = 0.5 * fractions[fractions > 0].min()  # a bin holding a single eigenvalue stays visible
+        overlaid = len(ax.patches) > 1  # other spectra drawn before: keep theirs visible too
+        ax.set_ylim(bottom=min(bottom, ax.get_ylim()[0]) if overlaid else bottom)
     ax.set_xlabel("Hessian eigenvalue")
-    ax.set_ylabel("fraction of top-k eigenvalues")
+    ends = "top-k and bottom-k" if np.size(result.smallest_eigenvalues) else "top-k"
+    ax.set_ylabel(f"fraction of {ends} eigenvalues")
     ax.set_title("Hessian max-eigenvalue spectrum")
     if label:
         ax.legend()

@@ -1,19 +1,26 @@
-"""Loss landscapes along random filter-normalised directions (Li et al. 2018; Park & Kim 2022, Fig. 1;
-PAPER.md §6).
+"""Loss landscapes along random normalised directions (Li et al. 2018; Park & Kim 2022, Fig. 1;
+PAPER.md §6), under one of two named protocols:
 
-Each direction is Gaussian, rescaled filter by filter to the norm of the weights it perturbs; biases,
-normalisation parameters and position embeddings (every parameter of one dimension, and those named
-like position tables or class tokens) stay fixed. The grid is symmetric with an odd number of points,
-so its centre is the trained weights exactly. The loss is NLL + an L2 term on the data given — the
-augmented training data by default in `alternet-analyze` — because clean data without the L2 term
-gives a different and misleading picture (the reference README's warning). Batches are drawn once, so
-every grid point sees the same images.
+- `"filter"` (Li et al.): each direction is Gaussian, rescaled filter by filter (each slice along
+  dim 0) to the norm of the weights it perturbs; biases, normalisation parameters and position
+  embeddings (every parameter of one dimension, and those named like position tables or class tokens)
+  stay fixed; BatchNorm normalises with batch statistics, as in training.
+- `"reference"` (the paper's code, `ops/loss_landscapes.py` of how-do-vits-work, which made Fig. 1):
+  BatchNorm in eval mode (running statistics); each direction normalised over dim 0 (for every
+  input position of a filter, the norm across output channels matches the weights'); every parameter
+  of two or more dimensions is perturbed (class tokens too) except position tables ("pos_embed",
+  "relative_position", and transformers' "position_embeddings").
 
-The L2 term is the reference's by default, weight_decay·Σ_p ‖p‖ (the norm of every parameter tensor,
-not squared, summed) with the optimiser's weight decay (0.05 for the CIFAR AdamW recipe), so surfaces
-are comparable with the paper's Fig. 1. `penalty="squared"` uses ½·weight_decay·‖w‖² instead, the
-penalty whose gradient is weight decay (and the one `analysis.hessian` uses); it grows with the square
-of the weights and can dominate the NLL across the grid.
+The grid is symmetric with an odd number of points, so its centre is the trained weights exactly. The
+loss is NLL + an L2 term on the data given — augmented training batches in `alternet-analyze` — because
+clean data without the L2 term gives a different and misleading picture (the reference README's
+warning). Batches are drawn once, so every grid point sees the same images.
+
+The L2 term (`analysis._common.l2_term`, shared with `analysis.hessian`) is the reference's by
+default, weight_decay·Σ_p ‖p‖ (the norm of every parameter tensor, not squared, summed) with the
+optimiser's weight decay (0.05 for the CIFAR AdamW recipe), so surfaces are comparable with the paper's
+Fig. 1. `penalty="squared"` uses ½·weight_decay·‖w‖² instead, the penalty whose gradient is weight
+decay; it grows with the square of the weights and can dominate the NLL across the grid.
 """
 
 from dataclasses import dataclass
@@ -24,22 +31,30 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import _common
-from ._common import AnalysisResult, analysis_mode, logits_of, materialize, new_axes, resolve_device
+from ._common import (
+    L2_PENALTIES,
+    AnalysisResult,
+    analysis_mode,
+    l2_term,
+    logits_of,
+    materialize,
+    new_axes,
+    resolve_device,
+)
 
-# The L2 term per unit of weight decay: the reference's sum of tensor norms, or half the squared norm.
-L2_PENALTIES = {
-    "reference": lambda parameters: sum(p.detach().double().norm().item() for p in parameters),
-    "squared": lambda parameters: 0.5 * sum(p.detach().double().pow(2).sum().item() for p in parameters),
-}
-
-# Parameters named like this are embeddings of positions or tokens, not filters: never perturbed.
+# Parameters named like this are embeddings of positions or tokens, not filters: never perturbed under "filter".
 FIXED_NAME_PARTS = ("position", "pos_embed", "cls_token", "mask_token", "register_tokens")
+# The reference excludes its "pos_embed" and "relative_position" tables; "position" covers transformers' names.
+REFERENCE_FIXED_NAME_PARTS = ("position", "pos_embed", "relative_position")
+# protocol -> BatchNorm mode it evaluates in
+PROTOCOLS = {"filter": "train", "reference": "eval"}
 
 
 @dataclass
 class LandscapeResult(AnalysisResult):
     """`loss[i]` (1-D) or `loss[i, j]` (2-D) at weights w + coordinates[i]·d1 (+ coordinates[j]·d2);
-    `loss` = `nll` + the `penalty` L2 term with `weight_decay` (see the module docstring)."""
+    `loss` = `nll` + the `penalty` L2 term with `weight_decay`, under `protocol` with BatchNorm in
+    `batchnorm` mode (see the module docstring)."""
 
     coordinates: np.ndarray
     loss: np.ndarray
@@ -47,23 +62,39 @@ class LandscapeResult(AnalysisResult):
     accuracy: np.ndarray
     weight_decay: float
     penalty: str
+    protocol: str = "filter"
+    batchnorm: str = "train"
 
 
-def is_perturbed(name: str, parameter: torch.Tensor) -> bool:
-    """Filters (weights of two or more dimensions) are perturbed; biases, norms and position tables not."""
-    return parameter.ndim > 1 and not any(part in name for part in FIXED_NAME_PARTS)
+def is_perturbed(name: str, parameter: torch.Tensor, protocol: str = "filter") -> bool:
+    """Which parameters a direction moves under `protocol` (see the module docstring)."""
+    fixed = REFERENCE_FIXED_NAME_PARTS if protocol == "reference" else FIXED_NAME_PARTS
+    return parameter.ndim > 1 and not any(part in name for part in fixed)
 
 
 def filter_normalized_direction(model: nn.Module, generator: torch.Generator) -> dict[str, torch.Tensor]:
     """A Gaussian direction with each filter (slice along dim 0) scaled to its weight's norm."""
+    return normalized_direction(model, generator, protocol="filter")
+
+
+def normalized_direction(
+    model: nn.Module, generator: torch.Generator, *, protocol: str = "filter"
+) -> dict[str, torch.Tensor]:
+    """A Gaussian direction over the parameters `protocol` perturbs, normalised as it prescribes: per
+    filter (the norm of each slice along dim 0) or, for "reference", over dim 0 (the norm across dim 0
+    at every other index)."""
     direction = {}
     for name, parameter in model.named_parameters():
-        if not is_perturbed(name, parameter):
+        if not is_perturbed(name, parameter, protocol):
             continue
         noise = torch.randn(parameter.shape, generator=generator, dtype=torch.float64).to(parameter.device)
         weight = parameter.detach().double()
-        filter_norms = weight.flatten(1).norm(dim=1) / noise.flatten(1).norm(dim=1).clamp_min(1e-12)
-        direction[name] = (noise * filter_norms.view(-1, *[1] * (noise.ndim - 1))).to(parameter.dtype)
+        if protocol == "reference":
+            scale = weight.norm(dim=0, keepdim=True) / (noise.norm(dim=0, keepdim=True) + 1e-7)
+        else:
+            scale = weight.flatten(1).norm(dim=1) / noise.flatten(1).norm(dim=1).clamp_min(1e-12)
+            scale = scale.view(-1, *[1] * (noise.ndim - 1))
+        direction[name] = (noise * scale).to(parameter.dtype)
     return direction
 
 
@@ -96,8 +127,9 @@ def loss_landscape(
     span: float = 1.0,
     weight_decay: float = 0.05,
     penalty: str = "reference",
+    protocol: str = "filter",
     loss_fn=None,
-    batchnorm: str = "train",
+    batchnorm: str | None = None,
     max_batches: int | None = None,
     seed: int = 0,
     device: str | torch.device | None = None,
@@ -106,12 +138,16 @@ def loss_landscape(
     """The loss on a 1-D line or 2-D plane of weights through the trained ones.
 
     `loss_fn(logits, targets)` is the mean NLL by default (cross-entropy; targets may be soft).
-    `batchnorm`: "train" (batch statistics, as training sees the loss) or "eval".
+    `protocol`: "filter" (Li et al.) or "reference" (the paper's code); `batchnorm` ("train": batch
+    statistics, "eval": running ones) overrides the protocol's own mode.
     """
     if num_directions not in (1, 2):
         raise ValueError(f"num_directions must be 1 or 2, not {num_directions}")
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {sorted(PROTOCOLS)}, not {protocol!r}")
+    batchnorm = batchnorm or PROTOCOLS[protocol]
     if penalty not in L2_PENALTIES:
-        raise ValueError(f"penalty must be one of {sorted(L2_PENALTIES)}, not {penalty!r}")
+        raise ValueError(f"penalty must be one of {L2_PENALTIES}, not {penalty!r}")
     coordinates = symmetric_grid(num_points, span)
     loss_fn = loss_fn or (lambda logits, targets: F.cross_entropy(logits.float(), targets))
     device = resolve_device(model, device)
@@ -119,7 +155,7 @@ def loss_landscape(
     generator = torch.Generator().manual_seed(seed)
     with analysis_mode(model, batchnorm=batchnorm, device=device), torch.no_grad():
         parameters = dict(model.named_parameters())
-        directions = [filter_normalized_direction(model, generator) for _ in range(num_directions)]
+        directions = [normalized_direction(model, generator, protocol=protocol) for _ in range(num_directions)]
         original = {name: parameters[name].detach().clone() for name in directions[0]}
         points = (
             [(a,) for a in coordinates] if num_directions == 1 else [(a, b) for a in coordinates for b in coordinates]
@@ -136,14 +172,16 @@ def loss_landscape(
                 point_nll, point_accuracy = _evaluate(model, batches, loss_fn)
                 nll.append(point_nll)
                 accuracy.append(point_accuracy)
-                l2.append(L2_PENALTIES[penalty](model.parameters()))
+                l2.append(l2_term([p.detach().double() for p in model.parameters()], penalty).item())
         finally:
             for name, weight in original.items():
                 parameters[name].copy_(weight)
     shape = (num_points,) * num_directions
     nll, l2 = np.array(nll).reshape(shape), np.array(l2).reshape(shape)
     accuracy = np.array(accuracy).reshape(shape)
-    return LandscapeResult(coordinates, nll + weight_decay * l2, nll, accuracy, weight_decay, penalty)
+    return LandscapeResult(
+        coordinates, nll + weight_decay * l2, nll, accuracy, weight_decay, penalty, protocol, batchnorm
+    )
 
 
 def plot_landscape(result: LandscapeResult, ax=None, *, kind: str = "contour"):
@@ -156,6 +194,11 @@ def plot_landscape(result: LandscapeResult, ax=None, *, kind: str = "contour"):
         ax.plot(result.coordinates, result.loss)
         ax.set_xlabel("direction 1")
         ax.set_ylabel("loss (NLL + L2)")
+        return ax
+    if result.loss.size == 1:  # a one-point grid: the trained weights alone, nothing to draw contours of
+        ax = new_axes(ax)
+        ax.plot([0], [0], marker="*", color="k")
+        ax.set_title(f"Loss at the trained weights: {result.loss.item():.4g} (NLL + L2)")
         return ax
     x, y = np.meshgrid(result.coordinates, result.coordinates, indexing="ij")
     if kind == "surface":
@@ -173,5 +216,5 @@ def plot_landscape(result: LandscapeResult, ax=None, *, kind: str = "contour"):
         raise ValueError(f"kind must be 'contour' or 'surface', not {kind!r}")
     ax.set_xlabel("direction 1")
     ax.set_ylabel("direction 2")
-    ax.set_title("Loss landscape (NLL + L2)")
+    ax.set_title(f"Loss landscape (NLL + L2, {result.protocol} protocol)")
     return ax

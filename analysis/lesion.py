@@ -16,7 +16,7 @@ from torch import nn
 
 from . import _common
 from ._common import AnalysisResult, analysis_mode, logits_of, materialize, new_axes, resolve_device
-from .blocks import BlockAdapter, block_kinds, residual_branches
+from .blocks import BlockAdapter, describe_blocks, residual_branches
 
 
 @dataclass
@@ -72,7 +72,8 @@ def lesion_study(
     fit on the GPU) and moved to `device` one at a time.
     """
     device = resolve_device(model, device)
-    kinds = block_kinds(model, adapter)
+    adapter = describe_blocks(model, adapter)
+    kinds = adapter.kinds
     branches = residual_branches(model, adapter)
     batches = materialize(data, max_batches=max_batches)
     accuracy, nll = np.full(len(kinds), np.nan), np.full(len(kinds), np.nan)
@@ -89,20 +90,33 @@ def lesion_study(
     return LesionResult(kinds, baseline_accuracy, baseline_nll, accuracy, nll, num_samples)
 
 
+# Bar colours of the lesion plot by block kind (the shading behind them is `_common.SHADES`).
+BAR_COLOURS = {"conv": ("tab:blue", "Conv"), "mlp": ("tab:green", "MLP"), "msa": ("tab:orange", "MSA"),
+               "pool": ("tab:purple", "downsampling block")}  # fmt: skip
+
+
 def plot_lesion(result: LesionResult, ax=None):
-    """Accuracy drop (percentage points) per removed block, as in the paper: MSA bars orange on grey bands."""
+    """Accuracy drop (percentage points) per removed block, as in the paper: MSA bars orange on grey bands.
+
+    Block i is drawn at depth i + 1, where its output is in the Fourier and variance plots (0 = input);
+    the legend names only the kinds present.
+    """
     from matplotlib.patches import Patch
 
     ax = new_axes(ax)
-    positions = np.arange(len(result.kinds))
+    kinds = np.asarray(result.kinds)
+    depths = np.arange(1, len(kinds) + 1)
     lesioned = ~np.isnan(np.asarray(result.accuracy, dtype=float))
-    _common.shade_msa_blocks(ax, result.kinds, positions)
-    colours = ["tab:orange" if kind == "msa" else "tab:blue" for kind in np.asarray(result.kinds)[lesioned]]
-    ax.bar(positions[lesioned], 100 * result.accuracy_drop[lesioned], color=colours, zorder=2)
+    shades = _common.shade_blocks(ax, list(kinds), depths)
+    colours = [BAR_COLOURS.get(kind, ("0.5", kind))[0] for kind in kinds[lesioned]]
+    ax.bar(depths[lesioned], 100 * result.accuracy_drop[lesioned], color=colours, zorder=2)
     ax.axhline(0, color="0.3", linewidth=0.8, zorder=1)
-    ax.set_xlim(-0.5, len(result.kinds) - 0.5)
-    ax.set_xlabel("block removed")
+    ax.set_xlim(0.5, len(kinds) + 0.5)
+    ax.set_xlabel("depth of the removed block (0 = input)")
     ax.set_ylabel("accuracy drop (points)")
     ax.set_title(f"Lesion study (baseline accuracy {100 * result.baseline_accuracy:.1f}%)")
-    ax.legend(handles=[Patch(color="tab:blue", label="Conv / MLP"), Patch(color="tab:orange", label="MSA")])
+    present = [kind for kind in BAR_COLOURS if kind in set(kinds[lesioned])]
+    bars = [Patch(color=BAR_COLOURS[kind][0], label=BAR_COLOURS[kind][1]) for kind in present]
+    unbarred = [shade for shade, kind in zip(shades, [k for k in _common.SHADES if k in kinds]) if kind not in present]
+    ax.legend(handles=bars + unbarred, fontsize=7)
     return ax

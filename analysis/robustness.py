@@ -245,21 +245,20 @@ class CorruptionResult(AnalysisResult):
     clean: dict | None = None
 
 
-def _model_inputs(images: torch.Tensor, model: nn.Module, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+def _model_inputs(images: torch.Tensor, size: int | None, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
     """uint8 images -> normalised float inputs at the model's image size."""
     _check_uint8_images(images)
     inputs = images.float() / 255.0
-    size = getattr(getattr(model, "config", None), "image_size", None)
     if size and tuple(inputs.shape[-2:]) != (size, size):
         inputs = F.interpolate(inputs, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
     return (inputs - mean.to(inputs.device)) / std.to(inputs.device)
 
 
 @torch.no_grad()
-def _predict(model, batches: Batches, device, mean, std) -> tuple[np.ndarray, np.ndarray]:
+def _predict(model, batches: Batches, device, size, mean, std) -> tuple[np.ndarray, np.ndarray]:
     logits, labels = [], []
     for images, targets in batches:
-        inputs = _model_inputs(images.to(device, non_blocking=True), model, mean, std)
+        inputs = _model_inputs(images.to(device, non_blocking=True), size, mean, std)
         logits.append(logits_of(model(inputs)).float().cpu())
         labels.append(targets)
     return torch.cat(logits).numpy(), torch.cat(labels).numpy()
@@ -273,27 +272,36 @@ def evaluate_corruptions(
     severities: Sequence[int] = SEVERITIES,
     clean: tuple[torch.Tensor, torch.Tensor] | None = None,
     batch_size: int = 256,
+    image_size: int | None = None,
+    image_mean: Sequence[float] | None = None,
+    image_std: Sequence[float] | None = None,
     device: str | torch.device | None = None,
     progress: bool = False,
 ) -> CorruptionResult:
     """Accuracy, NLL and ECE of `model` on every corruption × severity of `source` and their means.
 
-    Images are scaled to [0, 1], resized to the model's `image_size` if they differ, and normalised
-    with the model's mean and std. `clean`: optional uint8 (N, 3, H, W) images and labels to report too.
+    Images are scaled to [0, 1], resized to `image_size` if they differ, and normalised with
+    `image_mean`/`image_std` (by default the model config's, as zoo models have them; a timm model
+    names its own). `clean`: optional uint8 (N, 3, H, W) images and labels to report too.
     """
     device = resolve_device(model, device)
     mean, std = model_normalization(model)
+    if image_mean is not None:
+        mean = torch.tensor(image_mean, dtype=torch.float32).view(1, -1, 1, 1)
+    if image_std is not None:
+        std = torch.tensor(image_std, dtype=torch.float32).view(1, -1, 1, 1)
+    size = image_size or getattr(getattr(model, "config", None), "image_size", None)
     shape = (len(corruptions), len(severities))
     metrics = {name: np.full(shape, np.nan) for name in ("accuracy", "nll", "ece")}
     sets = [(i, c, j, s) for i, c in enumerate(corruptions) for j, s in enumerate(severities)]
     with analysis_mode(model, device=device):
         clean_metrics = None
         if clean is not None:
-            logits, labels = _predict(model, [clean], device, mean, std)
+            logits, labels = _predict(model, [clean], device, size, mean, std)
             clean_metrics = classification_metrics(logits, labels)
         for i, corruption, j, severity in _common.progress(sets, enabled=progress, desc="CIFAR-C", unit="set"):
             logits, labels = _predict(
-                model, source.batches(corruption, severity, batch_size=batch_size), device, mean, std
+                model, source.batches(corruption, severity, batch_size=batch_size), device, size, mean, std
             )
             values = classification_metrics(logits, labels)
             for name in metrics:

@@ -7,7 +7,8 @@ convolutions and MLPs increase it. Token states lose their prefix tokens first.
 Differs from the reference notebook on purpose: it uses torch's default sample variance (divided by
 H·W − 1), which inflates small maps more than large ones (by 1.07 on 4×4, 1.001 on 32×32) and so puts
 a step into the curve at every stage change. A feature map is the whole population of its positions:
-here the variance is divided by H·W.
+here the variance is divided by H·W. The notebook's number (float32, H·W − 1) is computed from the same
+maps alongside (`reference_variance`), so the two definitions can be compared (`alternet-compare`).
 """
 
 from dataclasses import dataclass
@@ -18,20 +19,52 @@ from torch import nn
 
 from . import _common
 from ._common import AnalysisResult
-from .blocks import BlockAdapter, feature_maps_by_batch
+from .blocks import BlockAdapter, accumulate
 
 
 @dataclass
 class VarianceResult(AnalysisResult):
-    """`variance[i]` of state i: the input (i = 0) or the output of block i-1, of kind `kinds[i]`."""
+    """`variance[i]` of state i: the input (i = 0) or the output of block i-1, of kind `kinds[i]`;
+    `reference_variance[i]` the reference notebook's number for the same maps (see the module docstring)."""
 
     variance: np.ndarray
     kinds: list[str]
+    reference_variance: np.ndarray | None = None
 
 
-def spatial_variance(feature_map: torch.Tensor) -> torch.Tensor:
-    """Variance over positions per sample and channel, summed over the batch, averaged over channels."""
+def spatial_variance(feature_map: torch.Tensor, definition: str = "population") -> torch.Tensor:
+    """Variance over positions per sample and channel, summed over the batch, averaged over channels.
+
+    `definition="reference"`: the notebook's `latent.var(dim=[-1, -2])` (divided by H·W − 1, float32).
+    """
+    if definition == "reference":
+        return feature_map.float().flatten(2).var(dim=-1).mean(dim=1).double().sum()
+    if definition != "population":
+        raise ValueError(f"definition must be 'population' or 'reference', not {definition!r}")
     return feature_map.double().flatten(2).var(dim=-1, correction=0).mean(dim=1).sum()
+
+
+class VarianceAccumulator:
+    """Feature-map variance of every state under both definitions, accumulated over the batches of
+    `analysis.blocks.block_batches`."""
+
+    def __init__(self):
+        self.sums, self.reference_sums, self.count, self.kinds = None, None, 0, None
+
+    def update(self, batch) -> None:
+        self.kinds = batch.kinds
+        sums, reference = (
+            np.array([np.nan if m is None else spatial_variance(m, definition).item() for m in batch.maps])
+            for definition in ("population", "reference")
+        )
+        self.sums = sums if self.sums is None else self.sums + sums
+        self.reference_sums = reference if self.reference_sums is None else self.reference_sums + reference
+        self.count += len(batch.maps[0])
+
+    def result(self) -> VarianceResult:
+        if self.sums is None:
+            raise ValueError("no images were given")
+        return VarianceResult(self.sums / self.count, self.kinds, self.reference_sums / self.count)
 
 
 def feature_map_variance(
@@ -44,26 +77,20 @@ def feature_map_variance(
     progress: bool = False,
 ) -> VarianceResult:
     """Feature-map variance of the input and every block output of `model`, averaged over `data`
-    (model inputs (B, C, H, W), one batch `(inputs, targets)` or a DataLoader)."""
-    sums, count, kinds = None, 0, None
-    stream = feature_maps_by_batch(
-        model, data, adapter=adapter, max_batches=max_batches, device=device, progress=progress, desc="variance"
-    )
-    for kinds_of_batch, maps in stream:
-        kinds = kinds_of_batch
-        batch_sums = np.array([np.nan if m is None else spatial_variance(m).item() for m in maps])
-        sums = batch_sums if sums is None else sums + batch_sums
-        count += len(maps[0])
-    if sums is None:
-        raise ValueError("no images were given")
-    return VarianceResult(sums / count, kinds)
+    (model inputs (B, C, H, W), one batch `(inputs, targets)` or a DataLoader), by our definition and
+    the reference notebook's."""
+    (result,) = accumulate(
+        model, data, [VarianceAccumulator()], adapter=adapter, max_batches=max_batches, device=device,
+        progress=progress, desc="variance",
+    )  # fmt: skip
+    return result
 
 
 def plot_variance(result: VarianceResult, ax=None):
-    """Feature-map variance by depth on a log scale, MSA blocks shaded."""
+    """Feature-map variance by depth on a log scale, MSA and downsampling blocks shaded."""
     ax = _common.plot_by_depth(
         result.variance, result.kinds, ax, ylabel="feature-map variance",
-        title="Feature-map variance (MSA shaded)", color="tab:red",
+        title="Feature-map variance", color="tab:red",
     )  # fmt: skip
     ax.set_yscale("log")
     return ax

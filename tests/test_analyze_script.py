@@ -7,6 +7,10 @@ from pathlib import Path
 from conftest import TINY, installed_command
 
 import alternet_hf
+from alternet_hf.cli.analyze import ANALYSES
+from alternet_hf.recipe import TrainingConfig
+from analysis import compare
+from analysis.blocks import block_kinds
 from analysis.corruptions import CORRUPTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,19 +23,31 @@ def test_every_analysis_writes_json_and_png(tmp_path):
     command = [
         installed_command("alternet-analyze"), "--model", str(tmp_path / "model"), "--out", str(out),
         "--batch-size", "32", "--max-batches", "1", "--train-batch-size", "16", "--hessian-batches", "2",
-        "--top-k", "2", "--landscape-points", "3", "--corruptions", "fog,contrast", "--severities", "1,5",
+        "--top-k", "2", "--bottom-k", "1", "--lanczos-steps", "5", "--landscape-points", "3",
+        "--corruptions", "fog,contrast", "--severities", "1,5",
     ]  # fmt: skip
     completed = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert completed.returncode == 0, completed.stderr[-3000:]
-    names = ("fourier", "variance", "hessian", "landscape", "robustness", "frequency-noise", "lesion", "cka")
-    for name in names:
+    for name in ANALYSES:
         assert (out / f"{name}.png").stat().st_size > 5000, name
         payload = json.loads((out / f"{name}.json").read_text())
-        assert payload["analysis"] == name and payload["dataset"] == "digits"
-    kinds = alternet_hf.block_kinds(model)
-    assert json.loads((out / "fourier.json").read_text())["result"]["kinds"] == ["input"] + kinds
-    hessian = json.loads((out / "hessian.json").read_text())["result"]
-    assert len(hessian["eigenvalues"]) == 2 and all(a >= b for a, b in hessian["eigenvalues"])
+        assert payload["analysis"] == name and payload["dataset"] == "digits" and payload["partial"] is False
+    kinds = block_kinds(model)
+    assert "pool" in kinds and json.loads((out / "fourier.json").read_text())["result"]["kinds"] == ["input"] + kinds
+    hessian = json.loads((out / "hessian.json").read_text())
+    assert hessian["augmentation"]["source"].startswith("the paper's recipe (the model has no training_config.json)")
+    assert hessian["settings"]["penalty"] == "reference" and hessian["train_batch_size"] == 16
+    result = hessian["result"]
+    assert len(result["eigenvalues"]) == 2 and all(a >= b for a, b in result["eigenvalues"])
+    assert len(result["smallest_eigenvalues"]) == 2 and len(result["smallest_eigenvalues"][0]) == 1
+    assert result["complete"] and result["penalty"] == "reference"
+    landscape = json.loads((out / "landscape.json").read_text())["result"]
+    assert (
+        landscape["protocol"] == "filter" and landscape["batchnorm"] == "train" and landscape["penalty"] == "reference"
+    )
+    # Defaults fit the device: on a CPU fewer Lanczos steps etc., said so; a time estimate before each analysis.
+    assert "on a CPU, scaled down from the paper's amounts" in completed.stdout
+    assert "hessian: about" in completed.stdout and "at most 2 minibatches × 5 Lanczos steps" in completed.stdout
     robustness = json.loads((out / "robustness.json").read_text())["result"]
     assert robustness["corruptions"] == ["fog", "contrast"] and len(robustness["accuracy"][0]) == 2
     lesion = json.loads((out / "lesion.json").read_text())["result"]
@@ -45,6 +61,44 @@ def test_unknown_analysis_is_refused(tmp_path):
     assert completed.returncode != 0 and "unknown analyses ['hesian']" in completed.stderr
 
 
+def test_the_command_names_the_analyses_of_the_library():
+    assert ANALYSES == compare.ANALYSES
+
+
+def test_hessian_batches_are_augmented_as_the_model_was_trained(tmp_path):
+    """A folder written by alternet-train carries training_config.json: the Hessian and landscape use its
+    augmentation (here Mixup, label smoothing, no RandAugment), recorded in the JSON; --augmentation none
+    chooses clean batches. A time limit that no minibatch can meet is one clear error."""
+    model = alternet_hf.create_model("resnet-50-cifar100", **{**TINY["resnet-50-cifar100"], "num_labels": 10})
+    model.save_pretrained(tmp_path / "model")
+    recipe = TrainingConfig(random_crop_padding=3, mixup_alpha=0.5, label_smoothing=0.1, rand_augment=None)
+    recipe.save(tmp_path / "model" / "training_config.json")
+    base = [installed_command("alternet-analyze"), "--model", str(tmp_path / "model"), "--analyses", "landscape",
+            "--train-batch-size", "8", "--landscape-points", "1"]  # fmt: skip
+    for augmentation in ("model", "none"):
+        out = tmp_path / augmentation
+        completed = subprocess.run([*base, "--out", str(out), "--augmentation", augmentation], capture_output=True,
+                                   text=True, timeout=600)  # fmt: skip
+        assert completed.returncode == 0, completed.stderr[-3000:]
+        recorded = json.loads((out / "landscape.json").read_text())["augmentation"]
+        if augmentation == "model":
+            assert recorded["source"] == f"{tmp_path / 'model'}/training_config.json"
+            assert (recorded["random_crop_padding"], recorded["mixup_alpha"], recorded["label_smoothing"]) == (
+                3,
+                0.5,
+                0.1,
+            )
+        else:
+            assert (
+                recorded["source"] == "none" and recorded["random_crop_padding"] == 0 and recorded["mixup_alpha"] == 0
+            )
+    timed_out = subprocess.run(
+        [*base[:4], "hessian", "--train-batch-size", "8", "--hessian-time-limit", "0", "--out", str(tmp_path / "t")],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert timed_out.returncode == 2 and "the time limit of 0 s ended the first minibatch" in timed_out.stderr
+
+
 def test_augmented_analyses_are_reproducible_whatever_ran_before(tmp_path):
     """Hessian batches are seeded RandAugment draws from their own loader: the same with or without a
     landscape run first."""
@@ -56,7 +110,7 @@ def test_augmented_analyses_are_reproducible_whatever_ran_before(tmp_path):
         command = [
             installed_command("alternet-analyze"), "--model", str(tmp_path / "model"), "--out",
             str(out), "--analyses", analyses, "--train-batch-size", "8", "--hessian-batches", "1", "--top-k", "1",
-            "--landscape-points", "3",
+            "--bottom-k", "0", "--landscape-points", "3",
         ]  # fmt: skip
         completed = subprocess.run(command, capture_output=True, text=True, timeout=600)
         assert completed.returncode == 0, completed.stderr[-3000:]

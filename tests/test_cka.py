@@ -11,7 +11,7 @@ from conftest import TINY
 from torch import nn
 
 import alternet_hf
-from analysis.blocks import BlockAdapter
+from analysis.blocks import BlockAdapter, block_kinds
 from analysis.cka import CKAResult, MinibatchCKA, cka, linear_gram, plot_cka, u_centre, unbiased_hsic
 
 
@@ -158,7 +158,7 @@ def test_cka_of_a_zoo_model_with_itself_and_with_a_copy():
     result = cka(model, loader)
     n = len(alternet_hf.block_kinds(model))
     assert isinstance(result, CKAResult) and result.num_samples == 32
-    assert result.similarity.shape == (n, n) and result.kinds_a == result.kinds_b == alternet_hf.block_kinds(model)
+    assert result.similarity.shape == (n, n) and result.kinds_a == result.kinds_b == block_kinds(model)
     np.testing.assert_allclose(result.similarity, result.similarity.T, atol=1e-12)
     np.testing.assert_allclose(np.diag(result.similarity), 1.0, atol=1e-12)
     # Unbiased estimates of unrelated layers scatter around 0 by about 1/batch size, so slightly below is fine.
@@ -176,7 +176,7 @@ def test_cka_between_two_zoo_models():
     inputs = torch.randn(6, 3, 16, 16)
     result = cka(alternet, inputs, other=vit)
     assert result.similarity.shape == (len(result.kinds_a), len(result.kinds_b))
-    assert result.kinds_b == alternet_hf.block_kinds(vit) and vit.training
+    assert result.kinds_b == block_kinds(vit) and vit.training
     assert np.all(np.isfinite(result.similarity))
     assert result.to_dict()["similarity"][0][0] == pytest.approx(result.similarity[0, 0])
 

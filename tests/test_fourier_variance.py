@@ -8,7 +8,7 @@ from conftest import TINY
 from torch import nn
 
 import alternet_hf
-from analysis.blocks import BlockAdapter, as_feature_map, block_kinds, run_blocks
+from analysis.blocks import BlockAdapter, as_feature_map, block_batches, block_kinds, run_blocks
 from analysis.fourier import fourier_log_amplitude, half_diagonal, mean_log_amplitude
 from analysis.variance import feature_map_variance
 
@@ -101,8 +101,13 @@ def test_zoo_models_give_one_curve_per_block(name):
     model.train()
     images = torch.randn(4, 3, 16, 16)
     result = fourier_log_amplitude(model, images, num_frequencies=9)
-    kinds = alternet_hf.block_kinds(model)
+    kinds = block_kinds(model)
     assert result.kinds == ["input"] + kinds
+    # The zoo's kinds, except that the blocks which halve the map (the stride blocks) are tagged `pool`.
+    assert [kind.replace("pool", "conv") for kind in kinds] == alternet_hf.block_kinds(model)
+    (batch,) = block_batches(model, images)
+    sides = [m.shape[-1] for m in batch.maps[1:]]  # from the stem on (a ViT's stem itself shrinks the map)
+    assert [kind == "pool" for kind in kinds[1:]] == [after < before for before, after in zip(sides, sides[1:])]
     assert result.relative_log_amplitude.shape == (len(kinds) + 1, 9)
     assert result.delta_log_amplitude.shape == (len(kinds), 9)
     assert np.isfinite(result.relative_log_amplitude).all()

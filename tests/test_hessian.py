@@ -1,5 +1,7 @@
 """Hessian analyses against closed forms: least squares (H = XᵀX/N) and indefinite quadratics."""
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -61,8 +63,32 @@ def test_top_eigenvalues_are_signed_and_sorted_not_largest_magnitude():
 
 def test_weight_decay_shifts_the_spectrum(least_squares):
     model, batch, exact = least_squares
-    result = hessian.top_eigenvalues(model, batch, loss_fn=mse, weight_decay=0.3, top_k=2, tol=1e-10)
+    result = hessian.top_eigenvalues(model, batch, loss_fn=mse, weight_decay=0.3, penalty="squared", top_k=2, tol=1e-10)
     np.testing.assert_allclose(result.eigenvalues, exact[:2] + 0.3, rtol=1e-9)
+
+
+def test_the_reference_l2_term_has_its_exact_hessian(least_squares):
+    """wd·‖w‖ (the reference's term, the landscape's default) adds wd·(I − ŵŵᵀ)/‖w‖: checked against the
+    Hessian autograd builds of the whole loss."""
+    model, (inputs, targets), _ = least_squares
+
+    def loss_of(weight):
+        return 0.5 * ((inputs @ weight.view(10, 1) - targets) ** 2).sum(dim=-1).mean() + 0.3 * weight.norm()
+
+    exact = np.linalg.eigvalsh(torch.autograd.functional.hessian(loss_of, model.weight.detach().view(-1)).numpy())
+    result = hessian.extreme_eigenvalues(model, (inputs, targets), loss_fn=mse, weight_decay=0.3, top_k=2,
+                                         bottom_k=2, tol=1e-10)  # fmt: skip
+    np.testing.assert_allclose(result.eigenvalues, exact[::-1][:2], rtol=1e-8)
+    np.testing.assert_allclose(result.smallest, exact[:2], rtol=1e-8)
+
+
+def test_both_ends_of_an_indefinite_spectrum():
+    eigenvalues = [2.0, 0.5, 0.1, -1.0, -7.0]
+    result = hessian.extreme_eigenvalues(
+        Quadratic(5), NO_DATA, loss_fn=indefinite(eigenvalues), top_k=1, bottom_k=2, tol=1e-10
+    )
+    np.testing.assert_allclose(result.eigenvalues, [2.0], atol=1e-9)
+    np.testing.assert_allclose(result.smallest, [-7.0, -1.0], atol=1e-9)  # ascending: the most negative first
 
 
 def test_batches_are_averaged_not_summed(least_squares):
@@ -130,8 +156,34 @@ def test_max_eigenvalue_spectrum_pools_every_minibatch():
     assert np.all(np.diff(result.eigenvalues, axis=1) <= 0)
     assert result.counts.sum() == 6 and len(result.bin_edges) == 11
     assert result.residuals.shape == (3, 2) and result.converged.dtype == bool
-    fields = {"eigenvalues", "residuals", "converged", "counts", "bin_edges", "num_hvps"}
-    assert result.num_hvps > 0 and set(result.to_dict()) == fields
+    assert result.num_hvps > 0 and result.complete and result.density is None
+    assert result.weight_decay == 0.05 and result.penalty == "reference" and result.batchnorm == "train"
+
+
+def test_spectrum_of_both_ends_with_density_and_partial_reports():
+    eigenvalues = [3.0, 1.0, -0.5, -2.0]
+    reports = []
+    result = hessian.max_eigenvalue_spectrum(
+        Quadratic(4), [NO_DATA] * 3, loss_fn=indefinite(eigenvalues), top_k=1, bottom_k=1, tol=1e-10, bins=8,
+        density_vectors=2, density_steps=4, on_batch=reports.append,
+    )  # fmt: skip
+    np.testing.assert_allclose(result.eigenvalues[:, 0], 3.0)
+    np.testing.assert_allclose(result.smallest_eigenvalues[:, 0], -2.0)
+    assert result.counts.sum() == 6 and result.bin_edges[0] == pytest.approx(-2.0)  # negatives in the histogram
+    assert [len(r.eigenvalues) for r in reports] == [1, 2, 3] and not reports[0].complete and result.complete
+    assert min(result.density["nodes"][0]) == pytest.approx(-2.0)
+
+
+def test_a_time_limit_keeps_the_finished_minibatches():
+    def slow(weight, targets):
+        time.sleep(0.05)  # once per minibatch: its gradient graph is built once
+        return 0.5 * (weight * weight).sum()
+
+    with pytest.warns(UserWarning, match="time limit of 0.3 s stopped the spectrum after"):
+        result = hessian.max_eigenvalue_spectrum(Quadratic(3), [NO_DATA] * 200, loss_fn=slow, top_k=1, time_limit=0.3)
+    assert not result.complete and 1 <= len(result.eigenvalues) < 200 and result.num_batches_requested == 200
+    with pytest.raises(TimeoutError, match="first minibatch"):
+        hessian.max_eigenvalue_spectrum(Quadratic(3), [NO_DATA], loss_fn=slow, top_k=2, time_limit=0.0)
 
 
 def test_unconverged_minibatches_are_reported(least_squares):

@@ -7,7 +7,13 @@ from conftest import TINY
 
 import alternet_hf
 from analysis._common import analysis_mode
-from analysis.landscape import filter_normalized_direction, is_perturbed, loss_landscape, symmetric_grid
+from analysis.landscape import (
+    filter_normalized_direction,
+    is_perturbed,
+    loss_landscape,
+    normalized_direction,
+    symmetric_grid,
+)
 
 
 @pytest.fixture
@@ -62,3 +68,25 @@ def test_grid_contains_the_trained_weights_exactly():
     assert grid[10] == 0.0 and grid[0] == -1.0 and grid[-1] == 1.0 and len(grid) == 21
     with pytest.raises(ValueError, match="odd"):
         symmetric_grid(20, 1.0)
+
+
+def test_reference_protocol_normalises_over_dim_0_and_evaluates_batchnorm_in_eval_mode(tiny_alternet, batch):
+    vit = alternet_hf.create_model("vit-ti-cifar100", **TINY["vit-ti-cifar100"])
+    direction = normalized_direction(vit, torch.Generator().manual_seed(0), protocol="reference")
+    parameters = dict(vit.named_parameters())
+    assert any("cls_token" in name for name in direction)  # the reference perturbs every tensor of ≥ 2 dims …
+    assert not any("position_embeddings" in name for name in direction)  # … but its position tables
+    assert set(direction) == {name for name, p in parameters.items() if p.ndim > 1 and "position" not in name}
+    for name, d in direction.items():
+        torch.testing.assert_close(d.norm(dim=0), parameters[name].detach().norm(dim=0), rtol=1e-5, atol=1e-6)
+
+    result = loss_landscape(tiny_alternet, batch, num_points=3, protocol="reference")
+    assert result.protocol == "reference" and result.batchnorm == "eval"
+    with analysis_mode(tiny_alternet, batchnorm="eval"), torch.no_grad():
+        nll = F.cross_entropy(tiny_alternet(batch[0]).logits, batch[1]).item()
+    assert result.nll[1, 1] == nll
+    assert (
+        loss_landscape(tiny_alternet, batch, num_points=1, protocol="reference", batchnorm="train").batchnorm == "train"
+    )
+    with pytest.raises(ValueError, match="protocol"):
+        loss_landscape(tiny_alternet, batch, num_points=1, protocol="li")

@@ -11,7 +11,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import alternet_hf
-from analysis.blocks import BlockAdapter
+from analysis.blocks import BlockAdapter, block_kinds
 from analysis.lesion import LesionResult, lesion_study, plot_lesion
 
 
@@ -101,7 +101,7 @@ def test_lesion_of_zoo_models(name):
     model.train()
 
     whole = lesion_study(model, (inputs, targets))
-    kinds = alternet_hf.block_kinds(model)
+    kinds = block_kinds(model)
     assert whole.kinds == kinds and len(whole.accuracy) == len(whole.nll) == len(kinds)
     assert [bool(np.isnan(a)) for a in whole.accuracy] == [kind in ("stem", "head") for kind in kinds]
     assert whole.baseline_nll == pytest.approx(F.cross_entropy(before.double(), targets).item(), rel=1e-6)
@@ -153,5 +153,13 @@ def test_plot_lesion():
         num_samples=100,
     )
     ax = plot_lesion(result)
-    heights = [patch.get_height() for patch in ax.patches if patch.get_width() == pytest.approx(0.8)]
-    np.testing.assert_allclose(heights, [5, 40, 2], atol=1e-9)
+    bars = [patch for patch in ax.patches if patch.get_width() == pytest.approx(0.8)]
+    np.testing.assert_allclose([bar.get_height() for bar in bars], [5, 40, 2], atol=1e-9)
+    # Block i sits at depth i + 1, where its output is in the Fourier and variance plots (0 = input).
+    np.testing.assert_allclose([bar.get_x() + bar.get_width() / 2 for bar in bars], [2, 3, 4])
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["Conv", "MLP", "MSA"]
+
+    accuracy = np.array([np.nan, 0.8, 0.7, 0.85, np.nan])
+    resnet = LesionResult(["stem", "conv", "pool", "conv", "head"], 0.9, 0.3, accuracy, np.full(5, 0.5), 10)
+    legend = [t.get_text() for t in plot_lesion(resnet).get_legend().get_texts()]
+    assert legend == ["Conv", "downsampling block"]  # no MSA where there is none

@@ -4,6 +4,8 @@
     alternet-evaluate    the paper's metrics of a trained model on a dataset split
     alternet-finetune    fine-tune any zoo model with the HF Trainer
     alternet-analyze     the paper's analyses of one model
+    alternet-compare     the analyses of several models (zoo, transformers, timm), figures and the paper's claims
+    alternet-reproduce   the offline mini-zoo: a small ResNet, ViT and AlterNet trained on digits and compared
     alternet-convert     a reference checkpoint (.pth.tar) to a zoo model folder
     alternet-push        publish a trained model to the Hub (or --dry-run)
     alternet-publish-cifar100c   the Zenodo CIFAR-100-C arrays as a parquet dataset

@@ -1,0 +1,164 @@
+"""Compare models the way the paper does: every analysis on each model, the paper's figures with all models
+in one plot, one JSON with every number, and a report that decides each claim of the paper on these models.
+
+    alternet-compare --models alternet=outputs/alternet-digits,resnet=resnet-18-cifar10 --analyses fourier,variance
+
+A model is a zoo preset or folder, a transformers model (folder or Hub id) or a timm model `timm:<name>`,
+optionally named (`name=source`). timm models are created without weights and loaded from --weights
+(a file or folder per model, `name=path`, or paths in the order of the timm models): offline; without
+--weights they come from the Hub. For instance `--models timm:resnet50,timm:vit_small_patch16_224
+--weights resnet50=r50.safetensors,vit_small_patch16_224=vit/ --dataset path/to/imagefolder`. Blocks are
+found automatically for the zoo, timm's ResNet, ViT/DeiT, Swin, ConvNeXt and PiT, and transformers'
+ResNet, ViT, DeiT, Swin and ConvNext.
+
+Written to --out: <name>/ with each model's results as alternet-analyze writes them, and
+comparison.json, the figures (PNG) and report.md. The landscape uses the reference's protocol (the
+paper's Fig. 1) unless --landscape-protocol says otherwise. Amounts fit the device, as in alternet-analyze.
+"""
+
+import argparse
+import re
+from pathlib import Path
+
+from alternet_hf.cli._common import CommandError, command, make_parser
+from alternet_hf.cli.analyze import add_analysis_arguments, any_model, existing_path
+
+TIMM_PREFIX = "timm:"
+
+
+def model_specs(text: str) -> list[tuple[str, str]]:
+    """argparse type of `--models`: `[name=]source,...` -> [(name, source)], names unique."""
+    specs = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, sep, source = item.partition("=")
+        if not sep:
+            name, source = "", item
+        source = any_model(source)  # a clear error for a missing folder or an unknown preset
+        name = name or source.removeprefix(TIMM_PREFIX).rstrip("/").rsplit("/", 1)[-1]
+        if not re.fullmatch(r"[\w.+-]+", name):
+            raise argparse.ArgumentTypeError(f"model name {name!r} must be letters, digits, '.', '-', '+' or '_'")
+        specs.append((name, source))
+    if not specs:
+        raise argparse.ArgumentTypeError("name at least one model: --models name=source,...")
+    names = [name for name, _ in specs]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise argparse.ArgumentTypeError(f"model names {repeated} are used twice: name them, e.g. a=...,b=...")
+    return specs
+
+
+def weight_paths(text: str) -> list[tuple[str | None, Path]]:
+    """argparse type of `--weights`: `[name=]path,...`; every path must exist."""
+    entries = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, sep, path = item.partition("=")
+        entries.append((name, existing_path(path)) if sep else (None, existing_path(item)))
+    return entries
+
+
+def assign_weights(specs: list[tuple[str, str]], weights: list[tuple[str | None, Path]] | None) -> dict[str, Path]:
+    """{model name: weights path}: named entries by name, the others in the order of the timm models."""
+    assigned, timm_names = {}, [name for name, source in specs if source.startswith(TIMM_PREFIX)]
+    unnamed = [path for name, path in weights or [] if name is None]
+    for name, path in weights or []:
+        if name is None:
+            continue
+        if name not in dict(specs):
+            raise CommandError(f"--weights names {name!r}, which is not among --models ({', '.join(dict(specs))})")
+        if name not in timm_names:
+            raise CommandError(f"--weights {name}=...: {name} is not a timm model; only timm models take weights")
+        assigned[name] = path
+    waiting = [name for name in timm_names if name not in assigned]
+    if len(unnamed) > len(waiting):
+        raise CommandError(f"{len(unnamed)} unnamed --weights for {len(waiting)} timm models without weights")
+    assigned.update(zip(waiting, unnamed))
+    return assigned
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = make_parser(__doc__)
+    parser.add_argument("--models", required=True, type=model_specs, help="[name=]source,... (see above)")
+    parser.add_argument("--weights", type=weight_paths, help="weights of timm models: [name=]file-or-folder,...")
+    parser.add_argument("--image-size", type=int, help="resize inputs to this size for every model")
+    parser.add_argument("--out", type=Path, default=Path("comparison"), help="folder for results, figures, report")
+    add_analysis_arguments(parser)
+    parser.set_defaults(landscape_protocol="reference")
+    return parser
+
+
+def run_comparison(specs, args, *, results_dir: Path, comparison_dir: Path, weights=None, say=print) -> dict:
+    """Analyse every model of `specs` ([(name, source)]) into `results_dir/<name>/` (alternet-analyze's
+    format), then write the comparison into `comparison_dir`. Returns the written paths."""
+    import torch
+
+    from alternet_hf.cli.analyze import DataCache, analyse_loaded, choose_device, prepare_data, settings_from_args
+    from analysis.compare import summary_of
+    from analysis.models import load_model
+    from analysis.report import write_comparison
+
+    args.device_ = choose_device(args.device)
+    torch.manual_seed(args.seed)
+    settings, notes = settings_from_args(args, args.device_)
+    if notes:
+        say(f"on a CPU, scaled down from the paper's amounts (pass the flags to change): {'; '.join(notes)}")
+    weights = weights or {}
+    cache, results, summaries = DataCache(args), {}, {}
+    for name, source in specs:
+        loaded = load_model(source, name=name, weights=weights.get(name), image_size=args.image_size)
+        loaded.model.to(args.device_)
+        data = prepare_data(loaded, args, args.analyses, settings, cache)
+        augmentation = data["augmentation"]
+        say(
+            f"{name}: {type(loaded.model).__name__} from {source}, {loaded.image_size}×{loaded.image_size} inputs"
+            + (f"; Hessian/landscape batches augmented as {augmentation['source']}" if augmentation else "")
+        )
+        meta = {"model": source, "dataset": args.dataset, "device": str(args.device_), "scaled_down": notes}
+        results[name] = analyse_loaded(loaded, args, args.analyses, settings, data, out=results_dir / name, meta=meta,
+                                       say=say)  # fmt: skip
+        summaries[name] = {
+            **summary_of(loaded.model), "source": source, "augmentation": augmentation,
+            "image_size": loaded.image_size, "preprocessing_note": loaded.preprocessing_note,
+        }  # fmt: skip
+        loaded.model.cpu()
+    meta = {
+        "dataset": args.dataset, "device": str(args.device_), "settings": settings.to_dict(),
+        "landscape_protocol": settings.landscape_protocol,
+        "augmentation": {name: (s["augmentation"] or {}).get("source") for name, s in summaries.items()},
+    }  # fmt: skip
+    return write_comparison(comparison_dir, results, summaries, meta=meta, notes=_notes(notes, settings))
+
+
+def _notes(scaled: list[str], settings) -> list[str]:
+    notes = [f"landscape: the {settings.landscape_protocol} protocol; L2 term: {settings.penalty}, weight decay "
+             f"{settings.weight_decay} (the same in the Hessian)"]  # fmt: skip
+    if scaled:
+        notes.append(f"scaled down for a CPU: {'; '.join(scaled)}")
+    return notes
+
+
+@command
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    weights = assign_weights(args.models, args.weights)
+    written = run_comparison(args.models, args, results_dir=args.out, comparison_dir=args.out, weights=weights)
+    print_verdicts(written["json"])
+    print(f"wrote {written['report']}, {written['json'].name} and {len(written) - 2} figures; per-model results in "
+          f"{args.out}/<name>/")  # fmt: skip
+
+
+def print_verdicts(comparison_json: Path) -> None:
+    import json
+
+    for claim in json.loads(comparison_json.read_text())["claims"]:
+        print(f"  {claim['verdict']:>14}: {claim['statement']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,392 @@
+"""The paper's claims (PAPER.md, Park & Kim 2022), decided on the models of a comparison, with the numbers
+that decide them.
+
+Each claim is checked on every model (or pair of models) it speaks about and reads `holds`, `does not
+hold`, `mixed` (some checks hold, some do not) or `not decidable` (an analysis or a kind of model it
+needs is missing). A model's role comes from its block kinds: MSAs and convs (AlterNet) is `hybrid`,
+MSAs without convs (ViT) `transformer`, convs without MSAs (ResNet) `cnn`. Blocks tagged `pool`
+(downsampling) are left out of the conv statistics and reported apart: they cause most of the rises
+of high-frequency amplitude and drops of variance, which are not what the claims are about.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+HOLDS, FAILS, MIXED, UNDECIDED = "holds", "does not hold", "mixed", "not decidable"
+
+
+@dataclass
+class Claim:
+    """One claim: what the paper says (`statement`, `source`), how it is decided here (`rule`), the
+    outcome of each check (`checks`: description -> True/False), the evidence lines and the numbers."""
+
+    key: str
+    statement: str
+    source: str
+    rule: str
+    checks: dict[str, bool] = field(default_factory=dict)
+    evidence: list[str] = field(default_factory=list)
+    numbers: dict = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> str:
+        outcomes = list(self.checks.values())
+        if not outcomes:
+            return UNDECIDED
+        if all(outcomes):
+            return HOLDS
+        return FAILS if not any(outcomes) else MIXED
+
+    def to_dict(self) -> dict:
+        return {
+            "key": self.key, "statement": self.statement, "source": self.source, "rule": self.rule,
+            "verdict": self.verdict, "checks": self.checks, "evidence": self.evidence, "numbers": self.numbers,
+        }  # fmt: skip
+
+
+def role(kinds: list[str]) -> str:
+    has_msa, has_conv = "msa" in kinds, "conv" in kinds
+    return "hybrid" if has_msa and has_conv else "transformer" if has_msa else "cnn" if has_conv else "other"
+
+
+def block_changes(result, kind: str) -> np.ndarray:
+    """Each block's change of ΔlogA at π (state after minus state before), for the blocks of `kind`."""
+    kinds = np.asarray(result.kinds[1:])
+    return np.asarray(result.delta_log_amplitude)[:, -1][kinds == kind]
+
+
+def variance_ratios(values, kinds: list[str], kind: str) -> np.ndarray:
+    """Variance after each block of `kind` over the variance before it."""
+    values, kinds = np.asarray(values, dtype=float), np.asarray(kinds)
+    positions = np.flatnonzero(kinds[1:] == kind) + 1
+    return values[positions] / values[positions - 1]
+
+
+def _geometric_mean(values: np.ndarray) -> float:
+    values = values[np.isfinite(values) & (values > 0)]
+    return float(np.exp(np.log(values).mean())) if values.size else float("nan")
+
+
+def _range(values: np.ndarray, fmt: str = "+.2f") -> str:
+    return f"{values.min():{fmt}} … {values.max():{fmt}}" if values.size > 1 else ""
+
+
+def _roles(summaries: dict) -> dict[str, str]:
+    return {name: role(summary["kinds"]) for name, summary in summaries.items()}
+
+
+def evaluate_claims(results: dict[str, dict], summaries: dict[str, dict] | None = None) -> list[Claim]:
+    """Decide every claim on `results` ({model: {analysis: result}}, as `analysis.compare.analyse` returns
+    them); `summaries` ({model: {"kinds": ...}}) default to the kinds the results carry."""
+    summaries = summaries or {name: {"kinds": _kinds_of(found)} for name, found in results.items()}
+    roles = _roles(summaries)
+    return [
+        _filter_claim(results, "msa", low_pass=True),
+        _filter_claim(results, ("conv", "mlp"), low_pass=False),
+        _variance_claim(results, "msa", reduces=True),
+        _variance_claim(results, ("conv", "mlp"), reduces=False),
+        _hessian_flatness(results, roles),
+        _negative_eigenvalues(results, roles),
+        _landscape_flatness(results, roles),
+        _high_frequency_robustness(results, roles),
+        _stage_end_lesion(results, roles),
+        _ranking(results, roles, "accuracy"),
+        _ranking(results, roles, "robustness"),
+    ]
+
+
+def _kinds_of(found: dict) -> list[str]:
+    for analysis in ("fourier", "variance"):
+        if analysis in found:
+            return list(found[analysis].kinds[1:])
+    for analysis in ("lesion",):
+        if analysis in found:
+            return list(found[analysis].kinds)
+    if "cka" in found:
+        return list(found["cka"].kinds_a)
+    return []
+
+
+def _as_tuple(kinds) -> tuple[str, ...]:
+    return kinds if isinstance(kinds, tuple) else (kinds,)
+
+
+def _filter_claim(results, kinds, *, low_pass: bool) -> Claim:
+    kinds = _as_tuple(kinds)
+    claim = Claim(
+        key="msa-low-pass" if low_pass else "conv-high-pass",
+        statement=(
+            "MSAs are low-pass filters: they reduce the high-frequency amplitude of feature maps"
+            if low_pass else "Convs and MLPs are high-pass filters: they amplify high frequencies"
+        ),
+        source="Fig. 2 and 8; PAPER.md §6 (Fourier ΔlogA)",
+        rule=(
+            f"the mean change of ΔlogA at π over a model's {'/'.join(kinds)} blocks is "
+            f"{'below' if low_pass else 'above'} 0 (downsampling blocks apart)"
+        ),
+    )  # fmt: skip
+    for name, found in results.items():
+        if "fourier" not in found:
+            continue
+        for kind in kinds:
+            changes = block_changes(found["fourier"], kind)
+            if not changes.size:
+                continue
+            mean = float(changes.mean())
+            claim.checks[f"{name} {kind}"] = mean < 0 if low_pass else mean > 0
+            claim.numbers.setdefault(name, {})[kind] = {"mean": mean, "blocks": int(changes.size),
+                                                        "values": changes.tolist()}  # fmt: skip
+            spread = _range(changes)
+            claim.evidence.append(
+                f"{name}: {kind.upper() if kind == 'msa' else kind} {mean:+.3f} on average over {changes.size} "
+                f"block{'s' if changes.size > 1 else ''}" + (f" ({spread})" if spread else "")
+            )
+        pools = block_changes(found["fourier"], "pool")
+        if pools.size and not low_pass:
+            claim.evidence.append(f"{name}: downsampling blocks (not counted) {pools.mean():+.3f} on average")
+    return claim
+
+
+def _variance_claim(results, kinds, *, reduces: bool) -> Claim:
+    kinds = _as_tuple(kinds)
+    claim = Claim(
+        key="msa-reduce-variance" if reduces else "conv-increase-variance",
+        statement=(
+            "MSAs reduce the variance of feature maps (they ensemble and smooth them)" if reduces
+            else "Convs and MLPs increase the variance of feature maps"
+        ),
+        source="Fig. 9; PAPER.md §6 (feature-map variance)",
+        rule=(
+            f"the geometric mean of variance after / before a model's {'/'.join(kinds)} blocks is "
+            f"{'below' if reduces else 'above'} 1 (our definition; the reference notebook's in brackets)"
+        ),
+    )  # fmt: skip
+    for name, found in results.items():
+        if "variance" not in found:
+            continue
+        result = found["variance"]
+        for kind in kinds:
+            ratios = variance_ratios(result.variance, result.kinds, kind)
+            if not ratios.size:
+                continue
+            ours = _geometric_mean(ratios)
+            reference = (
+                _geometric_mean(variance_ratios(result.reference_variance, result.kinds, kind))
+                if result.reference_variance is not None else float("nan")
+            )  # fmt: skip
+            claim.checks[f"{name} {kind}"] = ours < 1 if reduces else ours > 1
+            claim.numbers.setdefault(name, {})[kind] = {"ratio": ours, "reference_ratio": reference,
+                                                        "ratios": ratios.tolist()}  # fmt: skip
+            claim.evidence.append(
+                f"{name}: {kind.upper() if kind == 'msa' else kind} ×{ours:.4g} (reference definition ×{reference:.4g})"
+                f" over {ratios.size} block{'s' if ratios.size > 1 else ''}"
+                + (f", ×{ratios.min():.4g} … ×{ratios.max():.4g}" if ratios.size > 1 else "")
+            )
+    return claim
+
+
+def variance_definitions_agree(results: dict[str, dict]) -> dict:
+    """Per model and kind, the variance ratios under our definition and the reference notebook's on the
+    same maps, and whether they point the same way (both above or both below 1): if they do, a
+    difference from the paper comes from the models, not from the metric."""
+    rows = {}
+    for name, found in results.items():
+        result = found.get("variance")
+        if result is None or result.reference_variance is None:
+            continue
+        for kind in ("msa", "conv", "mlp", "pool"):
+            ours = variance_ratios(result.variance, result.kinds, kind)
+            if not ours.size:
+                continue
+            reference = variance_ratios(result.reference_variance, result.kinds, kind)
+            rows[f"{name} {kind}"] = {
+                "ours": ours.tolist(), "reference": reference.tolist(),
+                "same_direction": bool(np.all((ours > 1) == (reference > 1))),
+                "largest_relative_difference": float(np.max(np.abs(reference / ours - 1))),
+            }  # fmt: skip
+    return rows
+
+
+def _median_top(result) -> float:
+    return float(np.median(np.asarray(result.eigenvalues)[:, 0]))
+
+
+def _pairs(roles: dict, measured, chosen=("transformer", "hybrid")):
+    """(model, CNN) pairs among the `measured` models: each model of a `chosen` role against each CNN."""
+    cnns = [n for n in measured if roles[n] == "cnn"]
+    return [(other, cnn) for other in measured if roles[other] in chosen for cnn in cnns]
+
+
+def _hessian_flatness(results, roles) -> Claim:
+    claim = Claim(
+        key="msa-flat-hessian",
+        statement="MSAs flatten the loss landscape: models with MSAs have smaller Hessian eigenvalues than CNNs",
+        source="Fig. 1b and 4; PAPER.md §6 (Hessian max-eigenvalue spectra)",
+        rule="the median over minibatches of the largest Hessian eigenvalue of each model with MSAs is below the CNN's",
+    )
+    for name, found in results.items():
+        if "hessian" in found:
+            top = _median_top(found["hessian"])
+            claim.numbers[name] = {"median_top_eigenvalue": top, "minibatches": len(found["hessian"].eigenvalues)}
+            claim.evidence.append(
+                f"{name} ({roles[name]}): λmax {top:.4g} (median of {len(found['hessian'].eigenvalues)})"
+            )
+    for other, cnn in _pairs(roles, claim.numbers):
+        claim.checks[f"{other} < {cnn}"] = (
+            claim.numbers[other]["median_top_eigenvalue"] < claim.numbers[cnn]["median_top_eigenvalue"]
+        )
+    return claim
+
+
+def _negative_eigenvalues(results, roles) -> Claim:
+    claim = Claim(
+        key="vit-negative-eigenvalues",
+        statement="ViTs have negative Hessian eigenvalues (a non-convex loss) where CNNs have hardly any",
+        source="Fig. 1b and 4; PAPER.md §6 (negative values appear for ViTs)",
+        rule="|most negative eigenvalue| / largest (medians over minibatches) is larger for each ViT-like model "
+        "than for the CNN",
+    )
+    for name, found in results.items():
+        result = found.get("hessian")
+        if result is None or not np.size(result.smallest_eigenvalues):
+            continue
+        smallest = float(np.median(np.asarray(result.smallest_eigenvalues)[:, 0]))
+        ratio = max(-smallest, 0.0) / abs(_median_top(result))
+        claim.numbers[name] = {"median_smallest_eigenvalue": smallest, "negative_ratio": ratio}
+        claim.evidence.append(f"{name} ({roles[name]}): λmin {smallest:.4g}, |λmin|/λmax {ratio:.3g}")
+    for other, cnn in _pairs(roles, claim.numbers, chosen=("transformer",)):
+        claim.checks[f"{other} > {cnn}"] = claim.numbers[other]["negative_ratio"] > claim.numbers[cnn]["negative_ratio"]
+    return claim
+
+
+def landscape_rise(result) -> float:
+    """Mean rise of the loss over the grid from its value at the trained weights: larger is sharper."""
+    loss = np.asarray(result.loss, dtype=float)
+    centre = loss[(len(result.coordinates) // 2,) * loss.ndim]
+    return float(np.nanmean(loss - centre))
+
+
+def _landscape_flatness(results, roles) -> Claim:
+    claim = Claim(
+        key="msa-flat-landscape",
+        statement="MSAs flatten the loss landscape: the NLL + L2 surface of models with MSAs is flatter than a CNN's",
+        source="Fig. 1a; PAPER.md §6 (loss landscape)",
+        rule="the mean rise of NLL + L2 over the grid from the trained weights is smaller than the CNN's",
+    )
+    for name, found in results.items():
+        if "landscape" in found:
+            rise = landscape_rise(found["landscape"])
+            claim.numbers[name] = {"mean_rise": rise, "protocol": found["landscape"].protocol}
+            claim.evidence.append(
+                f"{name} ({roles[name]}): mean rise {rise:.4g} ({found['landscape'].protocol} protocol)"
+            )
+    for other, cnn in _pairs(roles, claim.numbers):
+        claim.checks[f"{other} < {cnn}"] = claim.numbers[other]["mean_rise"] < claim.numbers[cnn]["mean_rise"]
+    return claim
+
+
+HIGH_FREQUENCIES = 0.7  # units of π: the bands where the paper's ViT loses least and ResNet most
+
+
+def _high_frequency_robustness(results, roles) -> Claim:
+    claim = Claim(
+        key="msa-robust-high-frequency",
+        statement="MSAs are robust to high-frequency noise, Convs vulnerable: a ViT loses less accuracy than a "
+        "ResNet under high-frequency noise",
+        source="Fig. 2b; PAPER.md §6 (frequency-band noise)",
+        rule=f"the mean Δaccuracy over noise bands ≥ {HIGH_FREQUENCIES}π of each ViT-like model is above (less "
+        "negative than) the CNN's",
+    )
+    for name, found in results.items():
+        result = found.get("frequency-noise")
+        if result is None:
+            continue
+        frequencies, delta = np.asarray(result.frequencies), np.asarray(result.delta_accuracy)
+        high = delta[frequencies >= HIGH_FREQUENCIES - 1e-9]
+        if not high.size:
+            continue
+        claim.numbers[name] = {"mean_high_frequency_delta": float(high.mean()), "delta_accuracy": delta.tolist()}
+        claim.evidence.append(
+            f"{name} ({roles[name]}): {100 * high.mean():+.1f} points at ≥ {HIGH_FREQUENCIES}π "
+            f"({100 * delta[-1]:+.1f} at {frequencies[-1]:.1f}π)"
+        )
+    for other, cnn in _pairs(roles, claim.numbers, chosen=("transformer",)):
+        claim.checks[f"{other} > {cnn}"] = (
+            claim.numbers[other]["mean_high_frequency_delta"] > claim.numbers[cnn]["mean_high_frequency_delta"]
+        )
+    return claim
+
+
+def stage_ends(kinds: list[str]) -> list[int]:
+    """Blocks that end a stage: those followed by a downsampling block or by the head (or the end)."""
+    ends = []
+    for index, kind in enumerate(kinds):
+        following = kinds[index + 1] if index + 1 < len(kinds) else "head"
+        if kind not in ("stem", "head", "pool") and following in ("pool", "head"):
+            ends.append(index)
+    return ends
+
+
+def _stage_end_lesion(results, roles) -> Claim:
+    claim = Claim(
+        key="stage-end-msa-lesion",
+        statement="MSAs at the end of a stage play a key role: removing one costs more accuracy than removing "
+        "another block",
+        source="Fig. 11 (lesion study); PAPER.md §6 (lesion)",
+        rule="for a multi-stage model with MSAs, the mean accuracy drop of its stage-end MSAs exceeds that of "
+        "its other removable blocks",
+    )
+    for name, found in results.items():
+        result = found.get("lesion")
+        if result is None or roles.get(name) not in ("hybrid", "transformer") or "pool" not in result.kinds:
+            continue
+        drops = np.asarray(result.accuracy_drop, dtype=float)
+        ends = [i for i in stage_ends(list(result.kinds)) if result.kinds[i] == "msa" and np.isfinite(drops[i])]
+        others = [i for i in range(len(drops)) if np.isfinite(drops[i]) and i not in ends]
+        if not ends or not others:
+            continue
+        end_drop, other_drop = float(drops[ends].mean()), float(drops[others].mean())
+        claim.checks[name] = end_drop > other_drop
+        claim.numbers[name] = {"stage_end_msa_drop": end_drop, "other_drop": other_drop, "stage_end_msas": ends}
+        claim.evidence.append(
+            f"{name}: stage-end MSAs −{100 * end_drop:.1f} points on average ({len(ends)}), other blocks "
+            f"−{100 * other_drop:.1f} ({len(others)})"
+        )
+    return claim
+
+
+def _ranking(results, roles, what: str) -> Claim:
+    accuracy = what == "accuracy"
+    claim = Claim(
+        key="accuracy-order" if accuracy else "robustness-order",
+        statement=(
+            "AlterNet is more accurate than the ResNet, which is more accurate than ViT" if accuracy
+            else "AlterNet is more robust to corruptions than the ResNet, which is more robust than ViT"
+        ),
+        source=(
+            "PAPER.md §1 (CIFAR-100 top-1: AlterNet 84.0, ResNet 82.5, ViT-Ti 66.5)" if accuracy
+            else "PAPER.md §1 (CIFAR-100-C mean accuracy: AlterNet 66.7, ResNet 65.0, ViT-Ti 51.9)"
+        ),
+        rule=(
+            "test accuracy: every hybrid ≥ every CNN > every ViT-like model" if accuracy
+            else "mean accuracy over the corruptions: every hybrid ≥ every CNN > every ViT-like model"
+        ),
+    )  # fmt: skip
+    values = {}
+    for name, found in results.items():
+        if accuracy and "accuracy" in found:
+            values[name] = found["accuracy"].accuracy
+        elif not accuracy and "robustness" in found:
+            values[name] = found["robustness"].mean_accuracy
+    for name, value in values.items():
+        claim.numbers[name] = value
+        claim.evidence.append(f"{name} ({roles[name]}): {100 * value:.2f}%")
+    by_role = {r: [n for n in values if roles[n] == r] for r in ("hybrid", "cnn", "transformer")}
+    for hybrid in by_role["hybrid"]:
+        for cnn in by_role["cnn"]:
+            claim.checks[f"{hybrid} ≥ {cnn}"] = values[hybrid] >= values[cnn]
+    for cnn in by_role["cnn"]:
+        for transformer in by_role["transformer"]:
+            claim.checks[f"{cnn} > {transformer}"] = values[cnn] > values[transformer]
+    return claim

@@ -1,0 +1,553 @@
+"""Every analysis of the paper on one model or several, and the paper's figures with all models in one plot.
+
+`analyse(model, analyses, ...)` runs the analyses of one model; the per-block ones (Fourier, variance,
+CKA, and the clean accuracy) share one pass of feature maps (`analysis.blocks.accumulate`) instead of
+running the model once each. `Settings` holds how much of each analysis to run: the paper's amounts,
+or `Settings.for_device` scaled down on a CPU, saying what it changed. The comparison figures put every
+model on one axis, depth normalised to 0…1 as in the reference notebooks, with a strip per model
+marking its MSA (grey) and downsampling (blue) blocks; `analysis.claims` reads the same results to
+decide the paper's claims.
+"""
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import _common, cka, fourier, hessian, landscape, lesion, robustness, variance
+from ._common import AnalysisResult, logits_of
+from .blocks import BlockAdapter, accumulate, describe_blocks
+from .corruptions import CORRUPTIONS, SEVERITIES
+
+ANALYSES = ("fourier", "variance", "hessian", "landscape", "robustness", "frequency-noise", "lesion", "cka")
+PER_BLOCK = ("fourier", "variance", "cka")  # computed from one pass of feature maps
+
+
+@dataclass
+class Settings:
+    """How much of each analysis to run (the defaults are the paper's amounts, for a GPU).
+
+    `max_batches` limits the test batches of the per-block, noise and lesion analyses;
+    `train_batch_size` is the minibatch of the Hessian and the landscape (the paper's 96); `top_k` and
+    `bottom_k` are the Hessian eigenvalues per minibatch at each end of the spectrum (`bottom_k=0`: the
+    largest only); `density_vectors=0` skips the SLQ density; `corruption_images` limits the clean
+    images corrupted for generated CIFAR-C.
+    """
+
+    max_batches: int | None = None
+    train_batch_size: int = 96
+    hessian_batches: int = 10
+    top_k: int = 5
+    bottom_k: int = 5
+    lanczos_steps: int = 100
+    hessian_tol: float = 1e-3
+    hessian_time_limit: float | None = None
+    density_vectors: int = 4
+    density_steps: int = 64
+    weight_decay: float = 0.05
+    penalty: str = "reference"
+    hessian_batchnorm: str = "train"
+    landscape_points: int = 21
+    landscape_batches: int = 1
+    landscape_span: float = 1.0
+    landscape_protocol: str = "filter"
+    landscape_batchnorm: str | None = None  # None: the protocol's own mode
+    corruptions: tuple[str, ...] = CORRUPTIONS
+    severities: tuple[int, ...] = SEVERITIES
+    corruption_images: int | None = None
+    seed: int = 0
+
+    # What two CPU cores do in a few minutes on a small model (the first run's AlterNet on digits: about 5
+    # CPU-minutes, the Hessian half of it); a GPU does the paper's amounts.
+    CPU_AMOUNTS = dict(
+        max_batches=2, train_batch_size=32, hessian_batches=2, lanczos_steps=20, hessian_tol=1e-2, density_vectors=0,
+        landscape_points=9, corruption_images=128, severities=(3,),
+    )  # fmt: skip
+
+    @classmethod
+    def for_device(cls, device: torch.device | str, **given) -> tuple["Settings", list[str]]:
+        """The settings for `device`: the paper's amounts on a GPU, `CPU_AMOUNTS` on a CPU where not
+        `given` (None values count as not given); also the notes saying what was scaled down."""
+        given = {key: value for key, value in given.items() if value is not None}
+        unknown = set(given) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown settings {sorted(unknown)}")
+        paper = cls()
+        scaled, notes = {}, []
+        if torch.device(device).type == "cpu":
+            for key, value in cls.CPU_AMOUNTS.items():
+                if key not in given:
+                    scaled[key] = value
+                    notes.append(f"{key.replace('_', '-')} {_shown(value)} (paper: {_shown(getattr(paper, key))})")
+        return cls(**{**scaled, **given}), notes
+
+    def to_dict(self) -> dict:
+        return {f.name: _common._plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+def _shown(value) -> str:
+    if value is None:
+        return "all"
+    return ",".join(map(str, value)) if isinstance(value, (tuple, list)) else str(value)
+
+
+@dataclass
+class AccuracyResult(AnalysisResult):
+    """Accuracy and mean NLL of the clean test data, from the per-block pass."""
+
+    accuracy: float
+    nll: float
+    num_samples: int
+
+
+class AccuracyAccumulator:
+    def __init__(self):
+        self.correct, self.nll, self.count = 0, 0.0, 0
+
+    def update(self, batch) -> None:
+        if batch.targets is None:
+            return
+        logits, targets = logits_of(batch.logits).double(), batch.targets.to(batch.logits.device)
+        self.correct += (logits.argmax(-1) == targets).sum().item()
+        self.nll += F.cross_entropy(logits, targets, reduction="sum").item()
+        self.count += len(targets)
+
+    def result(self) -> AccuracyResult | None:
+        return AccuracyResult(self.correct / self.count, self.nll / self.count, self.count) if self.count else None
+
+
+@dataclass
+class Preprocessing:
+    """What a model's inputs go through (CIFAR-C images are uint8 and are normalised here)."""
+
+    image_size: int | None = None
+    image_mean: Sequence[float] | None = None
+    image_std: Sequence[float] | None = None
+
+
+def analyse(
+    model: nn.Module,
+    analyses: Sequence[str] = ANALYSES,
+    *,
+    test_data,
+    train_data: Callable[[], object] | None = None,
+    corruption_source=None,
+    settings: Settings | None = None,
+    adapter: BlockAdapter | None = None,
+    preprocessing: Preprocessing | None = None,
+    device: str | torch.device | None = None,
+    progress: bool = False,
+    on_partial: Callable[[str, AnalysisResult], None] | None = None,
+    on_start: Callable[[str], None] | None = None,
+    on_result: Callable[[str, AnalysisResult], None] | None = None,
+) -> dict[str, AnalysisResult]:
+    """Run `analyses` on `model`; returns {name: result}, plus "accuracy" when a per-block analysis ran.
+
+    `test_data`: clean, normalised test batches (a DataLoader). `train_data()`: a fresh iterable of the
+    augmented training batches (the Hessian and landscape each draw theirs from a new one, so they see
+    the same batches whatever ran before). `corruption_source`: CIFAR-C (`analysis.robustness`).
+    `on_partial(name, result)` receives the Hessian spectrum after each minibatch, `on_result(name,
+    result)` each result as soon as it is done (to write it before the next one starts); `on_start(name)`
+    is called before each analysis (for time estimates).
+    """
+    settings = settings or Settings()
+    unknown = sorted(set(analyses) - set(ANALYSES))
+    if unknown:
+        raise ValueError(f"unknown analyses {unknown}; choose from {', '.join(ANALYSES)}")
+    if {"hessian", "landscape"} & set(analyses) and train_data is None:
+        raise ValueError("the Hessian and landscape analyses need train_data")
+    if "robustness" in analyses and corruption_source is None:
+        raise ValueError("the robustness analysis needs a corruption_source")
+    adapter = describe_blocks(model, adapter)
+    preprocessing = preprocessing or Preprocessing()
+    common = dict(device=device, progress=progress)
+    results: dict[str, AnalysisResult] = {}
+
+    per_block = [name for name in PER_BLOCK if name in analyses]
+    if per_block:
+        if on_start:
+            on_start(", ".join(per_block))
+        accumulators = {
+            "fourier": fourier.FourierAccumulator(),
+            "variance": variance.VarianceAccumulator(),
+            "cka": cka.CKAAccumulator(),
+        }
+        chosen = {name: accumulators[name] for name in per_block} | {"accuracy": AccuracyAccumulator()}
+        computed = accumulate(
+            model, test_data, list(chosen.values()), adapter=adapter, max_batches=settings.max_batches,
+            desc="+".join(per_block), **common,
+        )  # fmt: skip
+        results.update({name: result for name, result in zip(chosen, computed) if result is not None})
+        for name in per_block:
+            if on_result:
+                on_result(name, results[name])
+
+    for name in analyses:
+        if name in PER_BLOCK:
+            continue
+        if on_start:
+            on_start(name)
+        if name == "hessian":
+            results[name] = hessian.max_eigenvalue_spectrum(
+                model, train_data(), top_k=settings.top_k, bottom_k=settings.bottom_k,
+                weight_decay=settings.weight_decay, penalty=settings.penalty, batchnorm=settings.hessian_batchnorm,
+                tol=settings.hessian_tol, max_steps=settings.lanczos_steps, max_batches=settings.hessian_batches,
+                density_vectors=settings.density_vectors, density_steps=settings.density_steps,
+                time_limit=settings.hessian_time_limit, seed=settings.seed,
+                on_batch=(lambda partial: on_partial("hessian", partial)) if on_partial else None, **common,
+            )  # fmt: skip
+        elif name == "landscape":
+            results[name] = landscape.loss_landscape(
+                model, train_data(), num_points=settings.landscape_points, span=settings.landscape_span,
+                weight_decay=settings.weight_decay, penalty=settings.penalty, protocol=settings.landscape_protocol,
+                batchnorm=settings.landscape_batchnorm, max_batches=settings.landscape_batches, seed=settings.seed,
+                **common,
+            )  # fmt: skip
+        elif name == "robustness":
+            results[name] = robustness.evaluate_corruptions(
+                model, corruption_source, corruptions=settings.corruptions, severities=settings.severities,
+                image_size=preprocessing.image_size, image_mean=preprocessing.image_mean,
+                image_std=preprocessing.image_std, **common,
+            )  # fmt: skip
+        elif name == "frequency-noise":
+            results[name] = robustness.frequency_noise(
+                model, test_data, max_batches=settings.max_batches, seed=settings.seed, **common
+            )
+        elif name == "lesion":
+            results[name] = lesion.lesion_study(model, test_data, adapter=adapter, max_batches=settings.max_batches,
+                                                **common)  # fmt: skip
+        if on_result:
+            on_result(name, results[name])
+    return results
+
+
+# --- one model's figures -------------------------------------------------------------------------------
+
+
+def figure_of(name: str, result: AnalysisResult):
+    """The paper-style figure of one analysis of one model (what `alternet-analyze` saves as PNG)."""
+    import matplotlib.pyplot as plt
+
+    if name == "fourier":
+        figure, axes = plt.subplots(1, 2, figsize=(10, 3.5), constrained_layout=True)
+        fourier.plot_fourier_curves(result, ax=axes[0])
+        fourier.plot_fourier(result, ax=axes[1])
+        return figure
+    if name == "hessian":
+        if result.density is None:
+            return hessian.plot_spectrum(result).figure
+        figure, axes = plt.subplots(1, 2, figsize=(10, 3.5), constrained_layout=True)
+        hessian.plot_spectrum(result, ax=axes[0])
+        hessian.plot_density(hessian.DensityResult(**_arrays(result.density)), ax=axes[1])
+        axes[1].set_title("SLQ density (first minibatch)")
+        return figure
+    if name == "landscape":
+        figure = plt.figure(figsize=(10, 4), constrained_layout=True)
+        landscape.plot_landscape(result, figure.add_subplot(1, 2, 1), kind="contour")
+        landscape.plot_landscape(result, figure.add_subplot(1, 2, 2, projection="3d"), kind="surface")
+        return figure
+    plots = {
+        "variance": variance.plot_variance,
+        "robustness": robustness.plot_corruptions,
+        "frequency-noise": robustness.plot_frequency_noise,
+        "lesion": lesion.plot_lesion,
+        "cka": cka.plot_cka,
+    }
+    return plots[name](result).figure
+
+
+def _arrays(values: dict) -> dict:
+    return {key: np.asarray(value, dtype=float) if isinstance(value, list) else value for key, value in values.items()}
+
+
+# --- all models in one figure ---------------------------------------------------------------------------
+
+STRIP_COLOURS = {"msa": "0.6", "pool": "#6baed6", "conv": "white", "mlp": "#e5f5e0", "stem": "0.95",
+                 "head": "0.95", "input": "white"}  # fmt: skip
+KIND_MARKERS = {"msa": "o", "pool": "v", "conv": "D", "mlp": "s", "stem": "x", "head": "x", "input": "."}
+
+
+def normalized_depth(count: int) -> np.ndarray:
+    """0 … 1 over `count` states, as the reference notebooks plot depth."""
+    return np.arange(count) / max(count - 1, 1)
+
+
+def _colours(names):
+    import matplotlib.pyplot as plt
+
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    return {name: palette[i % len(palette)] for i, name in enumerate(names)}
+
+
+def _by_depth_figure(series: dict[str, tuple[np.ndarray, list[str]]], *, ylabel: str, title: str, log: bool = False,
+                     extra: dict[str, np.ndarray] | None = None, extra_label: str = ""):  # fmt: skip
+    """One axis with every model's curve over normalised depth (markers by block kind), and below it one
+    strip per model showing where its MSA and downsampling blocks are."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    names = list(series)
+    colours = _colours(names)
+    figure = plt.figure(figsize=(7.5, 3.6 + 0.32 * len(names)), constrained_layout=True)
+    grid = figure.add_gridspec(1 + len(names), 1, height_ratios=[8] + [1] * len(names))
+    ax = figure.add_subplot(grid[0])
+    for name in names:
+        values, kinds = series[name]
+        depth = normalized_depth(len(kinds))
+        ax.plot(depth, values, color=colours[name], linewidth=1.2, label=name)
+        for kind in set(kinds):
+            chosen = [i for i, k in enumerate(kinds) if k == kind]
+            filled = kind in ("msa", "pool")
+            ax.scatter(
+                depth[chosen], np.asarray(values)[chosen], marker=KIND_MARKERS.get(kind, "."), s=22 if filled else 12,
+                color=colours[name], facecolors=colours[name] if filled else "none", zorder=3,
+            )  # fmt: skip
+        if extra and name in extra:
+            ax.plot(depth, extra[name], color=colours[name], linewidth=0.8, linestyle="--")
+    if log:
+        ax.set_yscale("log")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.set_xlim(-0.02, 1.02)
+    ax.tick_params(labelbottom=False)
+    kinds_present = sorted({k for _, kinds in series.values() for k in kinds} & {"msa", "pool", "conv", "mlp"})
+    handles = [Line2D([], [], color=colours[n], label=n) for n in names]
+    handles += [Line2D([], [], linestyle="", marker=KIND_MARKERS[k], color="0.3", label=k) for k in kinds_present]
+    if extra:
+        handles.append(Line2D([], [], color="0.3", linestyle="--", label=extra_label))
+    ax.legend(handles=handles, fontsize=7, ncol=2)
+    for row, name in enumerate(names, start=1):
+        strip = figure.add_subplot(grid[row], sharex=ax)
+        kinds = series[name][1]
+        depth = normalized_depth(len(kinds))
+        half = 0.5 / max(len(kinds) - 1, 1)
+        for position, kind in zip(depth, kinds):
+            strip.axvspan(position - half, position + half, color=STRIP_COLOURS.get(kind, "white"), linewidth=0)
+        strip.set_yticks([])
+        strip.set_ylabel(name, rotation=0, ha="right", va="center", fontsize=7)
+        strip.tick_params(labelbottom=row == len(names), labelsize=7)
+    strip.set_xlabel("normalised depth (0 = input)")
+    shades = [Patch(facecolor=STRIP_COLOURS[k], edgecolor="0.5", label=lbl)
+              for k, lbl in (("msa", "MSA"), ("pool", "downsampling"), ("mlp", "MLP"), ("conv", "Conv"))]  # fmt: skip
+    figure.legend(handles=shades, loc="lower left", fontsize=6, ncol=4, frameon=False)
+    return figure
+
+
+def comparison_figures(results: dict[str, dict[str, AnalysisResult]]) -> dict[str, object]:
+    """The paper's figures with every model in one plot, {file stem: matplotlib figure}, for the
+    analyses present in `results` ({model: {analysis: result}})."""
+    import matplotlib.pyplot as plt
+
+    def having(analysis):
+        return {name: found[analysis] for name, found in results.items() if analysis in found}
+
+    figures = {}
+    if found := having("fourier"):
+        figures["fourier_by_depth"] = _by_depth_figure(
+            {name: (r.high_frequency, r.kinds) for name, r in found.items()},
+            ylabel="ΔlogA at π", title="High-frequency ΔlogA by depth (Fig. 2c / 8)",
+        )  # fmt: skip
+        figure, axes = plt.subplots(1, len(found), figsize=(3.6 * len(found), 3.2), squeeze=False,
+                                    constrained_layout=True)  # fmt: skip
+        for ax, (name, result) in zip(axes[0], found.items()):
+            fourier.plot_fourier_curves(result, ax=ax)
+            ax.set_title(f"{name}: ΔlogA spectra (Fig. 2a)", fontsize=9)
+        figures["fourier_spectra"] = figure
+    if found := having("variance"):
+        figures["variance_by_depth"] = _by_depth_figure(
+            {name: (r.variance, r.kinds) for name, r in found.items()}, ylabel="feature-map variance",
+            title="Feature-map variance by depth (Fig. 9)", log=True,
+            extra={n: r.reference_variance for n, r in found.items() if r.reference_variance is not None},
+            extra_label="reference notebook's definition",
+        )  # fmt: skip
+    if found := having("hessian"):
+        figures["hessian_spectra"] = _hessian_figure(found)
+    if found := having("landscape"):
+        figures["landscape"] = _landscape_figure(found)
+    if found := having("frequency-noise"):
+        figures["frequency_noise"] = robustness.plot_frequency_noise(found).figure
+    if found := having("lesion"):
+        drops = {n: (np.concatenate([[np.nan], 100 * r.accuracy_drop]), ["input", *r.kinds]) for n, r in found.items()}
+        figures["lesion"] = _by_depth_figure(
+            drops, ylabel="accuracy drop (points)", title="Lesion study: accuracy lost without each block (Fig. 11)",
+        )  # fmt: skip
+    if found := having("robustness"):
+        ax = _common.new_axes(None, figsize=(5, 3.5))
+        for name, result in found.items():
+            ax.plot(result.severities, 100 * np.asarray(result.accuracy).mean(axis=0), marker="o", label=name)
+        ax.set(xlabel="severity", ylabel="mean accuracy over corruptions (%)", title="CIFAR-C robustness")
+        ax.set_xticks(list(next(iter(found.values())).severities))
+        ax.legend()
+        figures["robustness"] = ax.figure
+    if found := having("cka"):
+        figure, axes = plt.subplots(1, len(found), figsize=(4.2 * len(found), 3.6), squeeze=False,
+                                    constrained_layout=True)  # fmt: skip
+        for ax, (name, result) in zip(axes[0], found.items()):
+            cka.plot_cka(result, ax=ax)
+            ax.set_title(f"{name}: CKA", fontsize=9)
+        figures["cka"] = figure
+    return figures
+
+
+def _hessian_figure(found: dict):
+    import matplotlib.pyplot as plt
+
+    densities = {name: r.density for name, r in found.items() if r.density is not None}
+    figure, axes = plt.subplots(1, 1 + bool(densities), figsize=(5.5 * (1 + bool(densities)), 3.6), squeeze=False,
+                                constrained_layout=True)  # fmt: skip
+    colours = _colours(list(found))
+    values = np.concatenate([np.concatenate([np.ravel(r.eigenvalues), np.ravel(r.smallest_eigenvalues)])
+                             for r in found.values()])  # fmt: skip
+    values = values[np.isfinite(values)]
+    edges = np.linspace(values.min(), values.max(), 41) if values.size and values.min() < values.max() else 41
+    ax = axes[0, 0]
+    for name, result in found.items():
+        both = np.concatenate([np.ravel(result.eigenvalues), np.ravel(result.smallest_eigenvalues)])
+        counts, bins = np.histogram(both[np.isfinite(both)], bins=edges)
+        spectrum = dataclasses.replace(result, counts=counts, bin_edges=bins)
+        hessian.plot_spectrum(spectrum, ax=ax, label=name, color=colours[name])
+    ax.set_title("Hessian max-eigenvalue spectra (Fig. 1b / 4)")
+    if densities:
+        ax = axes[0, 1]
+        for name, density in densities.items():
+            density = _arrays(density)
+            ax.plot(density["grid"], np.maximum(density["density"], 1e-12 * density["density"].max()), label=name,
+                    color=colours[name])  # fmt: skip
+        ax.axvline(0.0, color="0.5", linewidth=0.8, linestyle="--")
+        ax.set(yscale="log", xlabel="Hessian eigenvalue", ylabel="density", title="SLQ spectral density")
+        ax.legend()
+    return figure
+
+
+def _landscape_figure(found: dict):
+    """The loss along each direction through the trained weights (rise from the centre), every model on
+    one axis, and each model's contour map."""
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 1 + len(found), figsize=(4.2 * (1 + len(found)), 3.8), squeeze=False,
+                                constrained_layout=True)  # fmt: skip
+    colours = _colours(list(found))
+    ax = axes[0, 0]
+    for name, result in found.items():
+        loss = np.asarray(result.loss)
+        centre = len(result.coordinates) // 2
+        slices = [loss] if loss.ndim == 1 else [loss[:, centre], loss[centre, :]]
+        for direction, values in enumerate(slices):
+            ax.plot(result.coordinates, values - loss[(centre,) * loss.ndim], color=colours[name],
+                    linestyle="-" if direction == 0 else ":", label=name if direction == 0 else None)  # fmt: skip
+    protocols = sorted({r.protocol for r in found.values()})
+    ax.set(xlabel="step along direction 1 (solid) / 2 (dotted)", ylabel="loss − loss at the trained weights",
+           title=f"Loss-landscape slices ({', '.join(protocols)} protocol)")  # fmt: skip
+    ax.legend()
+    for ax, (name, result) in zip(axes[0, 1:], found.items()):
+        if np.asarray(result.loss).ndim == 2:
+            landscape.plot_landscape(result, ax=ax, kind="contour")
+        else:
+            landscape.plot_landscape(result, ax=ax)
+        ax.set_title(f"{name}: NLL + L2", fontsize=9)
+    return figure
+
+
+def summary_of(model: nn.Module, adapter: BlockAdapter | None = None) -> dict:
+    """Parameters and blocks of a model, for reports."""
+    adapter = describe_blocks(model, adapter)
+    kinds = adapter.kinds
+    return {
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "kinds": kinds,
+        "names": adapter.names,
+        "block_counts": {kind: kinds.count(kind) for kind in dict.fromkeys(kinds)},
+    }
+
+
+def finite(value):
+    """JSON has no NaN or infinity: write null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, list):
+        return [finite(v) for v in value]
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    return value
+
+
+# --- how long it will take --------------------------------------------------------------------------------
+
+
+def _seconds(function, repeats: int = 1) -> float:
+    import time
+
+    function()  # warm-up: first calls allocate
+    started = time.perf_counter()
+    for _ in range(repeats):
+        function()
+    return (time.perf_counter() - started) / repeats
+
+
+# A Hessian-vector product costs about this many forward passes of its batch (measured on the first run's
+# AlterNet on a CPU: 6.3; a gradient with its graph, then a double backward).
+HVP_FORWARDS = 6.5
+
+
+def measure_costs(model: nn.Module, *, test_batch, train_batch=None, device=None) -> dict[str, float]:
+    """Seconds per forward pass of a test and a training batch, measured on the batches given: what
+    `estimate_seconds` multiplies."""
+    device = _common.resolve_device(model, device)
+    costs = {}
+    with _common.analysis_mode(model, device=device), torch.no_grad():
+        inputs = test_batch[0].to(device)
+        costs["test_forward"] = _seconds(lambda: model(inputs))
+        costs["test_batch_size"] = len(inputs)
+        if train_batch is not None:
+            train_inputs = train_batch[0].to(device)
+            costs["train_forward"] = _seconds(lambda: model(train_inputs))
+    return costs
+
+
+def estimate_seconds(
+    analyses: Sequence[str], costs: dict[str, float], settings: Settings, *, test_batches: int, num_branches: int,
+    corruption_images: int | None = None,
+) -> dict[str, tuple[float, str]]:  # fmt: skip
+    """{analysis: (seconds, how that was reckoned)} from measured `costs`; per-block analyses share
+    one entry (they share one pass). Upper bounds for the Hessian (every Lanczos step taken)."""
+    test = costs["test_forward"]
+    estimates = {}
+    per_block = [name for name in PER_BLOCK if name in analyses]
+    if per_block:
+        estimates[", ".join(per_block)] = (1.3 * test * test_batches, f"one pass over {test_batches} test batches")
+    if "hessian" in analyses and "train_forward" in costs:
+        products = settings.hessian_batches * settings.lanczos_steps + settings.density_vectors * settings.density_steps
+        hvp = HVP_FORWARDS * costs["train_forward"]
+        estimates["hessian"] = (
+            products * hvp,
+            f"at most {settings.hessian_batches} minibatches × {settings.lanczos_steps} Lanczos steps"
+            + (f" + {settings.density_vectors}×{settings.density_steps} for the density" if settings.density_vectors
+               else "") + f", about {hvp:.2g} s per Hessian-vector product",
+        )  # fmt: skip
+    if "landscape" in analyses and "train_forward" in costs:
+        points = settings.landscape_points**2
+        estimates["landscape"] = (
+            points * settings.landscape_batches * costs["train_forward"],
+            f"{points} grid points × {settings.landscape_batches} minibatch",
+        )
+    if "robustness" in analyses:
+        sets = len(settings.corruptions) * len(settings.severities)
+        images = corruption_images or test_batches * costs["test_batch_size"]
+        estimates["robustness"] = (
+            2.0 * sets * images / costs["test_batch_size"] * test,  # generation costs about a forward pass
+            f"{sets} corruption sets × {images} images",
+        )
+    if "frequency-noise" in analyses:
+        estimates["frequency-noise"] = (10 * test * test_batches, f"10 passes over {test_batches} test batches")
+    if "lesion" in analyses:
+        estimates["lesion"] = (
+            (1 + num_branches) * test * test_batches,
+            f"{1 + num_branches} passes over {test_batches} test batches",
+        )
+    return estimates

@@ -1,0 +1,156 @@
+"""A comparison written to disk: one JSON with every number, the figures (PNG), and a short Markdown report
+that states per claim of the paper the numbers that decide it and whether it holds on these models."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .claims import HOLDS, UNDECIDED, Claim, evaluate_claims, role, variance_definitions_agree
+from .compare import comparison_figures, finite
+
+FIGURE_CAPTIONS = {
+    "fourier_by_depth": "ΔlogA at π by normalised depth; filled circles are MSA blocks, triangles downsampling blocks. "
+    "The strips below mark each model's MSA (grey) and downsampling (blue) blocks.",
+    "fourier_spectra": "ΔlogA over frequency of every state, shallow (dark) to deep (bright).",
+    "variance_by_depth": "Feature-map variance by normalised depth (log scale); dashed: the reference notebook's "
+    "definition on the same maps.",
+    "hessian_spectra": "Top-k and bottom-k Hessian eigenvalues of every minibatch, pooled (and the SLQ density).",
+    "landscape": "NLL + L2 along the two directions through the trained weights, and each model's contour map.",
+    "frequency_noise": "Accuracy change under noise restricted to one frequency band.",
+    "lesion": "Accuracy lost when one block's residual branch is removed, at the depth of the block's output.",
+    "robustness": "Mean accuracy over the corruptions by severity.",
+    "cka": "Minibatch CKA between the blocks of each model.",
+}
+
+
+def write_comparison(
+    out: str | Path,
+    results: dict[str, dict],
+    summaries: dict[str, dict],
+    *,
+    meta: dict | None = None,
+    notes: list[str] | None = None,
+) -> dict[str, Path]:
+    """Write `comparison.json`, the figures and `report.md` into `out`; return their paths.
+
+    `results`: {model: {analysis: result}}; `summaries`: {model: {"kinds", "parameters", "source", ...}}
+    (`analysis.compare.summary_of` plus whatever describes the model); `meta`: settings and data of the
+    run, written to the JSON and the report; `notes`: lines the report lists under its settings.
+    """
+    import matplotlib.pyplot as plt
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    claims = evaluate_claims(results, summaries)
+    definitions = variance_definitions_agree(results)
+    written = {}
+    for stem, figure in comparison_figures(results).items():
+        written[stem] = out / f"{stem}.png"
+        figure.savefig(written[stem], dpi=120)
+        plt.close(figure)
+    payload = {
+        "meta": meta or {},
+        "notes": notes or [],
+        "models": {
+            name: {
+                **summaries[name],
+                "role": role(summaries[name]["kinds"]),
+                "results": {analysis: result.to_dict() for analysis, result in found.items()},
+            }
+            for name, found in results.items()
+        },  # fmt: skip
+        "claims": [claim.to_dict() for claim in claims],
+        "variance_definitions": definitions,
+    }
+    written["json"] = out / "comparison.json"
+    written["json"].write_text(json.dumps(finite(_plain(payload)), indent=2))
+    written["report"] = out / "report.md"
+    written["report"].write_text(report_markdown(results, summaries, claims, definitions, written, meta, notes))
+    return written
+
+
+def _plain(value):
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return value
+
+
+def report_markdown(results, summaries, claims: list[Claim], definitions: dict, written: dict, meta, notes) -> str:
+    meta, notes = meta or {}, notes or []
+    lines = [f"# Comparison of {', '.join(results)}", ""]
+    if meta.get("dataset"):
+        lines.append(f"Data: `{meta['dataset']}`; device: {meta.get('device', '?')}.")
+        lines.append("")
+    lines += ["| model | source | role | parameters | blocks | test accuracy |", "|---|---|---|---|---|---|"]
+    for name, found in results.items():
+        summary = summaries[name]
+        counts = ", ".join(f"{count} {kind}" for kind, count in summary["block_counts"].items()
+                           if kind not in ("stem", "head"))  # fmt: skip
+        accuracy = f"{100 * found['accuracy'].accuracy:.2f}%" if "accuracy" in found else "–"
+        lines.append(
+            f"| {name} | `{summary.get('source', '')}` | {role(summary['kinds'])} | {summary['parameters']:,} | "
+            f"{counts} | {accuracy} |"
+        )
+    lines += ["", "## Claims of the paper on these models", ""]
+    lines += ["| claim (paper) | verdict | the numbers that decide it |", "|---|---|---|"]
+    for claim in claims:
+        verdict = f"**{claim.verdict}**" if claim.verdict == HOLDS else claim.verdict
+        evidence = "<br>".join(claim.evidence) or "(not measured)"
+        lines.append(f"| {claim.statement} ({claim.source}) | {verdict} | {evidence}<br>*rule: {claim.rule}* |")
+    failing = [c for c in claims if c.verdict not in (HOLDS, UNDECIDED)]
+    if failing:
+        lines += ["", "Claims that do not hold (or not on every model) here: "
+                  + "; ".join(f"{c.key} ({', '.join(k for k, ok in c.checks.items() if not ok)})" for c in failing)
+                  + ". The verdicts are about these models on this data, not the paper's models."]  # fmt: skip
+    lines += ["", "## Feature-map variance: the metric or the models?", "", variance_paragraph(definitions), ""]
+    lines += ["## Settings", ""]
+    for key in ("augmentation", "landscape_protocol", "settings"):
+        if key in meta:
+            lines.append(f"- {key.replace('_', ' ')}: `{json.dumps(_plain(meta[key]))}`")
+    lines += [f"- {note}" for note in notes]
+    lines += ["", "## Figures", ""]
+    for stem, caption in FIGURE_CAPTIONS.items():
+        if stem in written:
+            lines += [f"![{stem}]({written[stem].name})", "", caption, ""]
+    return "\n".join(lines) + "\n"
+
+
+def variance_paragraph(definitions: dict) -> str:
+    """Item 6 of the comparison: our variance and the reference notebook's, on the same feature maps."""
+    if not definitions:
+        return "The variance analysis was not run."
+    msa = {key: row for key, row in definitions.items() if key.endswith(" msa")}
+    rows = msa or definitions
+    parts = []
+    for key, row in rows.items():
+        ours, reference = np.asarray(row["ours"]), np.asarray(row["reference"])
+        parts.append(f"{key}: ×{_span(ours)} ours, ×{_span(reference)} the reference's")
+    disagree = [key for key, row in definitions.items() if not row["same_direction"]]
+    largest = max(row["largest_relative_difference"] for row in definitions.values())
+    text = (
+        "Our definition divides by H·W (a map is the whole population of its positions) in float64; the reference "
+        "notebook's `latent.var(dim=[-1, -2])` divides by H·W − 1 in float32. On the same feature maps, the "
+        f"ratios of variance after / before each block are {'; '.join(parts)} (largest relative difference "
+        f"between the definitions, over every block: {100 * largest:.1f}%). "
+    )
+    if disagree:
+        return text + f"They point different ways for {', '.join(disagree)}: there the metric decides the answer."
+    return text + (
+        "Both definitions point the same way for every block, so where MSAs raise the variance here, that is the "
+        "models, not the metric."
+    )
+
+
+def _span(values: np.ndarray) -> str:
+    return (
+        f"{values.min():.4g}"
+        if values.size == 1 or np.ptp(values) < 1e-12
+        else f"{values.min():.4g}–{values.max():.4g}"
+    )

@@ -1,0 +1,168 @@
+"""The comparison: claims decided from known inputs (a blur reads as low-pass, a Laplacian as high-pass),
+per-block analyses from one pass of the model, every figure with every model, and the report."""
+
+import json
+
+import matplotlib
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import TINY
+from torch import nn
+
+import alternet_hf
+from analysis import claims, compare
+from analysis.blocks import BlockAdapter
+from analysis.fourier import FourierResult
+from analysis.report import write_comparison
+
+matplotlib.use("Agg")
+
+
+class Filter(nn.Module):
+    """A fixed depthwise 3×3 filter with circular padding."""
+
+    def __init__(self, kernel):
+        super().__init__()
+        self.register_buffer("kernel", torch.tensor(kernel, dtype=torch.float32).expand(3, 1, 3, 3).clone())
+
+    def forward(self, x):
+        return F.conv2d(F.pad(x, (1, 1, 1, 1), mode="circular"), self.kernel, groups=3)
+
+
+BLUR = [[1 / 9] * 3] * 3
+LAPLACIAN = [[0, -1, 0], [-1, 4, -1], [0, -1, 0]]
+
+
+class Chain(nn.Module):
+    def __init__(self, *kernels):
+        super().__init__()
+        self.blocks = nn.ModuleList(Filter(k) for k in kernels)
+        self.head = nn.Linear(3, 4)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x.mean(dim=(2, 3)))
+
+
+def chain_results(kinds: list[str], kernels) -> dict:
+    model = Chain(*kernels)
+    adapter = BlockAdapter(list(zip(kinds, model.blocks)))
+    images = torch.rand(8, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    return compare.analyse(model, ["fourier", "variance"], test_data=(images, torch.zeros(8, dtype=torch.long)),
+                           adapter=adapter)  # fmt: skip
+
+
+def verdicts(results: dict) -> dict[str, str]:
+    return {claim.key: claim.verdict for claim in claims.evaluate_claims(results)}
+
+
+def test_a_blur_reads_as_low_pass_and_a_laplacian_as_high_pass():
+    found = verdicts({"net": chain_results(["msa", "conv"], [BLUR, LAPLACIAN])})
+    assert found["msa-low-pass"] == claims.HOLDS and found["conv-high-pass"] == claims.HOLDS
+    assert found["msa-reduce-variance"] == claims.HOLDS and found["conv-increase-variance"] == claims.HOLDS
+    swapped = verdicts({"net": chain_results(["msa", "conv"], [LAPLACIAN, BLUR])})
+    assert swapped["msa-low-pass"] == claims.FAILS and swapped["conv-high-pass"] == claims.FAILS
+    both = verdicts({"good": chain_results(["msa", "conv"], [BLUR, LAPLACIAN]),
+                     "bad": chain_results(["msa", "conv"], [LAPLACIAN, BLUR])})  # fmt: skip
+    assert both["msa-low-pass"] == claims.MIXED
+    assert found["msa-flat-hessian"] == claims.UNDECIDED  # no Hessian, no CNN: nothing to decide it on
+
+
+def test_downsampling_blocks_stay_out_of_the_conv_statistics():
+    kinds = ["input", "stem", "conv", "pool", "conv", "head"]
+    high = np.array([0.0, -5.0, -4.0, -1.0, -0.5, -0.5])  # the pool block makes the one big rise
+    curves = np.stack([np.linspace(0, value, 3) for value in high])
+    result = FourierResult(np.linspace(0, 1, 3), curves, np.diff(curves, axis=0), kinds)
+    claim = claims.evaluate_claims({"cnn": {"fourier": result}})[1]
+    assert claim.key == "conv-high-pass" and claim.numbers["cnn"]["conv"]["values"] == pytest.approx([1.0, 0.5])
+    assert any("downsampling blocks (not counted) +3.000" in line for line in claim.evidence)
+
+
+def test_orderings_and_pairs_against_the_cnn():
+    def found(accuracy, top, smallest, noise):
+        hessian = type("S", (), {"eigenvalues": np.array([[top]]), "smallest_eigenvalues": np.array([[smallest]])})
+        frequency = type("F", (), {"frequencies": np.array([0.1, 0.9]), "delta_accuracy": np.array([0.0, noise])})
+        return {"accuracy": compare.AccuracyResult(accuracy, 0.1, 100), "hessian": hessian,
+                "frequency-noise": frequency}  # fmt: skip
+
+    results = {"resnet": found(0.95, 50.0, -1.0, -0.20), "vit": found(0.90, 10.0, -5.0, -0.05),
+               "alternet": found(0.97, 20.0, -2.0, -0.10)}  # fmt: skip
+    summaries = {"resnet": {"kinds": ["stem", "conv"]}, "vit": {"kinds": ["stem", "msa", "mlp"]},
+                 "alternet": {"kinds": ["stem", "conv", "msa"]}}  # fmt: skip
+    decided = {c.key: c for c in claims.evaluate_claims(results, summaries)}
+    assert decided["accuracy-order"].checks == {"alternet ≥ resnet": True, "resnet > vit": True}
+    assert decided["msa-flat-hessian"].checks == {"vit < resnet": True, "alternet < resnet": True}
+    assert decided["vit-negative-eigenvalues"].checks == {"vit > resnet": True}  # |−5|/10 > |−1|/50
+    assert decided["msa-robust-high-frequency"].verdict == claims.HOLDS
+    results["vit"]["accuracy"] = compare.AccuracyResult(0.99, 0.1, 100)
+    assert claims.evaluate_claims(results, summaries)[-2].verdict == claims.MIXED
+
+
+def test_per_block_analyses_share_one_pass_and_match_the_single_analyses():
+    from analysis import cka, fourier, variance
+
+    model = alternet_hf.create_model("alternet-50-cifar100", **TINY["alternet-50-cifar100"])
+    calls = []
+    model.register_forward_hook(lambda module, args, output: calls.append(1))
+    batches = [(torch.randn(6, 3, 16, 16), torch.randint(0, 5, (6,))) for _ in range(2)]
+    results = compare.analyse(model, ["fourier", "variance", "cka"], test_data=batches)
+    assert len(calls) == 2  # one forward pass per batch for all three, and the accuracy
+    assert results["accuracy"].num_samples == 12
+    np.testing.assert_allclose(results["fourier"].relative_log_amplitude,
+                               fourier.fourier_log_amplitude(model, batches).relative_log_amplitude)  # fmt: skip
+    single = variance.feature_map_variance(model, batches)
+    np.testing.assert_allclose(results["variance"].variance, single.variance)
+    np.testing.assert_allclose(results["cka"].similarity, cka.cka(model, batches).similarity)
+    # The notebook's definition on the same maps: divided by H·W − 1 instead of H·W.
+    sides = [16] + [16] * 2 + [8] * 2 + [4] * 2 + [4]
+    assert len(sides) == len(single.variance)
+    np.testing.assert_allclose(single.reference_variance / single.variance, [s * s / (s * s - 1) for s in sides],
+                               rtol=1e-5)  # fmt: skip
+
+
+def test_settings_scale_down_on_a_cpu_and_say_so():
+    settings, notes = compare.Settings.for_device("cpu", hessian_batches=7)
+    assert settings.hessian_batches == 7 and settings.lanczos_steps == compare.Settings.CPU_AMOUNTS["lanczos_steps"]
+    assert any(note.startswith("lanczos-steps 20 (paper: 100)") for note in notes)
+    assert not any("hessian-batches" in note for note in notes)
+    gpu, gpu_notes = compare.Settings.for_device("cuda")
+    assert gpu == compare.Settings() and gpu_notes == []
+    with pytest.raises(ValueError, match="unknown settings"):
+        compare.Settings.for_device("cpu", hessian_batch=3)
+
+
+def test_comparison_of_two_zoo_models_writes_every_figure_json_and_report(tmp_path):
+    models = {name: alternet_hf.create_model(name, **{**TINY[name], "num_labels": 4})
+              for name in ("alternet-50-cifar100", "resnet-50-cifar100", "vit-ti-cifar100")}  # fmt: skip
+    generator = torch.Generator().manual_seed(0)
+    test = [(torch.randn(8, 3, 16, 16, generator=generator), torch.randint(0, 4, (8,), generator=generator))]
+    train = [(torch.randn(8, 3, 16, 16, generator=generator), torch.randint(0, 4, (8,), generator=generator))]
+    settings = compare.Settings(
+        hessian_batches=1, top_k=1, bottom_k=1, lanczos_steps=2, hessian_tol=1e-1, density_vectors=1, density_steps=2,
+        landscape_points=3, landscape_protocol="reference",
+    )  # fmt: skip
+    results, summaries = {}, {}
+    for name, model in models.items():
+        short = name.split("-")[0]
+        # Hessian-vector products of AlterNet's tiny convolutions are slow on a CPU: its spectrum is left out.
+        analyses = [a for a in compare.ANALYSES if a != "robustness" and (a != "hessian" or short != "alternet")]
+        results[short] = compare.analyse(model, analyses, test_data=test, train_data=lambda: train, settings=settings)
+        summaries[short] = {**compare.summary_of(model), "source": name}
+    written = write_comparison(tmp_path, results, summaries, meta={"dataset": "random"}, notes=["a note"])
+    figures = {"fourier_by_depth", "fourier_spectra", "variance_by_depth", "hessian_spectra", "landscape",
+               "frequency_noise", "lesion", "cka"}  # fmt: skip
+    assert figures <= set(written) and all(written[f].stat().st_size > 10_000 for f in figures)
+    payload = json.loads(written["json"].read_text())
+    assert set(payload["models"]) == {"alternet", "resnet", "vit"}
+    assert payload["models"]["alternet"]["role"] == "hybrid" and payload["models"]["vit"]["role"] == "transformer"
+    assert payload["models"]["resnet"]["results"]["landscape"]["protocol"] == "reference"
+    assert len(payload["claims"]) == 11 and all("verdict" in c for c in payload["claims"])
+    assert set(payload["variance_definitions"]) >= {"alternet msa", "vit msa", "resnet conv"}
+    report = written["report"].read_text()
+    assert report.count("\n| ") >= 3 + 11 + 2 and "![fourier_by_depth](fourier_by_depth.png)" in report
+    assert "the metric" in report and "a note" in report
+    by_depth = compare.comparison_figures({k: {"fourier": v["fourier"]} for k, v in results.items()})
+    assert len(by_depth["fourier_by_depth"].axes) == 1 + 3  # the curves, and one block strip per model

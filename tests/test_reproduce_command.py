@@ -1,0 +1,53 @@
+"""alternet-reproduce end to end at reduced size: three families trained on digits with one recipe, analysed,
+compared, in the layout the Space reads; a finished model is reused and a different one never overwritten."""
+
+import json
+import subprocess
+
+from conftest import installed_command
+
+FAMILIES = ("resnet", "vit", "alternet")
+
+
+def run(*arguments):
+    return subprocess.run([installed_command("alternet-reproduce"), *map(str, arguments)], capture_output=True,
+                          text=True, timeout=900)  # fmt: skip
+
+
+def test_the_mini_zoo_at_reduced_size(tmp_path):
+    out = tmp_path / "mini-zoo"
+    completed = run("--quick", "--out", out)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    for family in FAMILIES:
+        model = out / "models" / family
+        assert (model / "config.json").is_file() and (model / "training_config.json").is_file()
+        recipe = json.loads((model / "training_config.json").read_text())
+        assert recipe["epochs"] == 1 and recipe["learning_rate"] == 2e-3 and recipe["dataset"] == "digits"
+        for analysis in ("fourier", "variance", "hessian", "landscape", "robustness", "frequency-noise", "lesion",
+                         "cka"):  # fmt: skip
+            payload = json.loads((out / "results" / family / f"{analysis}.json").read_text())
+            assert payload["analysis"] == analysis and "result" in payload and not payload["partial"]
+            assert (out / "results" / family / f"{analysis}.png").is_file()
+        hessian = json.loads((out / "results" / family / "hessian.json").read_text())
+        assert hessian["augmentation"]["source"].endswith(f"models/{family}/training_config.json")
+        assert hessian["augmentation"]["random_crop_padding"] == 2  # the digits recipe, not CIFAR's RandAugment
+        landscape = json.loads((out / "results" / family / "landscape.json").read_text())
+        assert landscape["result"]["protocol"] == "reference" and landscape["result"]["batchnorm"] == "eval"
+    comparison = json.loads((out / "comparison" / "comparison.json").read_text())
+    roles = {name: model["role"] for name, model in comparison["models"].items()}
+    assert roles == {"resnet": "cnn", "vit": "transformer", "alternet": "hybrid"}
+    verdicts = {claim["key"]: claim["verdict"] for claim in comparison["claims"]}
+    assert verdicts["msa-low-pass"] != "not decidable" and verdicts["accuracy-order"] != "not decidable"
+    report = (out / "comparison" / "report.md").read_text()
+    assert "## Claims of the paper on these models" in report and "the metric" in report
+    assert "mini-zoo in" in completed.stdout and "training" in completed.stdout
+
+    # A finished model with the same settings is reused (no training), and a second run only analyses.
+    again = run("--quick", "--out", out, "--families", "resnet", "--analyses", "fourier")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "already trained with these settings, reused" in again.stdout
+    # Other training settings for the same folder: refused, the model left as it was.
+    before = (out / "models" / "vit" / "model.safetensors").read_bytes()
+    refused = run("--quick", "--epochs", "2", "--out", out, "--families", "vit")
+    assert refused.returncode == 2 and "holds a model trained with other settings (epochs 1 -> 2)" in refused.stderr
+    assert (out / "models" / "vit" / "model.safetensors").read_bytes() == before
