@@ -6,6 +6,7 @@ handwritten digits (real 8×8 scans shipped inside scikit-learn), upscaled to 32
 network, so a first run works anywhere.
 """
 
+import hashlib
 import io
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,7 +69,10 @@ def _load_local(path: Path, split: str | None) -> datasets.Dataset:
     if path.is_file():
         if path.suffix != ".parquet":
             raise ValueError(f"{path}: a dataset file must be .parquet (or give a folder)")
-        splits = {"train": lambda: datasets.load_dataset("parquet", data_files=str(path), split="train")}
+        cache = _local_cache_dir(path)
+        splits = {
+            "train": lambda: datasets.load_dataset("parquet", data_files=str(path), split="train", cache_dir=cache)
+        }
         kind = "one parquet file"
     elif (path / "dataset_dict.json").exists() or (path / "state.json").exists():
         loaded = datasets.load_from_disk(str(path))
@@ -79,9 +83,22 @@ def _load_local(path: Path, split: str | None) -> datasets.Dataset:
     else:
         # datasets infers the format (parquet, images) and the splits from the file and folder names:
         # train/ and test/ folders, data/train-*.parquet, test.parquet, ...; anything else is "train".
-        loaded = datasets.load_dataset(str(path))
+        loaded = datasets.load_dataset(str(path), cache_dir=_local_cache_dir(path))
         splits, kind = {name: (lambda name=name: loaded[name]) for name in loaded}, "a folder"
     return splits[_choose_split(str(path), split, sorted(splits), kind)]()
+
+
+def _local_cache_dir(path: Path) -> str:
+    """A datasets cache folder for a local source, named after its files' paths, sizes and modification times.
+
+    datasets keys the cache of a folder with a dataset card by the card's relative file patterns and the folder's
+    name, so two folders called `upload` (or one rewritten in place) read the first one's cached rows."""
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    digest = hashlib.sha256(str(path.resolve()).encode())
+    for file in files:
+        stat = file.stat()
+        digest.update(f"{file.relative_to(path.parent)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return str(Path(datasets.config.HF_DATASETS_CACHE) / "local" / digest.hexdigest()[:16])
 
 
 def _choose_split(source: str, split: str | None, available: list[str], kind: str) -> str:

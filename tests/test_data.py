@@ -62,6 +62,21 @@ def test_parquet_file_and_folder(tmp_path):
     assert len(test) == 4  # the folder's files name its splits
 
 
+def test_folders_of_the_same_name_and_card_never_share_cached_rows(tmp_path):
+    """datasets alone caches a folder with a card by its name and the card's patterns: the second folder (or the
+    first, rewritten) would read the first one's rows."""
+    card = "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: test\n    path: data/test-*.parquet\n---\n"
+    for n in (4, 6):
+        folder = tmp_path / f"run{n}" / "upload"
+        (folder / "data").mkdir(parents=True)
+        (folder / "README.md").write_text(card)
+        _cifar100_like(n).to_parquet(str(folder / "data" / "test-a.parquet"))
+        data = load_image_classification(str(folder), split="test", image_column="img", label_column="fine_label")
+        assert len(data) == n
+    _cifar100_like(8).to_parquet(str(folder / "data" / "test-a.parquet"))  # rewritten in place
+    assert len(load_image_classification(str(folder), split="test", image_column="img", label_column="fine_label")) == 8
+
+
 @pytest.mark.parametrize("kind", ["parquet file", "saved Dataset", "unnamed parquet files", "flat image folder"])
 def test_a_source_with_one_split_serves_no_other(tmp_path, kind):
     """One parquet file, one saved Dataset, or files that name no split hold the split "train" only: any other
