@@ -35,7 +35,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 
 import alternet_hf
 from alternet_hf.modeling_common import DropPath
-from alternet_hf.recipe import BatchMixer, TrainingConfig
+from alternet_hf.augmentation import BatchMixer, mix_batch
 
 
 class ModelTester:
@@ -86,10 +86,11 @@ class ModelContractMixin:
         Mixup/CutMix/label-smoothing targets: soft-target cross-entropy (torch's, with probabilities), for
         ViT too; the config is left without a `problem_type`, and hard labels still work afterwards."""
         model = self.tester.create_model()
-        recipe = TrainingConfig(mixup_alpha=1.0, cutmix_alpha=0.8, label_smoothing=0.1)
-        pixel_values, labels = BatchMixer(recipe, self.tester.num_labels)(
-            self.tester.pixel_values(4), self.tester.labels(4)
+        mixer = BatchMixer(mixup_alpha=1.0, cutmix_alpha=0.8, image_size=self.tester.image_size, seed=0)
+        pixel_values, labels = mix_batch(
+            self.tester.pixel_values(4), self.tester.labels(4), mixer.parameters(0, 0), self.tester.num_labels
         )
+        labels = labels * 0.9 + 0.1 / self.tester.num_labels  # label smoothing 0.1, as the recipe's loss applies it
         assert labels.shape == (4, self.tester.num_labels) and labels.dtype.is_floating_point
         outputs = model(pixel_values, labels=labels)
         torch.testing.assert_close(outputs.loss, F.cross_entropy(outputs.logits, labels))

@@ -49,9 +49,13 @@ def describe(error: BaseException) -> str:
     """The message of `error`, with what to do when it says the Hub could not be reached."""
     message = str(error) or type(error).__name__
     if hub_unreachable(error):
+        if "hugging face hub" not in message.splitlines()[0].lower():  # transformers' text: a URL and a docs link
+            message = (
+                "the Hugging Face Hub cannot be reached from here (offline, HF_HUB_OFFLINE=1, or no network) and what "
+                f"was asked for is not in the local cache: {message.splitlines()[0]}"
+            )
         message += (
-            "\nThe Hugging Face Hub cannot be reached from here (offline, HF_HUB_OFFLINE=1, or no network). "
-            "Use local files instead: a model folder for --model, a local dataset (a folder written by "
+            "\nUse local files instead: a model folder for --model, a local dataset (a folder written by "
             "`Dataset.save_to_disk`, parquet, an image folder, or 'digits') for --dataset."
         )
     elif hub_unauthenticated(error):

@@ -181,31 +181,38 @@ def augmentation_of(choice: str, loaded) -> dict:
 
 
 class MixedBatches:
-    """The batches of `loader` after Mixup/CutMix and label smoothing as in training (timm's, seeded per
-    batch so every pass gives the same), as `(inputs, targets)`."""
+    """The batches of `loader` mixed (Mixup/CutMix) and label-smoothed as in training (the engine's draws, seeded
+    per batch so every pass gives the same), as `(inputs, targets)`; targets stay class indices where the
+    training recipe had neither."""
 
-    def __init__(self, loader, augmentation: dict, num_labels: int, seed: int):
-        from alternet_hf.recipe import BatchMixer, TrainingConfig
+    def __init__(self, loader, augmentation: dict, num_labels: int, image_size: int, seed: int):
+        from alternet_hf.augmentation import BatchMixer
 
-        mixing = {key: augmentation[key] for key in ("mixup_alpha", "cutmix_alpha", "label_smoothing")}
-        self.loader, self.seed = loader, seed
-        self.mixer = BatchMixer(TrainingConfig(**mixing), num_labels) if any(mixing.values()) else None
+        self.loader, self.num_labels = loader, num_labels
+        self.smoothing = augmentation["label_smoothing"] or 0.0
+        self.mixer = None
+        if augmentation["mixup_alpha"] or augmentation["cutmix_alpha"]:
+            self.mixer = BatchMixer(
+                mixup_alpha=augmentation["mixup_alpha"], cutmix_alpha=augmentation["cutmix_alpha"],
+                image_size=image_size, seed=seed,
+            )  # fmt: skip
 
     def __len__(self):
         return len(self.loader)
 
     def __iter__(self):
-        import numpy as np
+        import torch
+
+        from alternet_hf.augmentation import mix_batch
 
         for index, batch in enumerate(self.loader):
             inputs, targets = batch["pixel_values"], batch["labels"]
             if self.mixer is not None:
-                state = np.random.get_state()
-                np.random.seed((self.seed * 1_000_003 + index) % 2**32)  # timm's Mixup draws from NumPy
-                try:
-                    inputs, targets = self.mixer(inputs, targets)
-                finally:
-                    np.random.set_state(state)
+                inputs, targets = mix_batch(inputs, targets, self.mixer.parameters(0, index), self.num_labels)
+            if self.smoothing:
+                if not targets.is_floating_point():
+                    targets = torch.nn.functional.one_hot(targets, self.num_labels).float()
+                targets = targets * (1 - self.smoothing) + self.smoothing / self.num_labels
             yield inputs, targets
 
 
@@ -281,7 +288,7 @@ def prepare_data(loaded, args, requested, settings, cache: DataCache) -> dict:
         def train():
             # A fresh loader per analysis: each sees the same shuffled, augmented batches whatever ran before.
             loader = _loader(train_set, transform, batch_size, shuffle=True, seed=args.seed, drop_last=True)
-            return MixedBatches(loader, augmentation, loaded.num_labels, args.seed)
+            return MixedBatches(loader, augmentation, loaded.num_labels, size, args.seed)
 
         if len(train_set) < batch_size:
             raise CommandError(f"{len(train_set)} training images are fewer than --train-batch-size {batch_size}")
