@@ -6,6 +6,9 @@ The `--help` examples of every command are held to the same rules. A README edit
 fails here.
 """
 
+import contextlib
+import importlib
+import io
 import json
 import os
 import re
@@ -14,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import command_names, installed_command
+from conftest import command_names
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -81,9 +85,17 @@ def _strip_comment(line: str) -> str:
     return line
 
 
+def _parser(command: str):
+    """The argument parser of an installed command (`alternet-x` or a path ending in it), built in this process:
+    what `--help` prints and what the command parses, without a second process importing the package
+    (test_cli runs every installed `--help` itself)."""
+    module = Path(command).name.removesuffix(".py").removeprefix("alternet-").replace("-", "_")
+    return importlib.import_module(f"alternet_hf.cli.{module}").build_parser()
+
+
 def help_examples(command: str) -> list[str]:
     """The example command lines of a command's --help (from its module docstring)."""
-    text = subprocess.run([installed_command(command), "--help"], capture_output=True, text=True).stdout
+    text = _parser(command).format_help()
     description = text.split("\noptions:")[0].split("\n\n", 1)[-1]  # after the usage lines
     return [c for c in shell_commands(description) if re.match(r"(alternet-[a-z0-9-]+|accelerate launch)( |$)", c)]
 
@@ -150,11 +162,15 @@ def _check_arguments(command: str) -> None:
     argv = shlex.split(command)
     if argv[0] == "python":
         argv = argv[1:]
-    name = Path(argv[0]).name.removesuffix(".py")
-    module = name.removeprefix("alternet-").replace("-", "_")
-    script = f"import sys; from alternet_hf.cli.{module} import build_parser; build_parser().parse_args(sys.argv[1:])"
-    result = subprocess.run([sys.executable, "-c", script, *argv[1:]], capture_output=True, text=True, env=_env())
-    assert result.returncode == 0, f"$ {command}\n{result.stderr[-2000:]}"
+    errors = io.StringIO()
+    with _PARSING, contextlib.redirect_stderr(errors):  # one at a time: check_all runs commands in threads
+        try:
+            _parser(argv[0]).parse_args(argv[1:])
+        except SystemExit as exit:
+            assert exit.code == 0, f"$ {command}\n{errors.getvalue()[-2000:]}"
+
+
+_PARSING = threading.Lock()
 
 
 def _check_server(command: str, cwd: Path) -> None:
@@ -223,10 +239,21 @@ def test_the_readme_has_commands_and_snippets():
     assert all(rule_for(c)[0] != SKIP or c.startswith(("pip install", "python -m pytest")) for c in README_COMMANDS)
 
 
+def _outputs(command: str) -> list[str]:
+    """What a command writes: `> file`, `--out`, `--output-dir`, `--dry-run` targets."""
+    return [path.rstrip("/") for path in re.findall(r"(?:^|\s)(?:>|--out|--output-dir|--dry-run)\s+(\S+)", command)]
+
+
+def _reads(command: str, path: str) -> bool:
+    """Whether `command` names `path` (or something inside it) other than as its own output."""
+    tokens = [t.rstrip("/") for t in re.split(r"[\s=,]+", command)]
+    return path not in _outputs(command) and any(t == path or t.startswith(path + "/") for t in tokens)
+
+
 def check_all(commands: list[str], workspace: Workspace) -> None:
-    """`check` each command; those that write a file (`> run.json`) first and in order, since later ones may read
-    it, the rest three at a time (each spends most of its time importing). Every failure is reported."""
-    writers = [c for c in commands if ">" in c]
+    """`check` each command; those whose output another one reads (`> run.json`, `--out tiny-zoo/`) first and in
+    order, the rest three at a time (each spends most of its time importing). Every failure is reported."""
+    writers = [c for c in commands if any(_reads(other, out) for out in _outputs(c) for other in commands)]
     failures = []
 
     def attempt(command: str) -> None:

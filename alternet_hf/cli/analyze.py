@@ -1,6 +1,6 @@
 """Run the paper's analyses on a model; write one JSON per analysis and the paper-style figures (PNG).
 
-    alternet-analyze --model outputs/alternet-digits                     # every analysis, digits
+    alternet-analyze --model outputs/alternet-digits --out results/      # every analysis, digits
     alternet-analyze --model <org>/alternet-50-cifar100 --dataset uoft-cs/cifar100 \\
         --analyses fourier,variance,hessian,landscape,robustness,frequency-noise,lesion,cka --out results/
     alternet-analyze --model <dir> --dataset uoft-cs/cifar100 --analyses robustness --cifar-c CIFAR-100-C/
