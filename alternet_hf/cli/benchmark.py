@@ -11,6 +11,7 @@ its loop overhead against a hand-written loop (--engine-overhead), a step agains
     alternet-benchmark --reference-dir how-do-vits-work/  # AlterNet-50 train step vs the reference code's
     alternet-benchmark --corruptions --num-images 1000      # CIFAR-C generation vs per-image NumPy
     alternet-benchmark --hessian --models outputs/alternet-digits   # Lanczos vs power iteration
+    alternet-benchmark --feature-maps --models alternet-18-cifar10 --num-images 256   # one pass vs the notebooks'
 """
 
 import json
@@ -79,6 +80,12 @@ def build_parser():
         action="store_true",
         help="count Hessian-vector products of Lanczos and power iteration for the top eigenvalue (digits batch)",
     )
+    parser.add_argument(
+        "--feature-maps",
+        action="store_true",
+        help="seconds of Fourier + variance on --num-images digits: separate passes, one shared pass, and the "
+        "reference notebooks' computation on the same maps",
+    )
     parser.add_argument("--output", type=Path, default=None, help="also write the results as JSON here")
     return parser
 
@@ -92,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     from alternet_hf.benchmark import measure_throughput
 
     special = (
-        args.corruptions or args.hessian,
+        args.corruptions or args.hessian or args.feature_maps,
         args.training,
         args.data_only,
         args.engine_overhead,
@@ -100,9 +107,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     if sum(map(bool, special)) > 1:
         raise CommandError(
-            "choose one of --corruptions/--hessian, --training, --data-only, --engine-overhead, --reference-dir"
+            "choose one of --corruptions/--hessian/--feature-maps, --training, --data-only, --engine-overhead, "
+            "--reference-dir"
         )
-    if args.corruptions or args.hessian:
+    if args.corruptions or args.hessian or args.feature_maps:
         _write(args.output, analysis_benchmarks(args))
         return
     if args.training or args.data_only or args.engine_overhead or args.reference_dir:
@@ -206,9 +214,23 @@ def engine_benchmarks(args) -> list[dict]:
 def analysis_benchmarks(args) -> list[dict]:
     from tqdm import tqdm
 
-    from analysis.benchmark import corruption_speed, hessian_convergence
+    from analysis.benchmark import corruption_speed, hessian_convergence, per_block_speed
     from analysis.corruptions import CORRUPTIONS
 
+    if args.feature_maps:
+        rows = [
+            per_block_speed(name, num_images=args.num_images, repeats=args.repeats, device=args.device)
+            for name in tqdm(args.models, desc="feature maps", unit="model")
+        ]
+        print("\n| model | images | separate passes s | one pass s | reference notebooks s | separate / one | one / ref |")
+        print("|---|---|---|---|---|---|---|")
+        for r in rows:
+            print(
+                f"| {r['model']} | {r['images']} | {r['separate_passes_s']:.2f} | {r['one_pass_s']:.2f} | "
+                f"{r['reference_notebook_s']:.2f} | {r['separate_over_one_pass']:.2f}× | "
+                f"{r['one_pass_over_reference']:.2f}× |"
+            )
+        return rows
     if args.corruptions:
         rows = corruption_speed(
             num_images=args.num_images,
