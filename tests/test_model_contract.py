@@ -34,8 +34,8 @@ from transformers.loss.loss_utils import ForSequenceClassificationLoss
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 import alternet_hf
-from alternet_hf.modeling_common import DropPath
 from alternet_hf.augmentation import BatchMixer, mix_batch
+from alternet_hf.modeling_common import DropPath
 
 
 class ModelTester:

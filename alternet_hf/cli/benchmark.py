@@ -222,7 +222,9 @@ def analysis_benchmarks(args) -> list[dict]:
             per_block_speed(name, num_images=args.num_images, repeats=args.repeats, device=args.device)
             for name in tqdm(args.models, desc="feature maps", unit="model")
         ]
-        print("\n| model | images | separate passes s | one pass s | reference notebooks s | separate / one | one / ref |")
+        print(
+            "\n| model | images | separate passes s | one pass s | reference notebooks s | separate / one | one / ref |"
+        )
         print("|---|---|---|---|---|---|---|")
         for r in rows:
             print(
