@@ -342,7 +342,6 @@ def _by_depth_figure(series: dict[str, tuple[np.ndarray, list[str]]], *, ylabel:
 def comparison_figures(results: dict[str, dict[str, AnalysisResult]]) -> dict[str, object]:
     """The paper's figures with every model in one plot, {file stem: matplotlib figure}, for the
     analyses present in `results` ({model: {analysis: result}})."""
-    import matplotlib.pyplot as plt
 
     def having(analysis):
         return {name: found[analysis] for name, found in results.items() if analysis in found}
@@ -353,12 +352,7 @@ def comparison_figures(results: dict[str, dict[str, AnalysisResult]]) -> dict[st
             {name: (r.high_frequency, r.kinds) for name, r in found.items()},
             ylabel="ΔlogA at π", title="High-frequency ΔlogA by depth (Fig. 2c / 8)",
         )  # fmt: skip
-        figure, axes = plt.subplots(1, len(found), figsize=(3.6 * len(found), 3.2), squeeze=False,
-                                    constrained_layout=True)  # fmt: skip
-        for ax, (name, result) in zip(axes[0], found.items()):
-            fourier.plot_fourier_curves(result, ax=ax)
-            ax.set_title(f"{name}: ΔlogA spectra (Fig. 2a)", fontsize=9)
-        figures["fourier_spectra"] = figure
+        figures["fourier_spectra"] = _panels(found, fourier.plot_fourier_curves, "ΔlogA spectra (Fig. 2a)", (3.6, 3.2))
     if found := having("variance"):
         figures["variance_by_depth"] = _by_depth_figure(
             {name: (r.variance, r.kinds) for name, r in found.items()}, ylabel="feature-map variance",
@@ -386,13 +380,22 @@ def comparison_figures(results: dict[str, dict[str, AnalysisResult]]) -> dict[st
         ax.legend()
         figures["robustness"] = ax.figure
     if found := having("cka"):
-        figure, axes = plt.subplots(1, len(found), figsize=(4.2 * len(found), 3.6), squeeze=False,
-                                    constrained_layout=True)  # fmt: skip
-        for ax, (name, result) in zip(axes[0], found.items()):
-            cka.plot_cka(result, ax=ax)
-            ax.set_title(f"{name}: CKA", fontsize=9)
-        figures["cka"] = figure
+        figures["cka"] = _panels(found, cka.plot_cka, "CKA", (4.2, 3.6))
     return figures
+
+
+def _panels(found: dict, plot, title: str, size: tuple[float, float]):
+    """One panel per model, side by side, each drawn by `plot(result, ax=...)` and titled `<model>: title`."""
+    import matplotlib.pyplot as plt
+
+    width, height = size
+    figure, axes = plt.subplots(
+        1, len(found), figsize=(width * len(found), height), squeeze=False, constrained_layout=True
+    )
+    for ax, (name, result) in zip(axes[0], found.items()):
+        plot(result, ax=ax)
+        ax.set_title(f"{name}: {title}", fontsize=9)
+    return figure
 
 
 def _hessian_figure(found: dict):

@@ -9,7 +9,9 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from PIL import Image
+from torch import nn
 
 # Tiny versions of each family: every code path of the full models, in milliseconds on a CPU.
 TINY = {
@@ -94,3 +96,19 @@ def tiny_dataset(tmp_path) -> str:
     }
     DatasetDict(splits).save_to_disk(str(tmp_path / "data"))
     return str(tmp_path / "data")
+
+
+class Filter(nn.Module):
+    """A fixed depthwise 3×3 filter with circular padding: an exact frequency response (tests of the analyses)."""
+
+    def __init__(self, kernel):
+        super().__init__()
+        self.register_buffer("kernel", torch.tensor(kernel, dtype=torch.float32).expand(3, 1, 3, 3).clone())
+
+    def forward(self, x):
+        return F.conv2d(F.pad(x, (1, 1, 1, 1), mode="circular"), self.kernel, groups=3)
+
+
+IDENTITY = [[0, 0, 0], [0, 1, 0], [0, 0, 0]]
+BOX_BLUR = [[1 / 9] * 3] * 3  # low-pass
+LAPLACIAN = [[0, -1, 0], [-1, 4, -1], [0, -1, 0]]  # high-pass

@@ -7,8 +7,7 @@ import matplotlib
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
-from conftest import TINY
+from conftest import BOX_BLUR, LAPLACIAN, TINY, Filter
 from torch import nn
 
 import alternet_hf
@@ -18,21 +17,6 @@ from analysis.fourier import FourierResult
 from analysis.report import write_comparison
 
 matplotlib.use("Agg")
-
-
-class Filter(nn.Module):
-    """A fixed depthwise 3×3 filter with circular padding."""
-
-    def __init__(self, kernel):
-        super().__init__()
-        self.register_buffer("kernel", torch.tensor(kernel, dtype=torch.float32).expand(3, 1, 3, 3).clone())
-
-    def forward(self, x):
-        return F.conv2d(F.pad(x, (1, 1, 1, 1), mode="circular"), self.kernel, groups=3)
-
-
-BLUR = [[1 / 9] * 3] * 3
-LAPLACIAN = [[0, -1, 0], [-1, 4, -1], [0, -1, 0]]
 
 
 class Chain(nn.Module):
@@ -60,13 +44,13 @@ def verdicts(results: dict) -> dict[str, str]:
 
 
 def test_a_blur_reads_as_low_pass_and_a_laplacian_as_high_pass():
-    found = verdicts({"net": chain_results(["msa", "conv"], [BLUR, LAPLACIAN])})
+    found = verdicts({"net": chain_results(["msa", "conv"], [BOX_BLUR, LAPLACIAN])})
     assert found["msa-low-pass"] == claims.HOLDS and found["conv-high-pass"] == claims.HOLDS
     assert found["msa-reduce-variance"] == claims.HOLDS and found["conv-increase-variance"] == claims.HOLDS
-    swapped = verdicts({"net": chain_results(["msa", "conv"], [LAPLACIAN, BLUR])})
+    swapped = verdicts({"net": chain_results(["msa", "conv"], [LAPLACIAN, BOX_BLUR])})
     assert swapped["msa-low-pass"] == claims.FAILS and swapped["conv-high-pass"] == claims.FAILS
-    both = verdicts({"good": chain_results(["msa", "conv"], [BLUR, LAPLACIAN]),
-                     "bad": chain_results(["msa", "conv"], [LAPLACIAN, BLUR])})  # fmt: skip
+    both = verdicts({"good": chain_results(["msa", "conv"], [BOX_BLUR, LAPLACIAN]),
+                     "bad": chain_results(["msa", "conv"], [LAPLACIAN, BOX_BLUR])})  # fmt: skip
     assert both["msa-low-pass"] == claims.MIXED
     assert found["msa-flat-hessian"] == claims.UNDECIDED  # no Hessian, no CNN: nothing to decide it on
 

@@ -3,30 +3,13 @@
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
-from conftest import TINY
+from conftest import BOX_BLUR, IDENTITY, LAPLACIAN, TINY, Filter
 from torch import nn
 
 import alternet_hf
 from analysis.blocks import BlockAdapter, as_feature_map, block_batches, block_kinds, run_blocks
 from analysis.fourier import fourier_log_amplitude, half_diagonal, mean_log_amplitude
 from analysis.variance import feature_map_variance
-
-
-class Filter(nn.Module):
-    """A fixed depthwise 3×3 filter with circular padding: an exact frequency response."""
-
-    def __init__(self, kernel):
-        super().__init__()
-        self.register_buffer("kernel", torch.tensor(kernel, dtype=torch.float32).expand(3, 1, 3, 3).clone())
-
-    def forward(self, x):
-        return F.conv2d(F.pad(x, (1, 1, 1, 1), mode="circular"), self.kernel, groups=3)
-
-
-IDENTITY = [[0, 0, 0], [0, 1, 0], [0, 0, 0]]
-BOX_BLUR = [[1 / 9] * 3] * 3
-LAPLACIAN = [[0, -1, 0], [-1, 4, -1], [0, -1, 0]]
 
 
 class Chain(nn.Module):
