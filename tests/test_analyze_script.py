@@ -59,6 +59,12 @@ def test_unknown_analysis_is_refused(tmp_path):
     command = [installed_command("alternet-analyze"), "--model", "alternet-18-cifar10", "--analyses", "fourier,hesian"]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert completed.returncode != 0 and "unknown analyses ['hesian']" in completed.stderr
+    out = tmp_path / "results"
+    command = [installed_command("alternet-analyze"), "--model", "alternet-18-cifar10", "--augmentation", "bogus",
+               "--out", str(out)]  # fmt: skip
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 2 and "--augmentation: takes model, paper, none" in completed.stderr
+    assert "Traceback" not in completed.stderr and not out.exists()  # refused before a model is built
 
 
 def test_the_command_names_the_analyses_of_the_library():

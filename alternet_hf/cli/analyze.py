@@ -41,6 +41,15 @@ def any_model(text: str) -> str:
     return model_source(text)
 
 
+def augmentation_source(text: str) -> str:
+    """argparse type of `--augmentation`: checked before any model is loaded."""
+    if text not in AUGMENTATIONS and not Path(text).is_file():
+        raise argparse.ArgumentTypeError(
+            f"takes {', '.join(AUGMENTATIONS)} or a training_config.json file, not {text!r}"
+        )
+    return text
+
+
 def existing_path(text: str) -> Path:
     path = Path(text)
     if not path.exists():
@@ -70,7 +79,7 @@ def add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-batches", type=int, help="test batches per analysis (default: the whole split)")
     parser.add_argument("--train-batch-size", type=int, help=f"minibatch of Hessian and landscape {scaled}")
     parser.add_argument(
-        "--augmentation", default="model",
+        "--augmentation", default="model", type=augmentation_source,
         help="augmentation of the Hessian and landscape batches: 'model' (its training_config.json; the paper's "
         "recipe where there is none), 'paper', 'none', or a training_config.json file",
     )  # fmt: skip
@@ -166,13 +175,8 @@ def augmentation_of(choice: str, loaded) -> dict:
         fields, source = PAPER_RECIPE, "the paper's recipe"
     elif choice == "none":
         fields, source = {}, "none"
-    else:
-        path = Path(choice)
-        if not path.is_file():
-            raise CommandError(
-                f"--augmentation takes {', '.join(AUGMENTATIONS)} or a training_config.json file, not {choice!r}"
-            )
-        fields, source = json.loads(path.read_text()), str(path)
+    else:  # a file, checked by `augmentation_source`
+        fields, source = json.loads(Path(choice).read_text()), choice
     found = {name: fields.get(name) for name in AUGMENTATION_FIELDS}
     return {
         "source": source,
