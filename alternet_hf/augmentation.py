@@ -11,13 +11,13 @@ with timm, pixel by pixel). Images travel as uint8 and are normalised on the dev
 """
 
 import math
+import re
 
 import numpy as np
 import torch
 from PIL import Image
 
 from .data import to_rgb
-from .recipe import check_rand_augment
 
 _LEVEL_DENOMINATOR = 10.0  # timm's: magnitudes run 0…10
 
@@ -77,6 +77,40 @@ def level_arguments(name: str, magnitude: float, negate: bool) -> tuple:
     elif signed == "around_one":
         value = max(0.1, 1.0 + (-value if negate else value))
     return (value,)
+
+
+# The `rand-…` grammar of timm's `rand_augment_transform`: option letters and the type of their value. timm
+# asserts on an unknown option and silently ignores one without a number (`rand-garbage`), so it is checked here.
+RAND_AUGMENT_OPTIONS = {"m": int, "n": int, "p": float, "mstd": float, "mmax": int, "inc": int}
+RAND_AUGMENT_SETS = ("weights", "3a", "3aw")  # `t<name>`; without one, timm's default set
+RAND_AUGMENT_GRAMMAR = (
+    "a RandAugment string is 'rand' followed by dash-separated options: m<magnitude, integer>, n<operations per "
+    "image>, mstd<magnitude noise>, p<probability of each operation, 0…1>, mmax<magnitude cap>, inc<0 or 1>, "
+    f"t<operation set: {', '.join(RAND_AUGMENT_SETS)}>; the paper's is 'rand-m9-n2-mstd1.0'"
+)
+
+
+def check_rand_augment(text: str) -> None:
+    """Raise a ValueError that says what is wrong with a timm RandAugment string, and what the grammar is."""
+    sections = text.split("-")
+    if sections[0] != "rand":
+        raise ValueError(f"{text!r} does not start with 'rand': {RAND_AUGMENT_GRAMMAR}")
+    for section in sections[1:]:
+        if section.startswith("t"):
+            if section[1:] not in RAND_AUGMENT_SETS:
+                raise ValueError(f"{text!r}: unknown operation set {section!r}: {RAND_AUGMENT_GRAMMAR}")
+            continue
+        match = re.fullmatch(r"([a-z]+)(\d.*)", section)
+        if match is None or match.group(1) not in RAND_AUGMENT_OPTIONS:
+            raise ValueError(f"{text!r}: unknown option {section!r}: {RAND_AUGMENT_GRAMMAR}")
+        name, value = match.groups()
+        try:
+            number = RAND_AUGMENT_OPTIONS[name](value)
+        except ValueError:
+            kind = "an integer" if RAND_AUGMENT_OPTIONS[name] is int else "a number"
+            raise ValueError(f"{text!r}: option {name} needs {kind}, got {value!r}: {RAND_AUGMENT_GRAMMAR}") from None
+        if not math.isfinite(number) or number < 0 or (name == "p" and number > 1) or (name == "inc" and number > 1):
+            raise ValueError(f"{text!r}: option {section!r} is out of range: {RAND_AUGMENT_GRAMMAR}")
 
 
 class RandAugment:
@@ -171,6 +205,33 @@ class ImageTransform:
             image = self.augmentation(image, np.random if rng is None else rng)
         pixels = torch.from_numpy(np.array(image)).permute(2, 0, 1)  # (3, H, W) uint8, a view of the HWC copy
         return normalize_images(pixels, self.mean, self.std) if self.normalize else pixels
+
+
+def train_transform(
+    image_size: int,
+    mean,
+    std,
+    *,
+    crop_padding: int = 4,
+    horizontal_flip: float = 0.5,
+    rand_augment: str | None = None,
+    normalize: bool = True,
+):
+    """PIL image -> tensor with random crop, flip and RandAugment (per image, on the CPU; see `augmentation`):
+    normalised float32, or uint8 with `normalize=False` (the training engine normalises on the device)."""
+    augmentation = ImageAugmentation(
+        image_size,
+        crop_padding=crop_padding,
+        horizontal_flip=horizontal_flip,
+        rand_augment=rand_augment,
+        fill=tuple(round(255 * m) for m in mean),  # RandAugment's geometric operations fill with the mean colour
+    )
+    return ImageTransform(image_size, mean, std, augmentation=augmentation, normalize=normalize)
+
+
+def eval_transform(image_size: int, mean, std, *, normalize: bool = True):
+    """PIL image -> tensor, resized only: normalised float32, or uint8 with `normalize=False`."""
+    return ImageTransform(image_size, mean, std, augmentation=None, normalize=normalize)
 
 
 def channel_statistics(mean, std, device=None) -> tuple[torch.Tensor, torch.Tensor]:

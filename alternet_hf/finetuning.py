@@ -13,11 +13,11 @@ import evaluate
 import numpy as np
 from transformers import Trainer, TrainingArguments
 
+from .augmentation import eval_transform, train_transform
 from .data import DIGITS, collate_images, load_train_and_eval, with_transform
 from .metrics import EVALUATE_METRIC_PATH
 from .modeling_common import build_image_processor
 from .presets import create_model
-from .recipe import eval_transform, train_transform
 
 
 @dataclass

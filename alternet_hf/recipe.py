@@ -8,13 +8,11 @@ The augmentation is timm's RandAugment and Mixup/CutMix with label smoothing, dr
 import dataclasses
 import json
 import math
-import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# torch, timm and torchvision are imported where they are used, so that reading a TrainingConfig (the
-# command line's --help, --print-config) costs no more than the standard library.
+# torch and transformers are imported where they are used: a TrainingConfig is plain data (JSON files, flags).
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 DEFAULT_MODEL = "alternet-18-cifar10"
@@ -146,6 +144,8 @@ class TrainingConfig:
                 f"TrainingConfig.compile_mode must be one of {', '.join(COMPILE_MODES)}, got {self.compile_mode!r}"
             )
         if self.rand_augment is not None:
+            from .augmentation import check_rand_augment
+
             try:
                 check_rand_augment(self.rand_augment)
             except ValueError as error:
@@ -210,71 +210,6 @@ def recipe_config(preset: str, recipe: str = "paper", **overrides) -> TrainingCo
         raise ValueError(f"{preset!r} names no known dataset (its last part must be one of {sorted(DATASET_SOURCES)})")
     fields = {**recipes[recipe], "model": preset, "dataset": dataset, "output_dir": f"outputs/{preset}-{recipe}"}
     return TrainingConfig(**{**fields, **overrides})
-
-
-def train_transform(
-    image_size: int,
-    mean,
-    std,
-    *,
-    crop_padding: int = 4,
-    horizontal_flip: float = 0.5,
-    rand_augment: str | None = None,
-    normalize: bool = True,
-):
-    """PIL image -> tensor with random crop, flip and RandAugment (per image, on the CPU; see `augmentation`):
-    normalised float32, or uint8 with `normalize=False` (the training engine normalises on the device)."""
-    from .augmentation import ImageAugmentation, ImageTransform
-
-    augmentation = ImageAugmentation(
-        image_size,
-        crop_padding=crop_padding,
-        horizontal_flip=horizontal_flip,
-        rand_augment=rand_augment,
-        fill=tuple(round(255 * m) for m in mean),  # RandAugment's geometric operations fill with the mean colour
-    )
-    return ImageTransform(image_size, mean, std, augmentation=augmentation, normalize=normalize)
-
-
-def eval_transform(image_size: int, mean, std, *, normalize: bool = True):
-    """PIL image -> tensor, resized only: normalised float32, or uint8 with `normalize=False`."""
-    from .augmentation import ImageTransform
-
-    return ImageTransform(image_size, mean, std, augmentation=None, normalize=normalize)
-
-
-# The `rand-…` grammar of timm's `rand_augment_transform`: option letters and the type of their value. timm
-# asserts on an unknown option and silently ignores one without a number (`rand-garbage`), so it is checked here.
-RAND_AUGMENT_OPTIONS = {"m": int, "n": int, "p": float, "mstd": float, "mmax": int, "inc": int}
-RAND_AUGMENT_SETS = ("weights", "3a", "3aw")  # `t<name>`; without one, timm's default set
-RAND_AUGMENT_GRAMMAR = (
-    "a RandAugment string is 'rand' followed by dash-separated options: m<magnitude, integer>, n<operations per "
-    "image>, mstd<magnitude noise>, p<probability of each operation, 0…1>, mmax<magnitude cap>, inc<0 or 1>, "
-    f"t<operation set: {', '.join(RAND_AUGMENT_SETS)}>; the paper's is 'rand-m9-n2-mstd1.0'"
-)
-
-
-def check_rand_augment(text: str) -> None:
-    """Raise a ValueError that says what is wrong with a timm RandAugment string, and what the grammar is."""
-    sections = text.split("-")
-    if sections[0] != "rand":
-        raise ValueError(f"{text!r} does not start with 'rand': {RAND_AUGMENT_GRAMMAR}")
-    for section in sections[1:]:
-        if section.startswith("t"):
-            if section[1:] not in RAND_AUGMENT_SETS:
-                raise ValueError(f"{text!r}: unknown operation set {section!r}: {RAND_AUGMENT_GRAMMAR}")
-            continue
-        match = re.fullmatch(r"([a-z]+)(\d.*)", section)
-        if match is None or match.group(1) not in RAND_AUGMENT_OPTIONS:
-            raise ValueError(f"{text!r}: unknown option {section!r}: {RAND_AUGMENT_GRAMMAR}")
-        name, value = match.groups()
-        try:
-            number = RAND_AUGMENT_OPTIONS[name](value)
-        except ValueError:
-            kind = "an integer" if RAND_AUGMENT_OPTIONS[name] is int else "a number"
-            raise ValueError(f"{text!r}: option {name} needs {kind}, got {value!r}: {RAND_AUGMENT_GRAMMAR}") from None
-        if not math.isfinite(number) or number < 0 or (name == "p" and number > 1) or (name == "inc" and number > 1):
-            raise ValueError(f"{text!r}: option {section!r} is out of range: {RAND_AUGMENT_GRAMMAR}")
 
 
 def build_optimizer(config: TrainingConfig, model, *, fused: bool = False):

@@ -46,7 +46,14 @@ from accelerate.utils import (
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from .augmentation import BatchMixer, channel_statistics, mix_batch, normalize_images
+from .augmentation import (
+    BatchMixer,
+    channel_statistics,
+    eval_transform,
+    mix_batch,
+    normalize_images,
+    train_transform,
+)
 from .data import (
     SeededAugmentation,
     class_names_of,
@@ -57,7 +64,7 @@ from .data import (
 )
 from .metrics import classification_metrics, plot_reliability_diagram, reliability_diagram
 from .presets import create_model
-from .recipe import TrainingConfig, build_optimizer, build_scheduler, eval_transform, train_transform
+from .recipe import TrainingConfig, build_optimizer, build_scheduler
 
 # What a run writes into its output folder; `overwrite=True` removes these (and nothing else) first.
 RUN_OUTPUTS = (

@@ -10,9 +10,17 @@ from datasets import ClassLabel, Dataset, Features, Image
 from PIL import Image as PILImage
 from torch.utils.data import DataLoader
 
-from alternet_hf.augmentation import LEVELS, BatchMixer, ImageAugmentation, level_arguments, mix_batch
+from alternet_hf.augmentation import (
+    LEVELS,
+    BatchMixer,
+    ImageAugmentation,
+    check_rand_augment,
+    eval_transform,
+    level_arguments,
+    mix_batch,
+    train_transform,
+)
 from alternet_hf.data import SeededAugmentation, collate_images, to_rgb, with_transform
-from alternet_hf.recipe import check_rand_augment, eval_transform, train_transform
 from alternet_hf.training import training_loss
 
 MEAN, STD = (0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761)

@@ -266,8 +266,8 @@ class TestBatches:
 def prepare_data(loaded, args, requested, settings, cache: DataCache) -> dict:
     """Test batches, a factory of augmented training batches, the CIFAR-C source and the augmentation
     used, for one loaded model (`analysis.models.LoadedModel`)."""
+    from alternet_hf.augmentation import eval_transform, train_transform
     from alternet_hf.data import SeededAugmentation, class_names_of
-    from alternet_hf.recipe import eval_transform, train_transform
     from analysis import robustness
 
     size, mean, std = loaded.image_size, loaded.image_mean, loaded.image_std
