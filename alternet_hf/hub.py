@@ -5,6 +5,9 @@ The folder holds safetensors weights, the config, the image processor and, for A
 ResNet, self-contained modeling files with an `auto_map`, so the repo loads with the Auto classes and
 `pipeline` whether or not `alternet_hf` is installed (`trust_remote_code=True` without it). ViT is
 transformers' own class and needs no code.
+
+Also how a failed Hub call is told apart (`hub_unreachable`, `hub_unauthenticated`), for the messages of the
+commands and the Space.
 """
 
 import json
@@ -156,3 +159,26 @@ def write_release(
         model.save_pretrained(output_dir)
     build_model_card(model, repo_id, metrics, dataset, split, model_dir).save(output_dir / "README.md")
     return output_dir
+
+
+def hub_unreachable(error: BaseException) -> bool:
+    """Whether `error` (or an error it was raised from) says the Hub could not be reached: offline or no network."""
+    names = {"OfflineModeIsEnabled", "LocalEntryNotFoundError", "ConnectionError", "ConnectTimeout", "ConnectError"}
+    texts = ("couldn't connect", "offline mode", "hf_hub_offline", "connection refused", "failed to resolve")
+    return any(
+        type(e).__name__ in names or any(text in str(e).lower() for text in texts) for e in _errors_in_chain(error)
+    )
+
+
+def hub_unauthenticated(error: BaseException) -> bool:
+    """Whether `error` (or one in its chain) says the Hub refused for want of a valid token."""
+    names = {"LocalTokenNotFoundError", "GatedRepoError"}
+    return any(type(e).__name__ in names or "401" in str(e) for e in _errors_in_chain(error))
+
+
+def _errors_in_chain(error: BaseException):
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__

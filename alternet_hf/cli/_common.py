@@ -13,6 +13,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from alternet_hf.hub import hub_unauthenticated, hub_unreachable
+
 DEBUG_VARIABLE = "ALTERNET_DEBUG"
 MODEL_SOURCES = (
     'a preset name (e.g. alternet-50-cifar100; `python -c "import alternet_hf; print(alternet_hf.list_models())"` '
@@ -63,14 +65,6 @@ def describe(error: BaseException) -> str:
     return message
 
 
-def _errors_in_chain(error: BaseException):
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        yield error
-        error = error.__cause__ or error.__context__
-
-
 def upload(upload_files: Callable[[], None], what: str) -> None:
     """Run `upload_files`; a Hub that is out of reach or refuses the token is an error that names --dry-run."""
     try:
@@ -85,19 +79,6 @@ def upload(upload_files: Callable[[], None], what: str) -> None:
             f"could not upload {what} to the Hub: {reason}. Log in with `hf auth login` (or set HF_TOKEN) where the "
             "Hub is reachable; with --dry-run DIR the files are written to DIR and nothing is uploaded."
         ) from error
-
-
-def hub_unreachable(error: BaseException) -> bool:
-    names = {"OfflineModeIsEnabled", "LocalEntryNotFoundError", "ConnectionError", "ConnectTimeout", "ConnectError"}
-    texts = ("couldn't connect", "offline mode", "hf_hub_offline", "connection refused", "failed to resolve")
-    return any(
-        type(e).__name__ in names or any(text in str(e).lower() for text in texts) for e in _errors_in_chain(error)
-    )
-
-
-def hub_unauthenticated(error: BaseException) -> bool:
-    names = {"LocalTokenNotFoundError", "GatedRepoError"}
-    return any(type(e).__name__ in names or "401" in str(e) for e in _errors_in_chain(error))
 
 
 def model_source(text: str) -> str:
