@@ -15,7 +15,6 @@ its loop overhead against a hand-written loop (--engine-overhead), a step agains
 """
 
 import json
-import os
 from pathlib import Path
 
 from alternet_hf.cli._common import CommandError, command, make_parser
@@ -93,11 +92,6 @@ def build_parser():
 @command
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    import torch
-    from tqdm import tqdm
-
-    from alternet_hf.benchmark import measure_throughput
-
     special = (
         args.corruptions or args.hessian or args.feature_maps,
         args.training,
@@ -110,167 +104,85 @@ def main(argv: list[str] | None = None) -> None:
             "choose one of --corruptions/--hessian/--feature-maps, --training, --data-only, --engine-overhead, "
             "--reference-dir"
         )
-    if args.corruptions or args.hessian or args.feature_maps:
-        _write(args.output, analysis_benchmarks(args))
-        return
-    if args.training or args.data_only or args.engine_overhead or args.reference_dir:
-        _write(args.output, engine_benchmarks(args))
-        return
-
-    compiled_options = {"no": [False], "yes": [True], "both": [False, True]}[args.compile or "no"]
-    runs = [(n, b, m, c) for n in args.models for b in args.batch_sizes for m in args.modes for c in compiled_options]
-    results = []
-    for name, batch_size, mode, compiled in tqdm(runs, desc="benchmark", unit="run"):
-        result = measure_throughput(
-            name,
-            batch_size=batch_size,
-            mode=mode,
-            compiled=compiled,
-            device=args.device,
-            dtype=getattr(torch, args.dtype),
-            warmup=args.warmup,
-            iterations=args.iterations,
-        )
-        results.append(result)
-
-    print("\n| model | device | dtype | compile | batch | mode | images/s |\n|---|---|---|---|---|---|---|")
-    for r in results:
-        print(
-            f"| {r.model} | {r.device} | {r.dtype} | {'yes' if r.compiled else 'no'} | {r.batch_size} | "
-            f"{r.mode} | {r.images_per_second:,.0f} |"
-        )
-    _write(args.output, [r.to_dict() for r in results])
-
-
-def _write(path: Path | None, results) -> None:
-    if path:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(results, indent=2))
-        print(f"\nwrote {path}")
-
-
-def engine_benchmarks(args) -> list[dict]:
-    import platform
-
     import torch
+    from tqdm import tqdm
 
     from alternet_hf import benchmark
+    from alternet_hf.benchmark import tables
 
-    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
     if args.engine_overhead:
         result = benchmark.measure_engine_overhead(repeats=args.repeats)
-        medians = result["median_milliseconds_per_step"]
-        print(
-            f"\n{machine}; CPU ms per step (median of {args.repeats}), batch {result['batch_size']}, "
-            "the smallest AlterNet, one thread"
-        )
-        print("| loop | ms per step |\n|---|---|")
-        for label, value in medians.items():
-            print(f"| {label} | {value:.2f} |")
-        print(f"engine overhead: {result['overhead_milliseconds_per_step']:+.3f} ms per step")
-        return [result]
-    if args.reference_dir:
+        report, rows = tables.engine_overhead_table(result, args.repeats), [result]
+    elif args.reference_dir:
         result = benchmark.measure_reference_step(
             args.reference_dir, batch_size=args.batch_sizes[0], repeats=args.repeats
         )
-        medians = result["median_cpu_seconds_per_step"]
-        print(f"\n{machine}, {result['threads']} threads; AlterNet-50 training step, batch {result['batch_size']}")
-        print("| implementation | CPU s per step (median) |\n|---|---|")
-        for label, value in medians.items():
-            print(f"| {label} | {value:.3f} |")
-        print(f"alternet_hf / reference: {result['ratio']:.2f}×")
-        return [result]
-    rows = []
-    for name in args.models:
-        if args.data_only:
-            result = benchmark.measure_data_path(name, images=args.training_images, repeats=args.repeats)
-            rows.append(result.to_dict())
-            per_pass = ", ".join(f"{ms:.3f}" for ms in result.milliseconds_per_image)
-            print(
-                f"\n{name}, paper recipe, {machine}: {per_pass} ms CPU per image "
-                f"({result.images_per_second_per_worker:,.0f} images/s per loader worker)"
-            )
-            continue
-        for batch_size in args.batch_sizes:
-            compiled = {None: None, "no": False, "yes": True}[args.compile]
-            result = benchmark.measure_training_run(
-                name, epochs=args.training_epochs, images=args.training_images, batch_size=batch_size,
-                num_workers=args.num_workers, compiled=compiled,
+        report, rows = tables.reference_step_table(result), [result]
+    elif args.data_only:
+        results = [
+            benchmark.measure_data_path(name, images=args.training_images, repeats=args.repeats) for name in args.models
+        ]
+        report, rows = "\n".join(map(tables.data_path_line, results)), [r.to_dict() for r in results]
+    elif args.training:
+        compiled = {None: None, "no": False, "yes": True}[args.compile]
+        results = [
+            benchmark.measure_training_run(
+                name,
+                epochs=args.training_epochs,
+                images=args.training_images,
+                batch_size=batch_size,
+                num_workers=args.num_workers,
+                compiled=compiled,
             )  # fmt: skip
-            rows.append(result.to_dict())
-            shares = ", ".join(f"{part} {100 * share:.0f}%" for part, share in result.shares.items())
-            print(
-                f"\n{name} on {result.device} ({machine}), batch {batch_size}, {args.num_workers} workers, "
-                f"compiled: {result.compiled}\n"
-                f"{result.train_images} images in {result.seconds:.1f} s: {result.images_per_second:,.1f} images/s "
-                f"(last epoch's training {result.last_epoch_images_per_second:,.1f} images/s); time: {shares}\n"
-                f"checkpoint {result.checkpoint_bytes / 1e6:,.0f} MB; the full recipe's cadence writes "
-                f"{result.recipe_checkpoints} in {result.recipe_minutes:g} minutes: "
-                f"{result.recipe_checkpoint_bytes / 1e9:,.1f} GB"
-            )
-    return rows
-
-
-def analysis_benchmarks(args) -> list[dict]:
-    from tqdm import tqdm
-
-    from analysis.benchmark import corruption_speed, hessian_convergence, per_block_speed
-    from analysis.corruptions import CORRUPTIONS
-
-    if args.feature_maps:
+            for name in args.models
+            for batch_size in args.batch_sizes
+        ]
+        report, rows = "\n\n".join(map(tables.training_run_lines, results)), [r.to_dict() for r in results]
+    elif args.feature_maps:
         rows = [
-            per_block_speed(name, num_images=args.num_images, repeats=args.repeats, device=args.device)
+            benchmark.per_block_speed(name, num_images=args.num_images, repeats=args.repeats, device=args.device)
             for name in tqdm(args.models, desc="feature maps", unit="model")
         ]
-        print(
-            "\n| model | images | separate passes s | one pass s | reference notebooks s | separate / one | one / ref |"
-        )
-        print("|---|---|---|---|---|---|---|")
-        for r in rows:
-            print(
-                f"| {r['model']} | {r['images']} | {r['separate_passes_s']:.2f} | {r['one_pass_s']:.2f} | "
-                f"{r['reference_notebook_s']:.2f} | {r['separate_over_one_pass']:.2f}× | "
-                f"{r['one_pass_over_reference']:.2f}× |"
-            )
-        return rows
-    if args.corruptions:
-        rows = corruption_speed(
-            num_images=args.num_images,
-            severity=args.severity,
-            corruptions=args.corruption_names or CORRUPTIONS,
-            device=args.device,
-            num_threads=args.threads,
-        )
-        print(f"\n{args.num_images} images 32×32, severity {args.severity}, on {rows[0]['device']}")
-        print("| corruption | ours images/s | imagecorruptions images/s | speed-up |\n|---|---|---|---|")
-        notes: list[str] = []
-        for r in rows:
-            if r["numpy_images_per_s"]:
-                theirs = f"{r['numpy_images_per_s']:,.0f}"
-            else:
-                notes += [r["note"]] if r["note"] not in notes else []
-                theirs = f"— ({notes.index(r['note']) + 1})"
-            speedup = f"{r['speedup']:.1f}×" if r["speedup"] else "—"
-            print(f"| {r['corruption']} | {r['ours_images_per_s']:,.0f} | {theirs} | {speedup} |")
-        for number, note in enumerate(notes, 1):
-            print(f"({number}) {note}")
-        return rows
-    rows = []
-    for name in tqdm(args.models, desc="hessian", unit="model"):
-        for batch_size in args.batch_sizes:
-            rows.append(hessian_convergence(name, batch_size=batch_size, device=args.device))
-    print(
-        "\n| model | batch | top eigenvalue | HVPs to 1%: Lanczos | power | own stop: Lanczos (error) | power (error) |"
-    )
-    print("|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(
-            f"| {r['model']} | {r['batch_size']} | {r['top_eigenvalue']:.4g} | {r['lanczos_hvps_to_tolerance']} | "
-            f"{r['power_hvps_to_tolerance'] or 'never'} | "
-            f"{r['lanczos_hvps_own_stop']} ({r['lanczos_error_own_stop']:.1e}) | "
-            f"{r['power_hvps_own_stop']} ({r['power_error_own_stop']:.1e}) |"
-        )
-    return rows
+        report = tables.feature_maps_table(rows)
+    elif args.corruptions:
+        from analysis.corruptions import CORRUPTIONS
+
+        rows = benchmark.corruption_speed(
+            num_images=args.num_images, severity=args.severity, corruptions=args.corruption_names or CORRUPTIONS,
+            device=args.device, num_threads=args.threads,
+        )  # fmt: skip
+        report = tables.corruptions_table(rows)
+    elif args.hessian:
+        rows = [
+            benchmark.hessian_convergence(name, batch_size=batch_size, device=args.device)
+            for name in tqdm(args.models, desc="hessian", unit="model")
+            for batch_size in args.batch_sizes
+        ]
+        report = tables.hessian_table(rows)
+    else:
+        compiled_options = {"no": [False], "yes": [True], "both": [False, True]}[args.compile or "no"]
+        runs = [
+            (n, b, m, c) for n in args.models for b in args.batch_sizes for m in args.modes for c in compiled_options
+        ]
+        results = [
+            benchmark.measure_throughput(
+                name,
+                batch_size=batch_size,
+                mode=mode,
+                compiled=compiled,
+                device=args.device,
+                dtype=getattr(torch, args.dtype),
+                warmup=args.warmup,
+                iterations=args.iterations,
+            )  # fmt: skip
+            for name, batch_size, mode, compiled in tqdm(runs, desc="benchmark", unit="run")
+        ]
+        report, rows = tables.throughput_table(results), [r.to_dict() for r in results]
+    print(f"\n{report}")
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(rows, indent=2))
+        print(f"\nwrote {args.output}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,6 @@
-"""Speed measurements of the analyses (`alternet-benchmark --corruptions / --hessian`), not tests."""
+"""Speed of the analyses: CIFAR-C generation against per-image NumPy (`imagecorruptions`), Hessian-vector products of
+Lanczos against power iteration, and the per-block statistics from one pass against separate passes and the
+reference notebooks' formulas."""
 
 import contextlib
 import time
@@ -6,7 +8,7 @@ import time
 import numpy as np
 import torch
 
-from .corruptions import CORRUPTIONS, corrupt
+from analysis.corruptions import CORRUPTIONS, corrupt
 
 
 @contextlib.contextmanager
@@ -133,10 +135,9 @@ def hessian_convergence(
     PyHessian's relative change 1e-3).
     """
     import alternet_hf
+    from alternet_hf.augmentation import eval_transform
     from alternet_hf.data import load_image_classification
-    from alternet_hf.recipe import eval_transform
-
-    from . import hessian
+    from analysis import hessian
 
     torch.manual_seed(seed)
     model = alternet_hf.create_model(name).to(device or "cpu")
@@ -188,12 +189,11 @@ def per_block_speed(
     own pass of the model (as before one pass fed both), both from one pass of `analysis.blocks.accumulate`,
     and the reference notebooks' computation (one forward, their formulas) on the same maps; best of `repeats`."""
     import alternet_hf
+    from alternet_hf.augmentation import eval_transform
     from alternet_hf.data import load_image_classification
-    from alternet_hf.recipe import eval_transform
-
-    from .blocks import accumulate, block_batches
-    from .fourier import FourierAccumulator, fourier_log_amplitude
-    from .variance import VarianceAccumulator, feature_map_variance
+    from analysis.blocks import accumulate, block_batches
+    from analysis.fourier import FourierAccumulator, fourier_log_amplitude
+    from analysis.variance import VarianceAccumulator, feature_map_variance
 
     model = alternet_hf.create_model(name).to(device or "cpu")
     config = model.config

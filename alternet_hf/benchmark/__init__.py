@@ -1,0 +1,36 @@
+"""Speed measurement, in one place (`alternet-benchmark` runs it; benchmarks, not tests).
+
+- `models`: images per second of the zoo's models, bare steps, eager or compiled; a training step against the
+  reference implementation's;
+- `engine`: the training engine's data path per loader worker, its loop overhead, end-to-end runs;
+- `analyses`: CIFAR-C generation, Hessian eigenvalue solvers, the per-block statistics;
+- `tables`: the results as the Markdown tables the command prints and the README quotes.
+
+CPU figures are process time where a shared machine's other jobs would distort wall-clock time.
+"""
+
+from .analyses import corruption_speed, hessian_convergence, per_block_speed
+from .engine import (
+    DataPathSpeed,
+    TrainingRun,
+    cifar_like_dataset,
+    measure_data_path,
+    measure_engine_overhead,
+    measure_training_run,
+)
+from .models import Throughput, measure_reference_step, measure_throughput
+
+__all__ = [
+    "Throughput",
+    "measure_throughput",
+    "measure_reference_step",
+    "DataPathSpeed",
+    "TrainingRun",
+    "cifar_like_dataset",
+    "measure_data_path",
+    "measure_engine_overhead",
+    "measure_training_run",
+    "corruption_speed",
+    "hessian_convergence",
+    "per_block_speed",
+]

@@ -1,0 +1,113 @@
+"""The benchmark results as text: the Markdown tables `alternet-benchmark` prints (and the README quotes)."""
+
+import os
+import platform
+
+
+def machine() -> str:
+    """The processor, its cores and torch's version: the context every figure needs."""
+    import torch
+
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
+
+
+def throughput_table(results) -> str:
+    lines = ["| model | device | dtype | compile | batch | mode | images/s |", "|---|---|---|---|---|---|---|"]
+    lines += [
+        f"| {r.model} | {r.device} | {r.dtype} | {'yes' if r.compiled else 'no'} | {r.batch_size} | {r.mode} | "
+        f"{r.images_per_second:,.0f} |"
+        for r in results
+    ]
+    return "\n".join(lines)
+
+
+def engine_overhead_table(result: dict, repeats: int) -> str:
+    lines = [
+        f"{machine()}; CPU ms per step (median of {repeats}), batch {result['batch_size']}, the smallest AlterNet, "
+        "one thread",
+        "| loop | ms per step |",
+        "|---|---|",
+    ]
+    lines += [f"| {label} | {value:.2f} |" for label, value in result["median_milliseconds_per_step"].items()]
+    lines.append(f"engine overhead: {result['overhead_milliseconds_per_step']:+.3f} ms per step")
+    return "\n".join(lines)
+
+
+def reference_step_table(result: dict) -> str:
+    lines = [
+        f"{machine()}, {result['threads']} threads; AlterNet-50 training step, batch {result['batch_size']}",
+        "| implementation | CPU s per step (median) |",
+        "|---|---|",
+    ]
+    lines += [f"| {label} | {value:.3f} |" for label, value in result["median_cpu_seconds_per_step"].items()]
+    lines.append(f"alternet_hf / reference: {result['ratio']:.2f}×")
+    return "\n".join(lines)
+
+
+def data_path_line(result) -> str:
+    per_pass = ", ".join(f"{ms:.3f}" for ms in result.milliseconds_per_image)
+    return (
+        f"{result.model}, {result.recipe} recipe, {machine()}: {per_pass} ms CPU per image "
+        f"({result.images_per_second_per_worker:,.0f} images/s per loader worker)"
+    )
+
+
+def training_run_lines(result) -> str:
+    shares = ", ".join(f"{part} {100 * share:.0f}%" for part, share in result.shares.items())
+    return (
+        f"{result.model} on {result.device} ({machine()}), batch {result.batch_size}, {result.num_workers} workers, "
+        f"compiled: {result.compiled}\n"
+        f"{result.train_images} images in {result.seconds:.1f} s: {result.images_per_second:,.1f} images/s "
+        f"(last epoch's training {result.last_epoch_images_per_second:,.1f} images/s); time: {shares}\n"
+        f"checkpoint {result.checkpoint_bytes / 1e6:,.0f} MB; the full recipe's cadence writes "
+        f"{result.recipe_checkpoints} in {result.recipe_minutes:g} minutes: "
+        f"{result.recipe_checkpoint_bytes / 1e9:,.1f} GB"
+    )
+
+
+def feature_maps_table(rows: list[dict]) -> str:
+    lines = [
+        "| model | images | separate passes s | one pass s | reference notebooks s | separate / one | one / ref |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['model']} | {r['images']} | {r['separate_passes_s']:.2f} | {r['one_pass_s']:.2f} | "
+        f"{r['reference_notebook_s']:.2f} | {r['separate_over_one_pass']:.2f}× | {r['one_pass_over_reference']:.2f}× |"
+        for r in rows
+    ]
+    return "\n".join(lines)
+
+
+def corruptions_table(rows: list[dict]) -> str:
+    first = rows[0]
+    lines = [
+        f"{first['images']} images {first['image_size']}×{first['image_size']}, severity {first['severity']}, on "
+        f"{first['device']}",
+        "| corruption | ours images/s | imagecorruptions images/s | speed-up |",
+        "|---|---|---|---|",
+    ]
+    notes: list[str] = []
+    for r in rows:
+        if r["numpy_images_per_s"]:
+            theirs = f"{r['numpy_images_per_s']:,.0f}"
+        else:
+            notes += [r["note"]] if r["note"] not in notes else []
+            theirs = f"— ({notes.index(r['note']) + 1})"
+        speedup = f"{r['speedup']:.1f}×" if r["speedup"] else "—"
+        lines.append(f"| {r['corruption']} | {r['ours_images_per_s']:,.0f} | {theirs} | {speedup} |")
+    lines += [f"({number}) {note}" for number, note in enumerate(notes, 1)]
+    return "\n".join(lines)
+
+
+def hessian_table(rows: list[dict]) -> str:
+    lines = [
+        "| model | batch | top eigenvalue | HVPs to 1%: Lanczos | power | own stop: Lanczos (error) | power (error) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['model']} | {r['batch_size']} | {r['top_eigenvalue']:.4g} | {r['lanczos_hvps_to_tolerance']} | "
+        f"{r['power_hvps_to_tolerance'] or 'never'} | {r['lanczos_hvps_own_stop']} ({r['lanczos_error_own_stop']:.1e}) "
+        f"| {r['power_hvps_own_stop']} ({r['power_error_own_stop']:.1e}) |"
+        for r in rows
+    ]
+    return "\n".join(lines)
