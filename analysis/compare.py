@@ -89,6 +89,19 @@ class Settings:
     def to_dict(self) -> dict:
         return {f.name: _common._plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
+    def check(self) -> None:
+        """Raise `ValueError` for amounts that cannot work together (named as fields and as flags)."""
+        if self.landscape_points % 2 == 0:
+            raise ValueError(
+                f"landscape_points (--landscape-points) must be odd: the grid's centre is the trained weights; got "
+                f"{self.landscape_points}"
+            )
+        if self.lanczos_steps < self.top_k + self.bottom_k:
+            raise ValueError(
+                f"lanczos_steps (--lanczos-steps) {self.lanczos_steps} cannot find top_k (--top-k) {self.top_k} + "
+                f"bottom_k (--bottom-k) {self.bottom_k} eigenvalues; raise it or ask for fewer"
+            )
+
 
 def _shown(value) -> str:
     if value is None:

@@ -7,9 +7,9 @@ from pathlib import Path
 from conftest import TINY, installed_command
 
 import alternet_hf
-from alternet_hf.cli.analyze import ANALYSES
+from alternet_hf.cli.analyze import ANALYSES, AUGMENTATIONS
 from alternet_hf.recipe import TrainingConfig
-from analysis import compare
+from analysis import compare, runner
 from analysis.blocks import block_kinds
 from analysis.corruptions import CORRUPTIONS
 
@@ -68,7 +68,7 @@ def test_unknown_analysis_is_refused(tmp_path):
 
 
 def test_the_command_names_the_analyses_of_the_library():
-    assert ANALYSES == compare.ANALYSES
+    assert ANALYSES == compare.ANALYSES and AUGMENTATIONS == runner.AUGMENTATIONS
 
 
 def test_hessian_batches_are_augmented_as_the_model_was_trained(tmp_path):

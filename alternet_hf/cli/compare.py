@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 
 from alternet_hf.cli._common import CommandError, command, make_parser
-from alternet_hf.cli.analyze import add_analysis_arguments, any_model, existing_path
+from alternet_hf.cli.analyze import add_analysis_arguments, any_model, data_options, existing_path, settings_from_args
 
 TIMM_PREFIX = "timm:"
 
@@ -90,64 +90,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run_comparison(specs, args, *, results_dir: Path, comparison_dir: Path, weights=None, say=print) -> dict:
-    """Analyse every model of `specs` ([(name, source)]) into `results_dir/<name>/` (alternet-analyze's
-    format), then write the comparison into `comparison_dir`. Returns the written paths."""
-    import torch
-
-    from alternet_hf.cli.analyze import DataCache, analyse_loaded, choose_device, prepare_data, settings_from_args
-    from analysis.compare import summary_of
-    from analysis.models import load_model
-    from analysis.report import write_comparison
-
-    args.device_ = choose_device(args.device)
-    torch.manual_seed(args.seed)
-    settings, notes = settings_from_args(args, args.device_)
-    if notes:
-        say(f"on a CPU, scaled down from the paper's amounts (pass the flags to change): {'; '.join(notes)}")
-    weights = weights or {}
-    cache, results, summaries = DataCache(args), {}, {}
-    for name, source in specs:
-        loaded = load_model(source, name=name, weights=weights.get(name), image_size=args.image_size)
-        loaded.model.to(args.device_)
-        data = prepare_data(loaded, args, args.analyses, settings, cache)
-        augmentation = data["augmentation"]
-        say(
-            f"{name}: {type(loaded.model).__name__} from {source}, {loaded.image_size}×{loaded.image_size} inputs"
-            + (f"; Hessian/landscape batches augmented as {augmentation['source']}" if augmentation else "")
-        )
-        meta = {"model": source, "dataset": args.dataset, "device": str(args.device_), "scaled_down": notes}
-        results[name] = analyse_loaded(loaded, args, args.analyses, settings, data, out=results_dir / name, meta=meta,
-                                       say=say)  # fmt: skip
-        summaries[name] = {
-            **summary_of(loaded.model), "source": source, "augmentation": augmentation,
-            "image_size": loaded.image_size, "preprocessing_note": loaded.preprocessing_note,
-        }  # fmt: skip
-        loaded.model.cpu()
-    meta = {
-        "dataset": args.dataset, "device": str(args.device_), "settings": settings.to_dict(),
-        "landscape_protocol": settings.landscape_protocol,
-        "augmentation": {name: (s["augmentation"] or {}).get("source") for name, s in summaries.items()},
-    }  # fmt: skip
-    return write_comparison(comparison_dir, results, summaries, meta=meta, notes=_notes(notes, settings))
-
-
-def _notes(scaled: list[str], settings) -> list[str]:
-    notes = [f"landscape: the {settings.landscape_protocol} protocol; L2 term: {settings.penalty}, weight decay "
-             f"{settings.weight_decay} (the same in the Hessian)"]  # fmt: skip
-    if scaled:
-        notes.append(f"scaled down for a CPU: {'; '.join(scaled)}")
-    return notes
-
-
 @command
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     import matplotlib
 
     matplotlib.use("Agg")
+    from analysis.runner import choose_device, compare_models
+
     weights = assign_weights(args.models, args.weights)
-    written = run_comparison(args.models, args, results_dir=args.out, comparison_dir=args.out, weights=weights)
+    device = choose_device(args.device)
+    settings, notes = settings_from_args(args, device)
+    written = compare_models(
+        args.models, args.analyses, data=data_options(args), settings=settings, device=device, results_dir=args.out,
+        comparison_dir=args.out, weights=weights, image_size=args.image_size, scaled_down=notes,
+    )  # fmt: skip
     print_verdicts(written["json"])
     print(f"wrote {written['report']}, {written['json'].name} and {len(written) - 2} figures; per-model results in "
           f"{args.out}/<name>/")  # fmt: skip

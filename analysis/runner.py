@@ -1,0 +1,395 @@
+"""The analyses run on models from disk or the Hub with data from a dataset: what `alternet-analyze` and
+`alternet-compare` do, as functions.
+
+`analyse_model` runs the requested analyses on one model and writes each result (JSON + the paper-style PNG)
+as soon as it is done, the Hessian spectrum also after every minibatch; `compare_models` does it for several
+models and writes the comparison (`analysis.report`). Both read the dataset once per split whatever the number
+of models, feed the Hessian and landscape with training batches augmented as the model was trained (its
+`training_config.json`; `DataOptions.augmentation` to choose), and say how long each analysis will take
+before it starts.
+"""
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .compare import Settings
+
+AUGMENTATIONS = ("model", "paper", "none")  # or the path of a training_config.json
+# The fields of a training config that say how its batches were augmented (`alternet_hf.recipe.TrainingConfig`).
+AUGMENTATION_FIELDS = (
+    "random_crop_padding", "horizontal_flip", "rand_augment", "mixup_alpha", "cutmix_alpha", "label_smoothing",
+)  # fmt: skip
+
+
+@dataclass
+class DataOptions:
+    """Where the analyses' images come from and how they are batched.
+
+    `augmentation` of the Hessian and landscape batches: "model" (the model's `training_config.json`; the
+    paper's recipe where there is none), "paper", "none", or the path of a `training_config.json`. `cifar_c`:
+    a CIFAR-C source (Zenodo arrays folder, parquet dataset or Hub id); without one the corruptions are
+    generated from the test split.
+    """
+
+    dataset: str = "digits"
+    image_column: str | None = None
+    label_column: str | None = None
+    train_split: str = "train"
+    test_split: str = "test"
+    batch_size: int = 256
+    augmentation: str = "model"
+    cifar_c: str | None = None
+    seed: int = 0
+
+
+def choose_device(name: str | None = None) -> torch.device:
+    """`name`, else CUDA where there is one, else the CPU."""
+    return torch.device(name or ("cuda" if torch.cuda.is_available() else "cpu"))
+
+
+def analyse_model(
+    source: str,
+    analyses: Sequence[str],
+    *,
+    data: DataOptions,
+    settings: Settings,
+    device: torch.device,
+    out: Path | None,
+    weights: str | Path | None = None,
+    scaled_down: Sequence[str] = (),
+    say: Callable[[str], None] = print,
+) -> dict:
+    """Every analysis of `analyses` on the model `source` (see `analysis.models.load_model`), written into `out`."""
+    from .models import load_model
+
+    torch.manual_seed(data.seed)
+    loaded = load_model(source, weights=weights)
+    loaded.model.to(device)
+    parameters = sum(p.numel() for p in loaded.model.parameters())
+    say(f"analysing {source} ({type(loaded.model).__name__}, {parameters:,} parameters) on {device}")
+    if scaled_down:
+        say(f"on a CPU, scaled down from the paper's amounts (pass the flags to change): {'; '.join(scaled_down)}")
+    batches = prepare_data(loaded, data, analyses, settings, DataCache(data), device=device)
+    if batches["augmentation"]:
+        say(f"Hessian/landscape batches augmented as: {batches['augmentation']['source']}")
+    meta = {"model": source, "dataset": data.dataset, "device": str(device), "scaled_down": list(scaled_down)}
+    return analyse_loaded(loaded, analyses, settings, batches, device=device, out=out, meta=meta, say=say)
+
+
+def compare_models(
+    specs: Sequence[tuple[str, str]],
+    analyses: Sequence[str],
+    *,
+    data: DataOptions,
+    settings: Settings,
+    device: torch.device,
+    results_dir: Path,
+    comparison_dir: Path,
+    weights: dict[str, Path] | None = None,
+    image_size: int | None = None,
+    scaled_down: Sequence[str] = (),
+    say: Callable[[str], None] = print,
+) -> dict:
+    """Analyse every model of `specs` ([(name, source)]) into `results_dir/<name>/` (as `analyse_model` writes),
+    then write the comparison into `comparison_dir`. Returns the written paths (`analysis.report`)."""
+    from .compare import summary_of
+    from .models import load_model
+    from .report import write_comparison
+
+    torch.manual_seed(data.seed)
+    if scaled_down:
+        say(f"on a CPU, scaled down from the paper's amounts (pass the flags to change): {'; '.join(scaled_down)}")
+    weights = weights or {}
+    cache, results, summaries = DataCache(data), {}, {}
+    for name, source in specs:
+        loaded = load_model(source, name=name, weights=weights.get(name), image_size=image_size)
+        loaded.model.to(device)
+        batches = prepare_data(loaded, data, analyses, settings, cache, device=device)
+        augmentation = batches["augmentation"]
+        say(
+            f"{name}: {type(loaded.model).__name__} from {source}, {loaded.image_size}×{loaded.image_size} inputs"
+            + (f"; Hessian/landscape batches augmented as {augmentation['source']}" if augmentation else "")
+        )
+        meta = {"model": source, "dataset": data.dataset, "device": str(device), "scaled_down": list(scaled_down)}
+        results[name] = analyse_loaded(
+            loaded, analyses, settings, batches, device=device, out=results_dir / name, meta=meta, say=say
+        )
+        summaries[name] = {
+            **summary_of(loaded.model), "source": source, "augmentation": augmentation,
+            "image_size": loaded.image_size, "preprocessing_note": loaded.preprocessing_note,
+        }  # fmt: skip
+        loaded.model.cpu()
+    meta = {
+        "dataset": data.dataset, "device": str(device), "settings": settings.to_dict(),
+        "landscape_protocol": settings.landscape_protocol,
+        "augmentation": {name: (s["augmentation"] or {}).get("source") for name, s in summaries.items()},
+    }  # fmt: skip
+    notes = [
+        f"landscape: the {settings.landscape_protocol} protocol; L2 term: {settings.penalty}, weight decay "
+        f"{settings.weight_decay} (the same in the Hessian)"
+    ]
+    if scaled_down:
+        notes.append(f"scaled down for a CPU: {'; '.join(scaled_down)}")
+    return write_comparison(comparison_dir, results, summaries, meta=meta, notes=notes)
+
+
+def augmentation_of(choice: str, loaded) -> dict:
+    """The augmentation of the Hessian and landscape batches, with where it came from (`source`)."""
+    from alternet_hf.recipe import PAPER_RECIPE
+
+    if choice == "model":
+        if loaded.training_config is not None:
+            fields, source = loaded.training_config, str(loaded.training_config_path)
+        else:
+            fields, source = PAPER_RECIPE, "the paper's recipe (the model has no training_config.json)"
+    elif choice == "paper":
+        fields, source = PAPER_RECIPE, "the paper's recipe"
+    elif choice == "none":
+        fields, source = {}, "none"
+    elif Path(choice).is_file():
+        fields, source = json.loads(Path(choice).read_text()), choice
+    else:
+        raise ValueError(
+            f"augmentation takes {', '.join(AUGMENTATIONS)} or a training_config.json file, not {choice!r}"
+        )
+    found = {name: fields.get(name) for name in AUGMENTATION_FIELDS}
+    return {
+        "source": source,
+        **{name: value if value or name == "rand_augment" else 0 for name, value in found.items()},
+    }
+
+
+class MixedBatches:
+    """The batches of `loader` mixed (Mixup/CutMix) and label-smoothed as in training (the engine's draws, seeded
+    per batch so every pass gives the same), as `(inputs, targets)`; targets stay class indices where the
+    training recipe had neither."""
+
+    def __init__(self, loader, augmentation: dict, num_labels: int, image_size: int, seed: int):
+        from alternet_hf.augmentation import BatchMixer
+
+        self.loader, self.num_labels = loader, num_labels
+        self.smoothing = augmentation["label_smoothing"] or 0.0
+        self.mixer = None
+        if augmentation["mixup_alpha"] or augmentation["cutmix_alpha"]:
+            self.mixer = BatchMixer(
+                mixup_alpha=augmentation["mixup_alpha"], cutmix_alpha=augmentation["cutmix_alpha"],
+                image_size=image_size, seed=seed,
+            )  # fmt: skip
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __iter__(self):
+        from alternet_hf.augmentation import mix_batch
+
+        for index, batch in enumerate(self.loader):
+            inputs, targets = batch["pixel_values"], batch["labels"]
+            if self.mixer is not None:
+                inputs, targets = mix_batch(inputs, targets, self.mixer.parameters(0, index), self.num_labels)
+            if self.smoothing:
+                if not targets.is_floating_point():
+                    targets = torch.nn.functional.one_hot(targets, self.num_labels).float()
+                targets = targets * (1 - self.smoothing) + self.smoothing / self.num_labels
+            yield inputs, targets
+
+
+class DataCache:
+    """Each split of the dataset is read once, whatever the number of models."""
+
+    def __init__(self, options: DataOptions):
+        self.options, self.splits = options, {}
+
+    def split(self, name: str, class_names):
+        from alternet_hf.data import load_image_classification
+
+        key = (name, tuple(class_names) if class_names else None)
+        if key not in self.splits:
+            self.splits[key] = load_image_classification(
+                self.options.dataset, split=name, image_column=self.options.image_column,
+                label_column=self.options.label_column, class_names=class_names,
+            )  # fmt: skip
+        return self.splits[key]
+
+
+def _loader(dataset, transform, batch_size: int, *, shuffle: bool, seed: int, drop_last: bool = False):
+    from alternet_hf.data import collate_images, with_transform
+
+    return torch.utils.data.DataLoader(
+        with_transform(dataset, transform), batch_size=batch_size, shuffle=shuffle, drop_last=drop_last,
+        generator=torch.Generator().manual_seed(seed), collate_fn=collate_images,
+    )  # fmt: skip
+
+
+class TestBatches:
+    """A test loader as `(inputs, targets)` batches."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __iter__(self):
+        for batch in self.loader:
+            yield batch["pixel_values"], batch["labels"]
+
+
+def prepare_data(loaded, options: DataOptions, analyses, settings: Settings, cache: DataCache, *, device) -> dict:
+    """Test batches, a factory of augmented training batches, the CIFAR-C source and the augmentation
+    used, for one loaded model (`analysis.models.LoadedModel`)."""
+    from alternet_hf.augmentation import eval_transform, train_transform
+    from alternet_hf.data import SeededAugmentation, class_names_of
+
+    from . import robustness
+
+    size, mean, std = loaded.image_size, loaded.image_mean, loaded.image_std
+    names = class_names_of(getattr(loaded.model, "config", None))
+    test_set = cache.split(options.test_split, names)
+    test = _loader(test_set, eval_transform(size, mean, std), options.batch_size, shuffle=False, seed=options.seed)
+    data = {"test": TestBatches(test), "train": None, "augmentation": None, "corruptions": None}
+    if {"hessian", "landscape"} & set(analyses):
+        augmentation = augmentation_of(options.augmentation, loaded)
+        batch_size = settings.train_batch_size
+        if (augmentation["mixup_alpha"] or augmentation["cutmix_alpha"]) and batch_size % 2:
+            raise ValueError(
+                f"Mixup/CutMix pair images: the training batch size (--train-batch-size) must be even, not {batch_size}"
+            )
+        train_set = cache.split(options.train_split, names)
+        if len(train_set) < batch_size:
+            raise ValueError(
+                f"{len(train_set)} training images are fewer than the training batch size (--train-batch-size) "
+                f"{batch_size}"
+            )
+        transform = SeededAugmentation(
+            train_transform(size, mean, std, crop_padding=augmentation["random_crop_padding"],
+                            horizontal_flip=augmentation["horizontal_flip"],
+                            rand_augment=augmentation["rand_augment"] or None),
+            options.seed,
+        )  # fmt: skip
+
+        def train():
+            # A fresh loader per analysis: each sees the same shuffled, augmented batches whatever ran before.
+            loader = _loader(train_set, transform, batch_size, shuffle=True, seed=options.seed, drop_last=True)
+            return MixedBatches(loader, augmentation, loaded.num_labels, size, options.seed)
+
+        data["train"], data["augmentation"] = train, augmentation
+    if "robustness" in analyses:
+        if options.cifar_c:
+            data["corruptions"] = robustness.load_corruption_source(options.cifar_c)
+        else:
+            clean = test_set
+            if settings.corruption_images is not None:
+                clean = test_set.select(range(min(len(test_set), settings.corruption_images)))
+            data["corruptions"] = robustness.GeneratedCorruptions.from_dataset(clean, seed=options.seed, device=device)
+    return data
+
+
+def analyse_loaded(
+    loaded, analyses, settings: Settings, data: dict, *, device, out: Path | None, meta: dict, say=print
+) -> dict:
+    """Run `analyses` on one loaded model with time estimates; write each result (JSON + PNG) into `out`
+    as soon as it is done, the Hessian spectrum also after every minibatch. Returns {analysis: result}."""
+    import matplotlib.pyplot as plt
+
+    from .blocks import describe_blocks
+    from .compare import Preprocessing, analyse, estimate_seconds, figure_of, measure_costs
+
+    adapter = describe_blocks(loaded.model)
+    test_batch = next(iter(data["test"]))
+    train_batch = next(iter(data["train"]())) if data["train"] else None
+    costs = measure_costs(loaded.model, test_batch=test_batch, train_batch=train_batch, device=device)
+    test_batches = len(data["test"]) if settings.max_batches is None else min(len(data["test"]), settings.max_batches)
+    estimates = estimate_seconds(
+        analyses, costs, settings, test_batches=test_batches,
+        num_branches=sum(b.residual_branch is not None for b in adapter.blocks),
+        corruption_images=len(data["corruptions"].images) if hasattr(data["corruptions"], "images") else None,
+    )  # fmt: skip
+    total = sum(seconds for seconds, _ in estimates.values())
+    say(f"{loaded.name}: all analyses about {_duration(total)} on {device}")
+
+    def on_start(name):
+        if name in estimates:
+            seconds, how = estimates[name]
+            say(f"{loaded.name}: {name}: about {_duration(seconds)} ({how})")
+
+    def meta_of(name):
+        extra = {}
+        if name in ("hessian", "landscape"):
+            extra["augmentation"] = data["augmentation"]
+            extra["train_batch_size"] = settings.train_batch_size
+        return {**meta, **extra, "settings": settings.to_dict()}
+
+    def on_partial(name, partial):
+        if out is not None:
+            write_result(out, name, partial, {**meta_of(name), "partial": True})
+
+    def on_result(name, result):
+        say(f"{loaded.name}: {summary_line(name, result)}")
+        if out is not None:
+            figure = figure_of(name, result)
+            write_result(out, name, result, {**meta_of(name), "partial": False}, figure)
+            plt.close(figure)
+
+    return analyse(
+        loaded.model, analyses, test_data=data["test"], train_data=data["train"],
+        corruption_source=data["corruptions"], settings=settings, adapter=adapter,
+        preprocessing=Preprocessing(loaded.image_size, loaded.image_mean, loaded.image_std), device=device,
+        progress=True, on_partial=on_partial, on_start=on_start, on_result=on_result,
+    )  # fmt: skip
+
+
+def write_result(out: Path, name: str, result, meta: dict, figure=None) -> None:
+    """`<out>/<name>.json` ({..meta, "analysis", "result"}) written atomically, and `<name>.png`."""
+    from .compare import finite
+
+    out.mkdir(parents=True, exist_ok=True)
+    payload = {**meta, "analysis": name, "result": finite(result.to_dict())}
+    partial = out / f".{name}.json.partial"
+    partial.write_text(json.dumps(payload, indent=2))
+    os.replace(partial, out / f"{name}.json")
+    if figure is not None:
+        figure.savefig(out / f"{name}.png", dpi=130)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+def summary_line(name: str, result) -> str:
+    """One line per analysis for the terminal."""
+    import numpy as np
+
+    if name == "fourier":
+        return (
+            f"fourier: ΔlogA at π from {result.high_frequency[1]:.2f} (stem) to {result.high_frequency[-1]:.2f} (last)"
+        )
+    if name == "variance":
+        return f"variance: {result.variance[1]:.3g} (stem) to {result.variance[-1]:.3g} (last)"
+    if name == "hessian":
+        top = np.median(result.eigenvalues[:, 0])
+        text = f"hessian: top eigenvalue per minibatch {top:.4g} (median of {len(result.eigenvalues)})"
+        if np.size(result.smallest_eigenvalues):
+            text += f", most negative {np.median(result.smallest_eigenvalues[:, 0]):.4g}"
+        return text + ("" if result.complete else " (stopped at the time limit)")
+    if name == "landscape":
+        centre = result.loss[(len(result.coordinates) // 2,) * result.loss.ndim]
+        return (
+            f"landscape ({result.protocol} protocol): loss {centre:.4f} at the trained weights, "
+            f"max {result.loss.max():.4f} on the grid"
+        )
+    if name == "robustness":
+        accuracy = 100 * result.mean_accuracy
+        return f"robustness: mean accuracy {accuracy:.2f}%, NLL {result.mean_nll:.3f}, ECE {result.mean_ece:.3f}"
+    if name == "frequency-noise":
+        deltas = " ".join(f"{100 * d:+.1f}" for d in result.delta_accuracy)
+        band = f"{result.frequencies.min():.1f}…{result.frequencies.max():.1f}π"
+        return f"frequency-noise: Δaccuracy (%) at {band}: {deltas}"
+    if name == "lesion":
+        drop = 100 * np.nanmax(result.accuracy_drop)
+        return f"lesion: baseline accuracy {100 * result.baseline_accuracy:.2f}%, largest drop {drop:.2f} points"
+    return f"cka: {result.similarity.shape[0]}×{result.similarity.shape[1]} similarity matrix"
