@@ -6,12 +6,17 @@ import subprocess
 
 from conftest import installed_command
 
-FAMILIES = ("resnet", "vit", "alternet")
+from alternet_hf.cli import reproduce
+from analysis.minizoo import FAMILIES
 
 
 def run(*arguments):
     return subprocess.run([installed_command("alternet-reproduce"), *map(str, arguments)], capture_output=True,
                           text=True, timeout=900)  # fmt: skip
+
+
+def test_the_command_names_the_families_of_the_library():
+    assert reproduce.FAMILIES == FAMILIES
 
 
 def test_the_mini_zoo_at_reduced_size(tmp_path):

@@ -14,47 +14,14 @@ overwritten. The analysis options are alternet-compare's.
 """
 
 import argparse
-import json
 import sys
-import time
 from pathlib import Path
 
 from alternet_hf.cli._common import CommandError, command, make_parser
 from alternet_hf.cli.analyze import add_analysis_arguments
 
+# The same names as analysis.minizoo's (a test keeps them equal), read before the analyses load.
 FAMILIES = ("resnet", "vit", "alternet")
-# Small members of each family (a few hundred thousand to 1.5 M parameters); the AlterNet is the first
-# run's (`alternet-train` with no arguments), the ResNet the same skeleton without MSAs at half its width.
-SMALL = {
-    "resnet": ("resnet-18-cifar10", dict(hidden_sizes=[16, 32, 64, 128], embedding_size=16)),
-    "vit": (
-        "vit-ti-cifar10",
-        dict(hidden_size=96, num_hidden_layers=4, num_attention_heads=3, intermediate_size=192, patch_size=4),
-    ),  # fmt: skip
-    "alternet": (
-        "alternet-18-cifar10",
-        dict(
-            hidden_sizes=[32, 64, 128, 256], embedding_size=32, num_attention_heads=[1, 2, 4, 4], attention_head_dim=32
-        ),
-    ),  # fmt: skip
-}
-TINY = {
-    "resnet": ("resnet-18-cifar10", dict(hidden_sizes=[8, 16, 16, 32], embedding_size=8, depths=[1, 1, 1, 1])),
-    "vit": (
-        "vit-ti-cifar10",
-        dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, patch_size=8),
-    ),  # fmt: skip
-    "alternet": (
-        "alternet-18-cifar10",
-        dict(
-            hidden_sizes=[8, 16, 16, 32],
-            embedding_size=8,
-            depths=[1, 2, 2, 2],
-            num_attention_heads=[1, 1, 1, 1],
-            attention_head_dim=8,
-        ),
-    ),  # fmt: skip
-}
 # The smallest analyses that still exercise every path (--quick); flags given explicitly win.
 QUICK_ANALYSES = dict(
     batch_size=64, max_batches=1, train_batch_size=16, hessian_batches=1, top_k=1, bottom_k=1, lanczos_steps=4,
@@ -73,42 +40,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def training_config(family: str, out: Path, *, epochs: int | None, quick: bool):
-    """The one recipe (the offline first run's: AdamW, crop, 6 epochs on digits) for every family."""
-    from alternet_hf.recipe import TrainingConfig
-
-    preset, overrides = (TINY if quick else SMALL)[family]
-    fields = dict(
-        model=preset, model_overrides={**overrides, "drop_path_rate": 0.0}, output_dir=str(out / "models" / family)
-    )
-    if epochs is not None or quick:
-        fields["epochs"] = epochs or 1
-    return TrainingConfig(**fields)
-
-
-def train_family(config, say=print):
-    """Train (or reuse, or resume) one model; returns its folder."""
-    from alternet_hf.training import RESUMABLE_CHANGES, train
-
-    folder = Path(config.output_dir)
-    saved = folder / "training_config.json"
-    if saved.is_file():
-        before = json.loads(saved.read_text())
-        now = json.loads(json.dumps(config.to_dict()))
-        # What defines the model; where it was written and how fast it ran do not (a moved folder is reused).
-        changed = [key for key in now if key not in RESUMABLE_CHANGES and before.get(key) != now[key]]
-        if changed:
-            details = ", ".join(f"{key} {before.get(key)!r} -> {now[key]!r}" for key in changed)
-            raise CommandError(
-                f"{folder} holds a model trained with other settings ({details}); choose another --out or delete it"
-            )
-        if (folder / "config.json").is_file() and (folder / "history.json").is_file():
-            say(f"{folder}: already trained with these settings, reused")
-            return folder
-    train(config, resume=True)
-    return folder
-
-
 @command
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
@@ -123,22 +54,22 @@ def main(argv: list[str] | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    from alternet_hf.cli.compare import print_verdicts, run_comparison
+    from alternet_hf.cli.analyze import data_options, settings_from_args
+    from alternet_hf.cli.compare import print_verdicts
+    from analysis.minizoo import reproduce
+    from analysis.runner import choose_device
 
-    started = time.perf_counter()
-    trained = {}
-    for family in families:
-        config = training_config(family, args.out, epochs=args.epochs, quick=args.quick)
-        print(f"--- {family}: {config.model} with {config.model_overrides}, {config.epochs} epochs")
-        trained[family] = train_family(config)
-    training_seconds = time.perf_counter() - started
-    specs = [(family, str(folder)) for family, folder in trained.items()]
-    written = run_comparison(specs, args, results_dir=args.out / "results", comparison_dir=args.out / "comparison")
-    total = time.perf_counter() - started
+    device = choose_device(args.device)
+    settings, notes = settings_from_args(args, device)
+    written = reproduce(
+        args.out, families, epochs=args.epochs, quick=args.quick, analyses=args.analyses, data=data_options(args),
+        settings=settings, device=device, image_size=args.image_size, scaled_down=notes,
+    )  # fmt: skip
     print_verdicts(written["json"])
     print(
         f"mini-zoo in {args.out}/: models/, results/, comparison/report.md "
-        f"(training {training_seconds / 60:.1f} min, analyses {(total - training_seconds) / 60:.1f} min)"
+        f"(training {written['training_minutes']:.1f} min, analyses "
+        f"{written['minutes'] - written['training_minutes']:.1f} min)"
     )
 
 

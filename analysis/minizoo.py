@@ -1,0 +1,120 @@
+"""The offline mini-zoo: a small ResNet, ViT and AlterNet trained on the embedded digits with one recipe, analysed
+and compared (`alternet-reproduce`): the paper's claims checked on a CPU in minutes.
+
+Layout of the output folder: models/<family>/ (model folders as alternet-train writes them), results/<family>/
+(each analysis as alternet-analyze writes it) and comparison/ (comparison.json, figures, report.md). A finished
+model already in models/<family>/ with the same training settings is reused (an interrupted one resumes); one
+trained with other settings is an error, never overwritten.
+"""
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from .compare import Settings
+from .runner import DataOptions, compare_models
+
+FAMILIES = ("resnet", "vit", "alternet")
+# Small members of each family (a few hundred thousand to 1.5 M parameters); the AlterNet is the first
+# run's (`alternet-train` with no arguments), the ResNet the same skeleton without MSAs at half its width.
+SMALL = {
+    "resnet": ("resnet-18-cifar10", dict(hidden_sizes=[16, 32, 64, 128], embedding_size=16)),
+    "vit": (
+        "vit-ti-cifar10",
+        dict(hidden_size=96, num_hidden_layers=4, num_attention_heads=3, intermediate_size=192, patch_size=4),
+    ),  # fmt: skip
+    "alternet": (
+        "alternet-18-cifar10",
+        dict(
+            hidden_sizes=[32, 64, 128, 256], embedding_size=32, num_attention_heads=[1, 2, 4, 4], attention_head_dim=32
+        ),
+    ),  # fmt: skip
+}
+TINY = {
+    "resnet": ("resnet-18-cifar10", dict(hidden_sizes=[8, 16, 16, 32], embedding_size=8, depths=[1, 1, 1, 1])),
+    "vit": (
+        "vit-ti-cifar10",
+        dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, patch_size=8),
+    ),  # fmt: skip
+    "alternet": (
+        "alternet-18-cifar10",
+        dict(
+            hidden_sizes=[8, 16, 16, 32],
+            embedding_size=8,
+            depths=[1, 2, 2, 2],
+            num_attention_heads=[1, 1, 1, 1],
+            attention_head_dim=8,
+        ),
+    ),  # fmt: skip
+}
+
+
+def training_config(family: str, out: Path, *, epochs: int | None, quick: bool):
+    """The one recipe (the offline first run's: AdamW, crop, 6 epochs on digits) for every family."""
+    from alternet_hf.recipe import TrainingConfig
+
+    preset, overrides = (TINY if quick else SMALL)[family]
+    fields = dict(
+        model=preset, model_overrides={**overrides, "drop_path_rate": 0.0}, output_dir=str(out / "models" / family)
+    )
+    if epochs is not None or quick:
+        fields["epochs"] = epochs or 1
+    return TrainingConfig(**fields)
+
+
+def train_family(config, say=print):
+    """Train (or reuse, or resume) one model; returns its folder."""
+    from alternet_hf.training import RESUMABLE_CHANGES, train
+
+    folder = Path(config.output_dir)
+    saved = folder / "training_config.json"
+    if saved.is_file():
+        before = json.loads(saved.read_text())
+        now = json.loads(json.dumps(config.to_dict()))
+        # What defines the model; where it was written and how fast it ran do not (a moved folder is reused).
+        changed = [key for key in now if key not in RESUMABLE_CHANGES and before.get(key) != now[key]]
+        if changed:
+            details = ", ".join(f"{key} {before.get(key)!r} -> {now[key]!r}" for key in changed)
+            raise FileExistsError(
+                f"{folder} holds a model trained with other settings ({details}); choose another --out or delete it"
+            )
+        if (folder / "config.json").is_file() and (folder / "history.json").is_file():
+            say(f"{folder}: already trained with these settings, reused")
+            return folder
+    train(config, resume=True)
+    return folder
+
+
+def reproduce(
+    out: Path,
+    families: Sequence[str] = FAMILIES,
+    *,
+    epochs: int | None = None,
+    quick: bool = False,
+    analyses: Sequence[str],
+    data: DataOptions,
+    settings: Settings,
+    device,
+    image_size: int | None = None,
+    scaled_down: Sequence[str] = (),
+    say: Callable[[str], None] = print,
+) -> dict:
+    """Train (or reuse) each family into `out/models`, analyse into `out/results` and compare into
+    `out/comparison`; returns the written paths of the comparison, with the minutes spent training and in all."""
+    unknown = sorted(set(families) - set(FAMILIES))
+    if unknown or not families:
+        raise ValueError(f"unknown families {unknown}; choose from {', '.join(FAMILIES)}")
+    started = time.perf_counter()
+    trained = {}
+    for family in families:
+        config = training_config(family, out, epochs=epochs, quick=quick)
+        say(f"--- {family}: {config.model} with {config.model_overrides}, {config.epochs} epochs")
+        trained[family] = train_family(config, say=say)
+    training_seconds = time.perf_counter() - started
+    written = compare_models(
+        [(family, str(folder)) for family, folder in trained.items()], analyses, data=data, settings=settings,
+        device=device, results_dir=out / "results", comparison_dir=out / "comparison", image_size=image_size,
+        scaled_down=scaled_down, say=say,
+    )  # fmt: skip
+    return {**written, "training_minutes": training_seconds / 60, "minutes": (time.perf_counter() - started) / 60}
