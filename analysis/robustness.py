@@ -12,6 +12,7 @@ for each corruption and severity:
 - `GeneratedCorruptions`: any clean test set corrupted on the fly with `analysis.corruptions`, on the
   evaluation device, seeded by (seed, corruption, severity, chunk): reproducible whatever the batch size.
 
+`write_hub_dataset` turns the Zenodo arrays into that parquet dataset with its card (`alternet-publish-cifar100c`).
 `evaluate_corruptions` reports accuracy, NLL and ECE per corruption × severity and their means.
 `frequency_noise` measures Δaccuracy under noise restricted to one frequency band at a time.
 """
@@ -32,6 +33,8 @@ from alternet_hf.metrics import classification_metrics
 from . import _common
 from ._common import AnalysisResult, analysis_mode, iterate_batches, logits_of, model_normalization, resolve_device
 from .corruptions import CORRUPTIONS, SEVERITIES, corrupt, load_frost_photos, resolve_frost_dir
+
+ZENODO_URL = "https://zenodo.org/records/3555552"  # CIFAR-10-C and CIFAR-100-C, as released
 
 Batches = Iterator[tuple[torch.Tensor, torch.Tensor]]
 
@@ -59,7 +62,7 @@ class ZenodoArrays:
         if not labels_file.exists():
             raise FileNotFoundError(
                 f"{labels_file} not found: a CIFAR-C directory holds labels.npy and one <corruption>.npy per "
-                f"corruption (download CIFAR-100-C from Zenodo record 3555552 and unpack it)"
+                f"corruption (download CIFAR-100-C.tar from Zenodo record 3555552, {ZENODO_URL}, and unpack it)"
             )
         self.labels = np.load(labels_file, mmap_mode="r")
         if len(self.labels) % len(SEVERITIES):
@@ -227,6 +230,81 @@ def save_as_parquet(source, path: str | Path, *, corruptions: Sequence[str] = CO
         path.parent.mkdir(parents=True, exist_ok=True)
         dataset.to_parquet(str(path))
     return path
+
+
+# --- the Hub dataset -----------------------------------------------------------------------------------
+
+CIFAR_C_CITATION = """@inproceedings{hendrycks2019benchmarking,
+  title={Benchmarking Neural Network Robustness to Common Corruptions and Perturbations},
+  author={Dan Hendrycks and Thomas Dietterich},
+  booktitle={International Conference on Learning Representations},
+  year={2019}
+}"""
+
+
+def hub_dataset_card(repo_id: str, corruptions: Sequence[str], images_per_set: int):
+    """The dataset card of CIFAR-C published as parquet: schema, how to read it, the severities, the citation."""
+    from huggingface_hub import DatasetCard, DatasetCardData
+
+    from .corruptions import SEVERITY_PARAMETERS
+
+    data = DatasetCardData(
+        license="cc-by-4.0",
+        pretty_name="CIFAR-100-C",
+        task_categories=["image-classification"],
+        size_categories=["100K<n<1M"] if images_per_set * 5 * len(corruptions) >= 100_000 else ["n<100K"],
+        source_datasets=["uoft-cs/cifar100"],
+        configs=[{"config_name": "default", "data_files": [{"split": "test", "path": "data/test-*.parquet"}]}],
+    )
+    table = "\n".join(f"| {name} | {SEVERITY_PARAMETERS[name]} |" for name in corruptions)
+    body = f"""
+# CIFAR-100-C
+
+The CIFAR-100 test set under {len(corruptions)} common corruptions at 5 severities (Hendrycks & Dietterich,
+ICLR 2019), converted from the released arrays (Zenodo record 3555552) to parquet, one row per image:
+`image` (PNG, 32×32 RGB), `label` (CIFAR-100 fine label), `corruption`, `severity` (1–5);
+{images_per_set:,} images per corruption and severity.
+
+```python
+from datasets import load_dataset
+fog = load_dataset("{repo_id}", split="test").filter(lambda row: row["corruption"] == "fog" and row["severity"] == 3)
+# or, for evaluation by corruption and severity:
+from analysis.robustness import ParquetCorruptions, evaluate_corruptions
+evaluate_corruptions(model, ParquetCorruptions("{repo_id}"))
+```
+
+| corruption | CIFAR-C parameters, severities 1–5 |
+|---|---|
+{table}
+
+Published with `alternet-publish-cifar100c` of alternet-hf. Licence of the original arrays: CC BY 4.0.
+
+```bibtex
+{CIFAR_C_CITATION}
+```
+"""
+    return DatasetCard(f"---\n{data.to_yaml()}\n---\n{body}")
+
+
+def write_hub_dataset(
+    zenodo_dir: str | Path, folder: str | Path, repo_id: str, corruptions: Sequence[str] = CORRUPTIONS
+) -> Path:
+    """The Hub dataset repo of the Zenodo arrays in `zenodo_dir`, written into `folder`: one parquet file per
+    corruption (image, label, corruption, severity; split "test") under data/, and the card as README.md."""
+    from tqdm import tqdm
+
+    folder = Path(folder)
+    source = ZenodoArrays(zenodo_dir)
+    missing = sorted(set(corruptions) - set(source.available()))
+    if missing:
+        raise FileNotFoundError(
+            f"{zenodo_dir} lacks {', '.join(f'{name}.npy' for name in missing)} (it has {source.available()}): "
+            f"CIFAR-100-C's arrays are Zenodo record 3555552 ({ZENODO_URL}); unpack CIFAR-100-C.tar there"
+        )
+    for corruption in tqdm(corruptions, desc="parquet", unit="corruption"):
+        save_as_parquet(source, folder / "data" / f"test-{corruption}.parquet", corruptions=[corruption])
+    hub_dataset_card(repo_id, corruptions, source.per_severity).save(folder / "README.md")
+    return folder
 
 
 @dataclass

@@ -54,4 +54,4 @@ def test_missing_arrays_are_named(tmp_path):
         "--repo-id", "someone/c", "--dry-run", str(tmp_path / "out"), "--corruptions", "fog,frost",
     ]  # fmt: skip
     completed = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert completed.returncode != 0 and "lacks ['frost']" in completed.stderr
+    assert completed.returncode == 2 and "lacks frost.npy" in completed.stderr and "zenodo.org" in completed.stderr
