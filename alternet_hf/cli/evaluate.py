@@ -4,8 +4,6 @@ alternet-evaluate --model outputs/alternet-digits --dataset digits
 alternet-evaluate --model <org>/alternet-50-cifar100 --dataset uoft-cs/cifar100 --output results/
 """
 
-import json
-import math
 from pathlib import Path
 
 from alternet_hf.cli._common import command, make_parser, model_source
@@ -33,8 +31,7 @@ def build_parser():
 @command
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    from alternet_hf.metrics import plot_reliability_diagram, reliability_diagram
-    from alternet_hf.training import evaluate_model
+    from alternet_hf.evaluation import evaluate_model, metric_lines, write_evaluation
 
     metrics, logits, labels = evaluate_model(
         args.model,
@@ -47,34 +44,13 @@ def main(argv: list[str] | None = None) -> None:
         mixed_precision=args.mixed_precision,
     )
     print(f"{args.model} on {args.dataset} ({args.split}, {len(labels):,} images)")
-    for name, value in metrics.items():
-        if not math.isfinite(value):
-            shown = "undefined" + (" (no misclassified images)" if name == "unc_90" else "")
-        elif name in ("accuracy", "acc_90", "unc_90", "freq_90", "iou", "iou_90"):
-            shown = f"{100 * value:.2f}%"
-        else:
-            shown = f"{value:.4f}"
-        print(f"  {name:>9}: {shown}")
-
+    print("\n".join(metric_lines(metrics)))
     output = args.output or (Path(args.model) if Path(args.model).is_dir() else Path("results"))
-    output.mkdir(parents=True, exist_ok=True)
-    stem = f"eval_{Path(args.dataset).name}_{args.split}"
-    (output / f"{stem}.json").write_text(
-        json.dumps(
-            {
-                "model": args.model,
-                "dataset": args.dataset,
-                "split": args.split,
-                "num_images": len(labels),
-                "mixed_precision": args.mixed_precision,
-                "metrics": {k: v if math.isfinite(v) else None for k, v in metrics.items()},
-            },
-            indent=2,
-        )
-    )
-    ax = plot_reliability_diagram(reliability_diagram(logits.numpy(), labels.numpy()))
-    ax.figure.savefig(output / f"{stem}_reliability.png", dpi=120)
-    print(f"wrote {output / stem}.json and {stem}_reliability.png")
+    path = write_evaluation(
+        output, model=args.model, dataset=args.dataset, split=args.split, metrics=metrics, logits=logits,
+        labels=labels, mixed_precision=args.mixed_precision,
+    )  # fmt: skip
+    print(f"wrote {path} and {path.stem}_reliability.png")
 
 
 if __name__ == "__main__":

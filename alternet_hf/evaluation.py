@@ -1,0 +1,117 @@
+"""A trained model's evaluation: the paper's metrics on a split of a dataset (`alternet-evaluate`), written as the
+`eval_<dataset>_<split>.json` and reliability diagram that model cards read (`alternet_hf.hub.find_evaluation`)."""
+
+import json
+import math
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from torch.utils.data import DataLoader
+
+from .augmentation import channel_statistics, eval_transform
+from .data import class_names_of, collate_images, load_image_classification, with_transform
+from .metrics import plot_reliability_diagram, reliability_diagram
+from .presets import create_model
+from .training import build_steps, evaluate
+
+PERCENT_METRICS = ("accuracy", "acc_90", "unc_90", "freq_90", "iou", "iou_90")
+
+
+def evaluate_model(
+    model_name_or_path: str,
+    source: str,
+    *,
+    split: str = "test",
+    image_column: str | None = None,
+    label_column: str | None = None,
+    batch_size: int = 256,
+    num_workers: int = 0,
+    mixed_precision: str = "no",
+) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    """The paper's metrics of a trained model (folder or Hub id) on a split of a dataset (see `data`).
+
+    In float32 by default: these are the numbers that go into model cards, and bf16 logits shift NLL, ECE
+    and the 90%-confidence metrics. Labels are matched to the model's classes by name where it has names.
+    """
+    accelerator = Accelerator(mixed_precision=mixed_precision)
+    model = create_model(model_name_or_path)
+    data = load_image_classification(
+        source, split=split, image_column=image_column, label_column=label_column,
+        class_names=class_names_of(model.config),
+    )  # fmt: skip
+    num_classes = data.features["label"].num_classes
+    if num_classes > model.config.num_labels:
+        raise ValueError(
+            f"{source} has {num_classes} classes but {model_name_or_path} predicts {model.config.num_labels}: "
+            "evaluate on the dataset the model was trained for"
+        )
+    size, image_mean, image_std = model.config.image_size, model.config.image_mean, model.config.image_std
+    transform = eval_transform(size, image_mean, image_std, normalize=False)
+    data = with_transform(data, transform, source=f"{source} (split {split!r})")
+    loader = DataLoader(
+        data,
+        batch_size=batch_size,
+        collate_fn=collate_images,
+        num_workers=num_workers,
+        generator=torch.Generator().manual_seed(0),
+    )
+    model, loader = accelerator.prepare(model, loader)
+    mean, std = channel_statistics(image_mean, image_std, device=accelerator.device)
+    _, eval_step = build_steps(
+        model, mean=mean, std=std, num_labels=num_classes, label_smoothing=0.0, channels_last=False, compile_mode=None
+    )
+    return evaluate(model, loader, accelerator, eval_step=eval_step)
+
+
+def evaluation_stem(dataset: str, split: str) -> str:
+    """`eval_<dataset folder or Hub name>_<split>`: the name of an evaluation's files."""
+    return f"eval_{Path(dataset).name}_{split}"
+
+
+def write_evaluation(
+    output: str | Path,
+    *,
+    model: str,
+    dataset: str,
+    split: str,
+    metrics: dict,
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    mixed_precision: str = "no",
+) -> Path:
+    """`<output>/eval_<dataset>_<split>.json` (metrics, undefined ones as null) and its reliability diagram
+    (`..._reliability.png`); returns the JSON's path."""
+    import matplotlib.pyplot as plt
+
+    output = Path(output)
+    output.mkdir(parents=True, exist_ok=True)
+    stem = evaluation_stem(dataset, split)
+    payload = {
+        "model": model,
+        "dataset": dataset,
+        "split": split,
+        "num_images": len(labels),
+        "mixed_precision": mixed_precision,
+        "metrics": {k: v if math.isfinite(v) else None for k, v in metrics.items()},
+    }
+    path = output / f"{stem}.json"
+    path.write_text(json.dumps(payload, indent=2))
+    ax = plot_reliability_diagram(reliability_diagram(logits.numpy(), labels.numpy()))
+    ax.figure.savefig(output / f"{stem}_reliability.png", dpi=120)
+    plt.close(ax.figure)
+    return path
+
+
+def metric_lines(metrics: dict) -> list[str]:
+    """One aligned line per metric: percentages where the metric is a fraction, undefined ones said so."""
+    lines = []
+    for name, value in metrics.items():
+        if not math.isfinite(value):
+            shown = "undefined" + (" (no misclassified images)" if name == "unc_90" else "")
+        elif name in PERCENT_METRICS:
+            shown = f"{100 * value:.2f}%"
+        else:
+            shown = f"{value:.4f}"
+        lines.append(f"  {name:>9}: {shown}")
+    return lines
