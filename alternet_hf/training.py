@@ -56,9 +56,7 @@ from .augmentation import (
 )
 from .data import (
     SeededAugmentation,
-    class_names_of,
     collate_images,
-    load_image_classification,
     load_train_and_eval,
     with_transform,
 )
@@ -456,184 +454,238 @@ def train(config: TrainingConfig, *, resume: bool = False, overwrite: bool = Fal
     config.validate()
     if resume and overwrite:
         raise ValueError("resume and overwrite exclude each other: continue the run, or start it again")
-    output_dir = Path(config.output_dir)
-    accelerator = Accelerator(
-        mixed_precision=_mixed_precision(config),
-        gradient_accumulation_steps=config.gradient_accumulation_steps,
-        log_with="tensorboard",
-        project_config=ProjectConfiguration(project_dir=str(output_dir), logging_dir=str(output_dir / "logs")),
-        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=config.seed, non_blocking=True),
-    )
-    on_cuda = accelerator.device.type == "cuda"
-    set_seed(config.seed)
-    if config.deterministic:
-        torch.use_deterministic_algorithms(True)
-    if on_cuda:
-        torch.backends.cudnn.benchmark = not config.deterministic  # fixed shapes: pick the fastest kernels once
-    checkpoints = CheckpointManager(output_dir / "checkpoints", keep=config.keep_checkpoints)
-    _claim_output_dir(accelerator, output_dir, checkpoints, resume=resume, overwrite=overwrite)
+    session = TrainingSession(config)
+    session.claim_output_dir(resume=resume, overwrite=overwrite)
+    session.build()
+    session.start(resume=resume)
+    session.train_epochs()
+    return session.finish()
 
-    model, augmentation, train_loader, eval_loader, splits = build_model_and_data(config, pin_memory=on_cuda)
-    if splits.holdout is not None:
-        accelerator.print(splits.holdout_note(config.dataset, config.train_split))
-    if config.channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    optimizer = build_optimizer(config, model, fused=on_cuda)
-    model, optimizer, train_loader, eval_loader = accelerator.prepare(model, optimizer, train_loader, eval_loader)
-    # Accelerate also steps on an epoch's last, incomplete accumulation window.
-    steps_per_epoch = math.ceil(len(train_loader) / config.gradient_accumulation_steps)
-    # Stepped by hand, once per optimizer step; on the optimizer Accelerate wraps, whose `step` it counts.
-    scheduler = build_scheduler(config, optimizer.optimizer, steps_per_epoch)
-    model_config = accelerator.unwrap_model(model).config
-    mean, std = channel_statistics(model_config.image_mean, model_config.image_std, device=accelerator.device)
-    compiled = config.compile if config.compile is not None else on_cuda
-    train_step, eval_step = build_steps(
-        model,
-        mean=mean,
-        std=std,
-        num_labels=model_config.num_labels,
-        label_smoothing=config.label_smoothing,
-        channels_last=config.channels_last,
-        compile_mode=config.compile_mode if compiled else None,
-    )
-    mixer = None
-    if config.mixup_alpha > 0 or config.cutmix_alpha > 0:
-        mixer = BatchMixer(
-            mixup_alpha=config.mixup_alpha,
-            cutmix_alpha=config.cutmix_alpha,
-            image_size=model_config.image_size,
-            seed=config.seed,
+
+class TrainingSession:
+    """One run of `train`, phase by phase: the Accelerator and seeds (here), the output folder claimed, the data,
+    model, optimizer, schedule and steps built, the state restored or started, the epochs (training, evaluation,
+    checkpoints), the final outputs."""
+
+    def __init__(self, config: TrainingConfig):
+        self.config, self.output_dir = config, Path(config.output_dir)
+        self.accelerator = Accelerator(
+            mixed_precision=_mixed_precision(config),
+            gradient_accumulation_steps=config.gradient_accumulation_steps,
+            log_with="tensorboard",
+            project_config=ProjectConfiguration(
+                project_dir=str(self.output_dir), logging_dir=str(self.output_dir / "logs")
+            ),
+            dataloader_config=DataLoaderConfiguration(
+                use_seedable_sampler=True, data_seed=config.seed, non_blocking=True
+            ),
         )
-    parameters = [p for p in model.parameters() if p.requires_grad]
+        self.on_cuda = self.accelerator.device.type == "cuda"
+        set_seed(config.seed)
+        if config.deterministic:
+            torch.use_deterministic_algorithms(True)
+        if self.on_cuda:
+            torch.backends.cudnn.benchmark = not config.deterministic  # fixed shapes: pick the fastest kernels once
+        self.checkpoints = CheckpointManager(self.output_dir / "checkpoints", keep=config.keep_checkpoints)
+        self.state = TrainState()
+        self.timing = dict(data=0.0, checkpoint=0.0)
+        self.metrics, self.logits, self.labels = {}, None, None  # of the last evaluation
 
-    state = TrainState()
-    if resume:
-        state = _resume(accelerator, checkpoints, config, scheduler) or state
-    if accelerator.is_main_process:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        config.save(output_dir / "training_config.json")
-        if splits.holdout is not None:  # which rows were never trained on, for evaluation and analyses later
-            holdout = {"dataset": config.dataset, "split": config.train_split, **splits.holdout}
-            (output_dir / "holdout.json").write_text(json.dumps(holdout))
-    accelerator.init_trackers("train", config=_tracker_config(config))
+    def claim_output_dir(self, *, resume: bool, overwrite: bool) -> None:
+        _claim_output_dir(self.accelerator, self.output_dir, self.checkpoints, resume=resume, overwrite=overwrite)
 
-    monitor = LossMonitor(accelerator, config.log_every_steps, batches_per_epoch=len(train_loader))
-    timing = dict(data=0.0, checkpoint=0.0)
-    last_save = time.monotonic()
-
-    def read_losses():
-        """The one regular host sync: log the mean loss since the last read, and stop if one was not finite."""
-        mean_loss = monitor.read()
-        if mean_loss is not None:
-            accelerator.log({"train/loss": mean_loss, "train/lr": scheduler.get_last_lr()[0]}, step=state.global_step)
-
-    def save_checkpoint():
-        nonlocal last_save
-        started = time.perf_counter()
-        read_losses()  # every loss up to here must be finite: a diverged run is never saved
-        weights = [t for t in accelerator.unwrap_model(model).state_dict().values() if t.is_floating_point()]
-        if not torch.stack([torch.isfinite(t).all() for t in weights]).all().item():  # BatchNorm statistics too
-            raise NonFiniteLossError(f"the weights are no longer finite after optimizer step {state.global_step}")
-        state.scheduler = scheduler.state_dict()
-        checkpoints.save(accelerator, state)
-        last_save = time.monotonic()
-        timing["checkpoint"] += time.perf_counter() - started
-
-    def time_to_save() -> bool:
-        return _agreed(accelerator, _minutes_since(last_save) >= (config.save_every_minutes or math.inf))
-
-    def after_batch(optimizer_stepped: bool):
-        if state.step_in_epoch == len(train_loader):
-            return  # the epoch's end reads the losses and decides about a checkpoint
-        if optimizer_stepped and config.save_every_steps and state.global_step % config.save_every_steps == 0:
-            save_checkpoint()
-        elif monitor.full:
-            read_losses()
-            if time_to_save():
-                save_checkpoint()
-
-    last_evaluation = next((h for h in reversed(state.history) if "eval_accuracy" in h), {})
-    metrics = {k[len("eval_") :]: v for k, v in last_evaluation.items() if k.startswith("eval_")}
-    logits = labels = None
-    try:
-        while state.epoch < config.epochs:
-            started = time.perf_counter()
-            timing.update(data=0.0, checkpoint=0.0)
-            train_loader.set_epoch(state.epoch)
-            augmentation.epoch = state.epoch  # before the loader's iterator exists: its workers read it
-            resumed_at = state.step_in_epoch
-            loader = accelerator.skip_first_batches(train_loader, resumed_at) if resumed_at else train_loader
-            progress = tqdm(
-                total=len(train_loader),
-                initial=state.step_in_epoch,
-                desc=f"epoch {state.epoch + 1}/{config.epochs}",
-                disable=not accelerator.is_local_main_process,
+    def build(self) -> None:
+        """Data, model (channels-last), optimizer and schedule prepared by Accelerate; the training and evaluation
+        steps (compiled on CUDA unless the config says otherwise); the batch mixer where the recipe mixes."""
+        config, accelerator = self.config, self.accelerator
+        model, self.augmentation, train_loader, eval_loader, self.splits = build_model_and_data(
+            config, pin_memory=self.on_cuda
+        )
+        if self.splits.holdout is not None:
+            accelerator.print(self.splits.holdout_note(config.dataset, config.train_split))
+        if config.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        optimizer = build_optimizer(config, model, fused=self.on_cuda)
+        self.model, self.optimizer, self.train_loader, self.eval_loader = accelerator.prepare(
+            model, optimizer, train_loader, eval_loader
+        )
+        # Accelerate also steps on an epoch's last, incomplete accumulation window.
+        steps_per_epoch = math.ceil(len(self.train_loader) / config.gradient_accumulation_steps)
+        # Stepped by hand, once per optimizer step; on the optimizer Accelerate wraps, whose `step` it counts.
+        self.scheduler = build_scheduler(config, self.optimizer.optimizer, steps_per_epoch)
+        model_config = accelerator.unwrap_model(self.model).config
+        mean, std = channel_statistics(model_config.image_mean, model_config.image_std, device=accelerator.device)
+        compiled = config.compile if config.compile is not None else self.on_cuda
+        self.train_step, self.eval_step = build_steps(
+            self.model,
+            mean=mean,
+            std=std,
+            num_labels=model_config.num_labels,
+            label_smoothing=config.label_smoothing,
+            channels_last=config.channels_last,
+            compile_mode=config.compile_mode if compiled else None,
+        )
+        self.mixer = None
+        if config.mixup_alpha > 0 or config.cutmix_alpha > 0:
+            self.mixer = BatchMixer(
+                mixup_alpha=config.mixup_alpha,
+                cutmix_alpha=config.cutmix_alpha,
+                image_size=model_config.image_size,
+                seed=config.seed,
             )
-            try:
-                train_one_epoch(
-                    train_step,
-                    loader,
-                    optimizer,
-                    scheduler,
-                    accelerator,
-                    state,
-                    model=model,
-                    parameters=parameters,
-                    clip_grad_norm=config.clip_grad_norm,
-                    mixer=mixer,
-                    monitor=monitor,
-                    after_batch=after_batch,
-                    progress=progress,
-                    timing=timing,
-                )
-            finally:
-                progress.close()  # before any error message
-            read_losses()
-            record = {
-                "epoch": state.epoch + 1,
-                "train_loss": monitor.epoch_mean(),
-                "lr": scheduler.get_last_lr()[0],
-                "train_seconds": time.perf_counter() - started - timing["checkpoint"],
-                "data_seconds": timing["data"],
-                "train_images": (state.step_in_epoch - resumed_at) * config.batch_size * accelerator.num_processes,
-            }
-            last_epoch = state.epoch + 1 == config.epochs
-            if last_epoch or (state.epoch + 1) % config.eval_every_epochs == 0:
-                evaluation_started = time.perf_counter()
-                metrics, logits, labels = evaluate(model, eval_loader, accelerator, eval_step=eval_step)
-                record["evaluation_seconds"] = time.perf_counter() - evaluation_started
-                record.update({f"eval_{k}": v for k, v in metrics.items()})
-                accelerator.log({f"eval/{k}": v for k, v in metrics.items()}, step=state.global_step)
-                accelerator.print(
-                    f"epoch {state.epoch + 1}: train loss {record['train_loss']:.4f}, eval accuracy "
-                    f"{100 * metrics['accuracy']:.2f}%, NLL {metrics['nll']:.4f}, ECE {metrics['ece']:.4f}"
-                )
-                if metrics["accuracy"] > state.best_accuracy:
-                    state.best_accuracy = metrics["accuracy"]
-                    _save_model(accelerator, model, output_dir / "best", metrics)
-            else:
-                accelerator.print(f"epoch {state.epoch + 1}: train loss {record['train_loss']:.4f}")
-            state.history.append(record)
-            state.epoch, state.step_in_epoch = state.epoch + 1, 0
-            if last_epoch or state.epoch % config.save_every_epochs == 0 or time_to_save():
-                save_checkpoint()
-            record.update(checkpoint_seconds=timing["checkpoint"], seconds=time.perf_counter() - started)
-    except NonFiniteLossError as error:
+        self.parameters = [p for p in self.model.parameters() if p.requires_grad]
+        self.monitor = LossMonitor(accelerator, config.log_every_steps, batches_per_epoch=len(self.train_loader))
+
+    def start(self, *, resume: bool) -> None:
+        """The state of the checkpoint resumed from (else a fresh one); the run's settings (and hold-out rows)
+        written beside it; the trackers started."""
+        config, accelerator = self.config, self.accelerator
+        if resume:
+            self.state = _resume(accelerator, self.checkpoints, config, self.scheduler) or self.state
+        if accelerator.is_main_process:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            config.save(self.output_dir / "training_config.json")
+            if self.splits.holdout is not None:  # which rows were never trained on, for evaluation and analyses later
+                holdout = {"dataset": config.dataset, "split": config.train_split, **self.splits.holdout}
+                (self.output_dir / "holdout.json").write_text(json.dumps(holdout))
+        accelerator.init_trackers("train", config=_tracker_config(config))
+        last_evaluation = next((h for h in reversed(self.state.history) if "eval_accuracy" in h), {})
+        self.metrics = {k[len("eval_") :]: v for k, v in last_evaluation.items() if k.startswith("eval_")}
+        self.last_save = time.monotonic()
+
+    def train_epochs(self) -> None:
+        """Every epoch left: train, evaluate when due, checkpoint when due. A loss or weights that stop being finite
+        end the run with the step named and the last good checkpoint kept."""
+        try:
+            while self.state.epoch < self.config.epochs:
+                self.run_epoch()
+        except NonFiniteLossError as error:
+            self.accelerator.end_training()
+            raise NonFiniteLossError(_diverged_message(error, self.config, self.checkpoints)) from None
+
+    def run_epoch(self) -> None:
+        config, accelerator, state = self.config, self.accelerator, self.state
+        started = time.perf_counter()
+        self.timing.update(data=0.0, checkpoint=0.0)
+        self.train_loader.set_epoch(state.epoch)
+        self.augmentation.epoch = state.epoch  # before the loader's iterator exists: its workers read it
+        resumed_at = state.step_in_epoch
+        loader = accelerator.skip_first_batches(self.train_loader, resumed_at) if resumed_at else self.train_loader
+        progress = tqdm(
+            total=len(self.train_loader),
+            initial=state.step_in_epoch,
+            desc=f"epoch {state.epoch + 1}/{config.epochs}",
+            disable=not accelerator.is_local_main_process,
+        )
+        try:
+            train_one_epoch(
+                self.train_step,
+                loader,
+                self.optimizer,
+                self.scheduler,
+                accelerator,
+                state,
+                model=self.model,
+                parameters=self.parameters,
+                clip_grad_norm=config.clip_grad_norm,
+                mixer=self.mixer,
+                monitor=self.monitor,
+                after_batch=self.after_batch,
+                progress=progress,
+                timing=self.timing,
+            )
+        finally:
+            progress.close()  # before any error message
+        self.read_losses()
+        record = {
+            "epoch": state.epoch + 1,
+            "train_loss": self.monitor.epoch_mean(),
+            "lr": self.scheduler.get_last_lr()[0],
+            "train_seconds": time.perf_counter() - started - self.timing["checkpoint"],
+            "data_seconds": self.timing["data"],
+            "train_images": (state.step_in_epoch - resumed_at) * config.batch_size * accelerator.num_processes,
+        }
+        last_epoch = state.epoch + 1 == config.epochs
+        if last_epoch or (state.epoch + 1) % config.eval_every_epochs == 0:
+            self.evaluate_into(record)
+        else:
+            accelerator.print(f"epoch {state.epoch + 1}: train loss {record['train_loss']:.4f}")
+        state.history.append(record)
+        state.epoch, state.step_in_epoch = state.epoch + 1, 0
+        if last_epoch or state.epoch % config.save_every_epochs == 0 or self.time_to_save():
+            self.save_checkpoint()
+        record.update(checkpoint_seconds=self.timing["checkpoint"], seconds=time.perf_counter() - started)
+
+    def evaluate_into(self, record: dict) -> None:
+        """Evaluate, log and print; keep the model as `best/` when it is the most accurate so far."""
+        started = time.perf_counter()
+        self.metrics, self.logits, self.labels = evaluate(
+            self.model, self.eval_loader, self.accelerator, eval_step=self.eval_step
+        )
+        metrics = self.metrics
+        record["evaluation_seconds"] = time.perf_counter() - started
+        record.update({f"eval_{k}": v for k, v in metrics.items()})
+        self.accelerator.log({f"eval/{k}": v for k, v in metrics.items()}, step=self.state.global_step)
+        self.accelerator.print(
+            f"epoch {self.state.epoch + 1}: train loss {record['train_loss']:.4f}, eval accuracy "
+            f"{100 * metrics['accuracy']:.2f}%, NLL {metrics['nll']:.4f}, ECE {metrics['ece']:.4f}"
+        )
+        if metrics["accuracy"] > self.state.best_accuracy:
+            self.state.best_accuracy = metrics["accuracy"]
+            _save_model(self.accelerator, self.model, self.output_dir / "best", metrics)
+
+    def read_losses(self) -> None:
+        """The one regular host sync: log the mean loss since the last read, and stop if one was not finite."""
+        mean_loss = self.monitor.read()
+        if mean_loss is not None:
+            self.accelerator.log(
+                {"train/loss": mean_loss, "train/lr": self.scheduler.get_last_lr()[0]}, step=self.state.global_step
+            )
+
+    def save_checkpoint(self) -> None:
+        started = time.perf_counter()
+        self.read_losses()  # every loss up to here must be finite: a diverged run is never saved
+        weights = [t for t in self.accelerator.unwrap_model(self.model).state_dict().values() if t.is_floating_point()]
+        if not torch.stack([torch.isfinite(t).all() for t in weights]).all().item():  # BatchNorm statistics too
+            raise NonFiniteLossError(f"the weights are no longer finite after optimizer step {self.state.global_step}")
+        self.state.scheduler = self.scheduler.state_dict()
+        self.checkpoints.save(self.accelerator, self.state)
+        self.last_save = time.monotonic()
+        self.timing["checkpoint"] += time.perf_counter() - started
+
+    def time_to_save(self) -> bool:
+        due = _minutes_since(self.last_save) >= (self.config.save_every_minutes or math.inf)
+        return _agreed(self.accelerator, due)
+
+    def after_batch(self, optimizer_stepped: bool) -> None:
+        """Between batches: a checkpoint every `save_every_steps`, else the losses read when the monitor is full
+        (and a checkpoint when `save_every_minutes` have passed)."""
+        state, every = self.state, self.config.save_every_steps
+        if state.step_in_epoch == len(self.train_loader):
+            return  # the epoch's end reads the losses and decides about a checkpoint
+        if optimizer_stepped and every and state.global_step % every == 0:
+            self.save_checkpoint()
+        elif self.monitor.full:
+            self.read_losses()
+            if self.time_to_save():
+                self.save_checkpoint()
+
+    def finish(self) -> TrainResult:
+        """The final model, history, training curves and reliability diagram; the trackers closed."""
+        accelerator, state, output_dir = self.accelerator, self.state, self.output_dir
+        if accelerator.is_main_process and state.history:
+            _save_model(accelerator, self.model, output_dir, self.metrics)
+            (output_dir / "history.json").write_text(json.dumps(state.history, indent=2))
+            plot_training_curves(state.history, output_dir / "training_curves.png")
+            if self.logits is not None:
+                import matplotlib.pyplot as plt
+
+                ax = plot_reliability_diagram(reliability_diagram(self.logits.numpy(), self.labels.numpy()))
+                ax.figure.savefig(output_dir / "reliability_diagram.png", dpi=120)
+                plt.close(ax.figure)
         accelerator.end_training()
-        raise NonFiniteLossError(_diverged_message(error, config, checkpoints)) from None
-
-    if accelerator.is_main_process and state.history:
-        _save_model(accelerator, model, output_dir, metrics)
-        (output_dir / "history.json").write_text(json.dumps(state.history, indent=2))
-        plot_training_curves(state.history, output_dir / "training_curves.png")
-        if logits is not None:
-            import matplotlib.pyplot as plt
-
-            ax = plot_reliability_diagram(reliability_diagram(logits.numpy(), labels.numpy()))
-            ax.figure.savefig(output_dir / "reliability_diagram.png", dpi=120)
-            plt.close(ax.figure)
-    accelerator.end_training()
-    return TrainResult(accelerator.unwrap_model(model), output_dir, metrics, state.best_accuracy, state.history)
+        unwrapped = accelerator.unwrap_model(self.model)
+        return TrainResult(unwrapped, output_dir, self.metrics, state.best_accuracy, state.history)
 
 
 def _minutes_since(moment: float) -> float:
@@ -799,49 +851,3 @@ def _save_model(accelerator: Accelerator, model, path: Path, metrics: dict) -> N
 
 def _finite_or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None
-
-
-def evaluate_model(
-    model_name_or_path: str,
-    source: str,
-    *,
-    split: str = "test",
-    image_column: str | None = None,
-    label_column: str | None = None,
-    batch_size: int = 256,
-    num_workers: int = 0,
-    mixed_precision: str = "no",
-) -> tuple[dict, torch.Tensor, torch.Tensor]:
-    """The paper's metrics of a trained model (folder or Hub id) on a split of a dataset (see `data`).
-
-    In float32 by default: these are the numbers that go into model cards, and bf16 logits shift NLL, ECE
-    and the 90%-confidence metrics. Labels are matched to the model's classes by name where it has names.
-    """
-    accelerator = Accelerator(mixed_precision=mixed_precision)
-    model = create_model(model_name_or_path)
-    data = load_image_classification(
-        source, split=split, image_column=image_column, label_column=label_column,
-        class_names=class_names_of(model.config),
-    )  # fmt: skip
-    num_classes = data.features["label"].num_classes
-    if num_classes > model.config.num_labels:
-        raise ValueError(
-            f"{source} has {num_classes} classes but {model_name_or_path} predicts {model.config.num_labels}: "
-            "evaluate on the dataset the model was trained for"
-        )
-    size, image_mean, image_std = model.config.image_size, model.config.image_mean, model.config.image_std
-    transform = eval_transform(size, image_mean, image_std, normalize=False)
-    data = with_transform(data, transform, source=f"{source} (split {split!r})")
-    loader = DataLoader(
-        data,
-        batch_size=batch_size,
-        collate_fn=collate_images,
-        num_workers=num_workers,
-        generator=torch.Generator().manual_seed(0),
-    )
-    model, loader = accelerator.prepare(model, loader)
-    mean, std = channel_statistics(image_mean, image_std, device=accelerator.device)
-    _, eval_step = build_steps(
-        model, mean=mean, std=std, num_labels=num_classes, label_smoothing=0.0, channels_last=False, compile_mode=None
-    )
-    return evaluate(model, loader, accelerator, eval_step=eval_step)
