@@ -4,7 +4,12 @@ import sys
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach a hub
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+# Tests run beside each other (pytest-xdist) and beside the commands they start: OpenMP threads that spin while
+# they wait burn the cores the others need (on two cores, a third more CPU time for the same suite). Read by
+# libgomp when torch loads, so set before it is imported, here and in every command a test starts.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np
 import pytest

@@ -1,9 +1,9 @@
 """alternet-analyze end to end: every analysis on a saved model and the embedded digits, offline."""
 
 import json
-import subprocess
 from pathlib import Path
 
+from commands import run_command
 from conftest import TINY, installed_command
 
 import alternet_hf
@@ -26,7 +26,7 @@ def test_every_analysis_writes_json_and_png(tmp_path):
         "--top-k", "2", "--bottom-k", "1", "--lanczos-steps", "5", "--landscape-points", "3",
         "--corruptions", "fog,contrast", "--severities", "1,5",
     ]  # fmt: skip
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    completed = run_command(command, cwd=tmp_path, timeout=600)
     assert completed.returncode == 0, completed.stderr[-3000:]
     for name in ANALYSES:
         assert (out / f"{name}.png").stat().st_size > 5000, name
@@ -57,12 +57,12 @@ def test_every_analysis_writes_json_and_png(tmp_path):
 
 def test_unknown_analysis_is_refused(tmp_path):
     command = [installed_command("alternet-analyze"), "--model", "alternet-18-cifar10", "--analyses", "fourier,hesian"]
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    completed = run_command(command, cwd=tmp_path, timeout=120)
     assert completed.returncode != 0 and "unknown analyses ['hesian']" in completed.stderr
     out = tmp_path / "results"
     command = [installed_command("alternet-analyze"), "--model", "alternet-18-cifar10", "--augmentation", "bogus",
                "--out", str(out)]  # fmt: skip
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    completed = run_command(command, cwd=tmp_path, timeout=120)
     assert completed.returncode == 2 and "--augmentation: takes model, paper, none" in completed.stderr
     assert "Traceback" not in completed.stderr and not out.exists()  # refused before a model is built
 
@@ -83,8 +83,7 @@ def test_hessian_batches_are_augmented_as_the_model_was_trained(tmp_path):
             "--train-batch-size", "8", "--landscape-points", "1"]  # fmt: skip
     for augmentation in ("model", "none"):
         out = tmp_path / augmentation
-        completed = subprocess.run([*base, "--out", str(out), "--augmentation", augmentation], capture_output=True,
-                                   text=True, timeout=600)  # fmt: skip
+        completed = run_command([*base, "--out", str(out), "--augmentation", augmentation], cwd=tmp_path, timeout=600)
         assert completed.returncode == 0, completed.stderr[-3000:]
         recorded = json.loads((out / "landscape.json").read_text())["augmentation"]
         if augmentation == "model":
@@ -98,9 +97,9 @@ def test_hessian_batches_are_augmented_as_the_model_was_trained(tmp_path):
             assert (
                 recorded["source"] == "none" and recorded["random_crop_padding"] == 0 and recorded["mixup_alpha"] == 0
             )
-    timed_out = subprocess.run(
+    timed_out = run_command(
         [*base[:4], "hessian", "--train-batch-size", "8", "--hessian-time-limit", "0", "--out", str(tmp_path / "t")],
-        capture_output=True, text=True, timeout=600,
+        cwd=tmp_path, timeout=600,
     )  # fmt: skip
     assert timed_out.returncode == 2 and "the time limit of 0 s ended the first minibatch" in timed_out.stderr
 
@@ -118,7 +117,7 @@ def test_augmented_analyses_are_reproducible_whatever_ran_before(tmp_path):
             str(out), "--analyses", analyses, "--train-batch-size", "8", "--hessian-batches", "1", "--top-k", "1",
             "--bottom-k", "0", "--landscape-points", "3",
         ]  # fmt: skip
-        completed = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        completed = run_command(command, cwd=tmp_path, timeout=600)
         assert completed.returncode == 0, completed.stderr[-3000:]
         eigenvalues.append(json.loads((out / "hessian.json").read_text())["result"]["eigenvalues"])
     assert eigenvalues[0] == eigenvalues[1]

@@ -1,6 +1,6 @@
 import json
-import subprocess
 
+from commands import run_command
 from conftest import TINY, installed_command
 
 from alternet_hf.benchmark import measure_throughput
@@ -14,7 +14,7 @@ def test_measure_throughput_runs_both_modes():
 
 def test_benchmark_script_writes_json(tmp_path):
     out = tmp_path / "bench.json"
-    result = subprocess.run(
+    result = run_command(
         [
             installed_command("alternet-benchmark"),
             "--models",
@@ -30,8 +30,7 @@ def test_benchmark_script_writes_json(tmp_path):
             "--output",
             str(out),
         ],
-        capture_output=True,
-        text=True,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "| resnet-18-cifar10 | cpu | float32 | no | 2 | forward |" in result.stdout
@@ -65,5 +64,5 @@ def test_data_path_and_engine_overhead_benchmarks(tmp_path):
 
 def test_the_reference_comparison_names_a_folder_that_is_not_the_reference_code(tmp_path):
     command = [installed_command("alternet-benchmark"), "--reference-dir", str(tmp_path)]
-    result = subprocess.run(command, capture_output=True, text=True)
+    result = run_command(command, cwd=tmp_path)
     assert result.returncode == 2 and "is not a checkout of the reference code" in result.stderr

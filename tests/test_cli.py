@@ -1,7 +1,8 @@
 """The installed commands as a user types them: in a fresh folder, offline, with the inputs users get wrong.
 
 Each bad input must end in one clear message (exit status 2, no traceback) and leave what was there intact.
-The commands run concurrently (each spends most of its time importing torch and transformers).
+Every installed command answers `--help` from a fresh interpreter; the others run as `commands.py` runs them.
+The commands of a test run concurrently, one thread each.
 """
 
 import hashlib
@@ -12,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from commands import start_command
 from conftest import TINY, command_names, installed_command
 
 import alternet_hf
@@ -24,18 +26,11 @@ def _env(**extra) -> dict:
 
 
 def run_all(
-    commands: dict[str, list], cwd: Path, timeout: float = 600, **env
+    commands: dict[str, list], cwd: Path, timeout: float = 600, *, warm: bool = True, **env
 ) -> dict[str, subprocess.CompletedProcess]:
-    """Run several commands at once; their results by name."""
+    """Run several commands at once (`warm=False`: each in a fresh interpreter); their results by name."""
     processes = {
-        name: subprocess.Popen(
-            [installed_command(args[0]), *map(str, args[1:])],
-            cwd=cwd,
-            env=_env(**env),
-            text=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )  # fmt: skip
+        name: start_command([installed_command(args[0]), *args[1:]], cwd=cwd, env=_env(**env), warm=warm)
         for name, args in commands.items()
     }
     results = {}
@@ -91,7 +86,7 @@ def test_no_script_shadows_an_installed_package():
 def test_every_command_answers_help(tmp_path):
     names = command_names()
     assert len(names) >= 9
-    results = run_all({name: [name, "--help"] for name in names}, tmp_path)
+    results = run_all({name: [name, "--help"] for name in names}, tmp_path, warm=False)
     for name, result in results.items():
         assert result.returncode == 0 and result.stdout.startswith("usage: " + name), (name, result.stderr[-2000:])
 

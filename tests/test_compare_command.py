@@ -2,12 +2,12 @@
 the mistakes a user makes answered with one clear message."""
 
 import json
-import subprocess
 
 import pytest
 import timm
 import torch
 import transformers
+from commands import run_command
 from conftest import TINY, installed_command
 from safetensors.torch import save_file
 
@@ -16,9 +16,8 @@ import alternet_hf
 TEST_RESNET_KINDS = ["stem", "conv", "pool", "pool", "pool"]  # timm's test_resnet: one block per stage
 
 
-def run(*arguments, cwd=None):
-    return subprocess.run([installed_command("alternet-compare"), *map(str, arguments)], capture_output=True,
-                          text=True, timeout=600, cwd=cwd)  # fmt: skip
+def run(*arguments, cwd):
+    return run_command([installed_command("alternet-compare"), *arguments], cwd=cwd, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +37,7 @@ def test_a_timm_model_with_local_weights_beside_a_zoo_model(tmp_path, zoo_model)
     completed = run(
         "--models", f"alternet={zoo_model},resnet18=timm:test_resnet", "--weights", tmp_path / "r18",
         "--analyses", "fourier,variance,lesion", "--max-batches", "1", "--batch-size", "16", "--image-size", "32",
-        "--out", out,
+        "--out", out, cwd=tmp_path,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert "all analyses about" in completed.stdout and "on a CPU, scaled down" in completed.stdout
@@ -106,10 +105,10 @@ def test_timm_mistakes_from_the_command_line(tmp_path, arguments, message):
 def test_alternet_analyze_takes_a_timm_model_too(tmp_path):
     weights = tmp_path / "w.safetensors"
     save_file(timm.create_model("test_resnet", num_classes=10).state_dict(), weights)
-    completed = subprocess.run(
+    completed = run_command(
         [installed_command("alternet-analyze"), "--model", "timm:test_resnet", "--weights", str(weights),
          "--analyses", "variance", "--max-batches", "1", "--batch-size", "8", "--out", str(tmp_path / "out")],
-        capture_output=True, text=True, timeout=600,
+        cwd=tmp_path, timeout=600,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-3000:]
     result = json.loads((tmp_path / "out" / "variance.json").read_text())["result"]

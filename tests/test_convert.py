@@ -1,10 +1,9 @@
 """Converters: reference-layout checkpoints give the reference's outputs, and bad files fail clearly."""
 
-import subprocess
-
 import pytest
 import timm
 import torch
+from commands import run_command
 from conftest import installed_command
 from reference_forward import (
     alternet_forward,
@@ -114,10 +113,9 @@ def test_corrupt_and_truncated_files_fail_clearly(tmp_path):
 def test_command_line_writes_a_loadable_folder(tmp_path):
     state_dict = reference_resnet_state_dict((2, 2, 2, 2), (64, 128, 256, 512), expansion=1, num_classes=10)
     path, out = _save(tmp_path, state_dict), tmp_path / "converted"
-    result = subprocess.run(
+    result = run_command(
         [installed_command("alternet-convert"), str(path), "resnet-18-cifar10", str(out)],
-        capture_output=True,
-        text=True,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     model = AutoModelForImageClassification.from_pretrained(out).eval()

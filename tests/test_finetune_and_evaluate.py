@@ -1,10 +1,10 @@
 """HF Trainer fine-tuning, evaluation, and the paper's full recipe, on a small dataset in CIFAR-100's schema."""
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
+from commands import run_command
 from conftest import installed_command
 from datasets import ClassLabel, DatasetDict, Features, Image
 
@@ -79,7 +79,7 @@ def test_evaluate_script_prints_and_writes_json(cifar_schema_digits, tmp_path):
         "--output",
         str(tmp_path),
     ]
-    result = subprocess.run(command, capture_output=True, text=True)
+    result = run_command(command, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "accuracy" in result.stdout and "ece" in result.stdout
     written = json.loads((tmp_path / "eval_cifar-schema_test.json").read_text())

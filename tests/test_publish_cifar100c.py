@@ -1,10 +1,10 @@
 """alternet-publish-cifar100c --dry-run: Zenodo arrays in, a parquet dataset with a card out, read back equal."""
 
-import subprocess
 from pathlib import Path
 
 import datasets
 import torch
+from commands import run_command
 from conftest import installed_command
 from huggingface_hub import DatasetCard
 
@@ -24,7 +24,7 @@ def test_dry_run_round_trip(tmp_path):
         installed_command("alternet-publish-cifar100c"), "--zenodo-dir", str(zenodo),
         "--repo-id", "someone/cifar100-c", "--dry-run", str(out), "--corruptions", ",".join(SOME),
     ]  # fmt: skip
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    completed = run_command(command, cwd=tmp_path, timeout=300)
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert sorted(p.name for p in (out / "data").iterdir()) == ["test-fog.parquet", "test-pixelate.parquet"]
 
@@ -53,5 +53,5 @@ def test_missing_arrays_are_named(tmp_path):
         installed_command("alternet-publish-cifar100c"), "--zenodo-dir", str(zenodo),
         "--repo-id", "someone/c", "--dry-run", str(tmp_path / "out"), "--corruptions", "fog,frost",
     ]  # fmt: skip
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    completed = run_command(command, cwd=tmp_path, timeout=300)
     assert completed.returncode == 2 and "lacks frost.npy" in completed.stderr and "zenodo.org" in completed.stderr

@@ -3,7 +3,6 @@ alternet_hf, and its card's model-index is the evaluation JSON."""
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 import time
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from commands import run_command
 from conftest import TINY, installed_command
 from huggingface_hub import ModelCard
 from transformers import AutoModelForImageClassification, pipeline
@@ -20,8 +20,8 @@ import alternet_hf
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run(*args, **kwargs):
-    completed = subprocess.run([*map(str, args)], capture_output=True, text=True, timeout=600, **kwargs)
+def run(*args, cwd, env=None):
+    completed = run_command(list(args), cwd=cwd, env=env, timeout=600)
     assert completed.returncode == 0, completed.stderr[-3000:]
     return completed
 
@@ -30,10 +30,11 @@ def run(*args, **kwargs):
 def test_dry_run_release(preset, tmp_path, photo):
     model = alternet_hf.create_model(preset, **{**TINY[preset], "num_labels": 10}).eval()
     model.save_pretrained(tmp_path / "model")
-    run(installed_command("alternet-evaluate"), "--model", tmp_path / "model", "--dataset", "digits")
+    run(installed_command("alternet-evaluate"), "--model", tmp_path / "model", "--dataset", "digits", cwd=tmp_path)
     evaluation = json.loads((tmp_path / "model" / "eval_digits_test.json").read_text())["metrics"]
     release = tmp_path / "release"
-    run(installed_command("alternet-push"), "--model", tmp_path / "model", "--repo-id", "me/tiny", "--dry-run", release)
+    push = [installed_command("alternet-push"), "--model", tmp_path / "model", "--repo-id", "me/tiny", "--dry-run"]
+    run(*push, release, cwd=tmp_path)
 
     card = ModelCard.load(release / "README.md")
     assert card.data.library_name == "transformers" and "how-do-vits-work" in card.data.tags
@@ -73,7 +74,7 @@ def test_a_model_without_evaluation_is_refused(tmp_path):
     alternet_hf.create_model("resnet-50-cifar100", **TINY["resnet-50-cifar100"]).save_pretrained(tmp_path / "m")
     command = [installed_command("alternet-push"), "--model", tmp_path / "m", "--repo-id", "a/b",
                "--dry-run", tmp_path / "out"]  # fmt: skip
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    completed = run_command(command, cwd=tmp_path, timeout=300)
     assert completed.returncode != 0 and "alternet-evaluate --model" in completed.stderr
 
 

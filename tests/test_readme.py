@@ -13,9 +13,7 @@ import json
 import os
 import re
 import shlex
-import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -25,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from commands import run_command, run_shell, start_command
 from conftest import command_names
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,18 +110,15 @@ class Workspace:
         return command
 
 
-def _env() -> dict:
+def _env(threads: int = 1) -> dict:
+    """A user's shell, offline; commands that run beside each other get one thread each (two cores)."""
     return {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
         "HF_DATASETS_OFFLINE": "1",
-        "OMP_NUM_THREADS": "2",
+        "OMP_NUM_THREADS": str(threads),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
-
-
-def run_command(command: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-c", command], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
 
 
 def _free_port() -> int:
@@ -143,7 +139,7 @@ def check(command: str, workspace: Workspace) -> None:
     if kind == SERVER:
         _check_server(filled, workspace.folder)
         return
-    result = run_command(filled, workspace.folder)
+    result = run_shell(filled, cwd=workspace.folder, env=_env())
     shown = f"$ {filled}\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
     assert "Traceback" not in _without_launcher_traceback(result.stderr), shown
     if kind == CLEAR_ERROR:
@@ -175,14 +171,11 @@ _PARSING = threading.Lock()
 
 def _check_server(command: str, cwd: Path) -> None:
     port = _free_port()
-    process = subprocess.Popen(
-        ["bash", "-c", f"exec {command} --port {port}"], cwd=cwd, env=_env(), text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+    process = start_command([*shlex.split(command), "--port", str(port)], cwd=cwd, env=_env(), merge=True)
     try:
         deadline = time.monotonic() + 300
         while True:
-            assert process.poll() is None, f"$ {command}\nexited: {process.stdout.read()[-3000:]}"
+            assert process.poll() is None, f"$ {command}\nexited: {process.output()[0][-3000:]}"
             try:
                 page = urllib.request.urlopen(f"http://127.0.0.1:{port}/config", timeout=5).read().decode()
                 break
@@ -191,7 +184,7 @@ def _check_server(command: str, cwd: Path) -> None:
                 time.sleep(1)
         assert "Models:" in page, page[:2000]
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
+        process.terminate()
         output = process.communicate(timeout=60)[0]
     assert "Traceback" not in output, output[-3000:]
 
@@ -200,7 +193,7 @@ def _check_server(command: str, cwd: Path) -> None:
 def workspace(tmp_path_factory) -> Workspace:
     """A fresh folder where the quickstart's main job has run, plus small local data for the placeholders."""
     folder = tmp_path_factory.mktemp("readme-user")
-    main_job = run_command(MAIN_JOB, folder)
+    main_job = run_command([MAIN_JOB], cwd=folder, env=_env(threads=2), warm=False)  # the quickstart, from scratch
     assert main_job.returncode == 0, main_job.stderr[-3000:]
     accuracy = float(re.search(r"final test accuracy ([\d.]+)%", main_job.stdout).group(1))
     assert accuracy >= 95, main_job.stdout[-2000:]  # the README promises a model that works
@@ -212,7 +205,7 @@ sys.path.insert(0, {str(ROOT / "tests")!r})
 from readme_data import build
 build({str(data)!r})
 """
-    built = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=_env())
+    built = run_command([sys.executable, "-c", script], cwd=data, env=_env(threads=2))
     assert built.returncode == 0, built.stderr[-3000:]
     placeholders = json.loads((data / "placeholders.json").read_text())
     placeholders["bash scripts/"] = f"bash {ROOT / 'scripts'}/"  # run from a clone: the repository's scripts
@@ -276,9 +269,7 @@ def test_every_readme_command(workspace):
 @pytest.mark.parametrize("index", range(len(README_SNIPPETS)))
 def test_every_readme_python_snippet(workspace, index):
     code = workspace.fill(README_SNIPPETS[index])
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=workspace.folder, env=_env(), capture_output=True, text=True, timeout=600
-    )
+    result = run_command([sys.executable, "-c", code], cwd=workspace.folder, env=_env(threads=2), timeout=600)
     assert result.returncode == 0, f"{code}\n{result.stderr[-3000:]}"
 
 

@@ -2,17 +2,16 @@
 compared, in the layout the Space reads; a finished model is reused and a different one never overwritten."""
 
 import json
-import subprocess
 
+from commands import run_command
 from conftest import installed_command
 
 from alternet_hf.cli import reproduce
 from analysis.minizoo import FAMILIES
 
 
-def run(*arguments):
-    return subprocess.run([installed_command("alternet-reproduce"), *map(str, arguments)], capture_output=True,
-                          text=True, timeout=900)  # fmt: skip
+def run(*arguments, cwd):
+    return run_command([installed_command("alternet-reproduce"), *arguments], cwd=cwd, timeout=900)
 
 
 def test_the_command_names_the_families_of_the_library():
@@ -21,7 +20,7 @@ def test_the_command_names_the_families_of_the_library():
 
 def test_the_mini_zoo_at_reduced_size(tmp_path):
     out = tmp_path / "mini-zoo"
-    completed = run("--quick", "--out", out)
+    completed = run("--quick", "--out", out, cwd=tmp_path)
     assert completed.returncode == 0, completed.stderr[-3000:]
     for family in FAMILIES:
         model = out / "models" / family
@@ -48,11 +47,11 @@ def test_the_mini_zoo_at_reduced_size(tmp_path):
     assert "mini-zoo in" in completed.stdout and "training" in completed.stdout
 
     # A finished model with the same settings is reused (no training), and a second run only analyses.
-    again = run("--quick", "--out", out, "--families", "resnet", "--analyses", "fourier")
+    again = run("--quick", "--out", out, "--families", "resnet", "--analyses", "fourier", cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "already trained with these settings, reused" in again.stdout
     # Other training settings for the same folder: refused, the model left as it was.
     before = (out / "models" / "vit" / "model.safetensors").read_bytes()
-    refused = run("--quick", "--epochs", "2", "--out", out, "--families", "vit")
+    refused = run("--quick", "--epochs", "2", "--out", out, "--families", "vit", cwd=tmp_path)
     assert refused.returncode == 2 and "holds a model trained with other settings (epochs 1 -> 2)" in refused.stderr
     assert (out / "models" / "vit" / "model.safetensors").read_bytes() == before

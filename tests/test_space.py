@@ -4,7 +4,6 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import time
 import urllib.request
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from commands import CommandProcess, run_command, start_command
 from conftest import TINY, installed_command
 from PIL import Image
 
@@ -114,18 +114,18 @@ def test_the_severity_control_applies_to_corruptions_and_the_frequency_to_noise(
     assert severity["interactive"] is True and frequency["interactive"] is False
 
 
-def _start_space(cwd: Path, port: int, *args: str) -> subprocess.Popen:
+def _start_space(cwd: Path, port: int, *args: str) -> CommandProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "ALTERNET_SPACE_MODELS": "", "ALTERNET_SPACE_RESULTS": ""}
     env.pop("ALTERNET_SPACE_MODELS")
     env.pop("ALTERNET_SPACE_RESULTS")
     command = [installed_command("alternet-space"), "--port", str(port), *args]
-    return subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return start_command(command, cwd=cwd, env=env, merge=True)
 
 
-def _wait_for_page(process: subprocess.Popen, port: int, timeout: float = 240) -> str:
+def _wait_for_page(process: CommandProcess, port: int, timeout: float = 240) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        assert process.poll() is None, f"the Space exited with {process.returncode}: {process.stdout.read()[-3000:]}"
+        assert process.poll() is None, f"the Space exited with {process.returncode}: {process.output()[0][-3000:]}"
         try:
             return urllib.request.urlopen(f"http://127.0.0.1:{port}/config", timeout=5).read().decode()
         except OSError:
@@ -158,9 +158,9 @@ def test_the_space_starts_offline_with_no_arguments(tmp_path, with_mini_zoo):
 
 
 def test_a_malformed_models_flag_is_a_clear_error(tmp_path):
-    completed = subprocess.run(
-        [installed_command("alternet-space"), "--models", "just-a-folder"], cwd=tmp_path, capture_output=True,
-        text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    completed = run_command(
+        [installed_command("alternet-space"), "--models", "just-a-folder"], cwd=tmp_path, timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )  # fmt: skip
     assert completed.returncode == 2 and "must look like Name=folder_or_hub_id" in completed.stderr
     assert "Traceback" not in completed.stderr

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from commands import run_command
 from conftest import installed_command
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Image
 from PIL import Image as PILImage
@@ -21,7 +22,7 @@ from test_training import TINY_ALTERNET
 def _train(cwd: Path, *arguments: str) -> subprocess.CompletedProcess:
     command = [installed_command("alternet-train"), "--model-overrides", json.dumps(TINY_ALTERNET), "--batch-size", "8"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.run([*command, *arguments], cwd=cwd, capture_output=True, text=True, env=env)
+    return run_command([*command, *arguments], cwd=cwd, env=env)
 
 
 def _error(result: subprocess.CompletedProcess) -> str:

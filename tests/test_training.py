@@ -4,6 +4,7 @@ compiled step."""
 import functools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from commands import run_command, start_command
 from conftest import TINY, installed_command
 from safetensors.torch import load_file
 from transformers import AutoModelForImageClassification
@@ -55,10 +57,19 @@ def _env():
     return {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
 
-def test_training_writes_a_usable_model_and_learns(tmp_path):
-    result = subprocess.run(_train_command(tmp_path / "run"), capture_output=True, text=True, env=_env())
+@pytest.fixture(scope="module")
+def uninterrupted_run(tmp_path_factory):
+    """One training run as typed (two epochs, checkpoints every 10 steps): its folder and what it printed."""
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    result = run_command(_train_command(folder / "run"), cwd=folder, env=_env())
     assert result.returncode == 0, result.stderr[-3000:]
+    return folder / "run", result
+
+
+def test_training_writes_a_usable_model_and_learns(uninterrupted_run, tmp_path):
+    finished_run, result = uninterrupted_run
     run = tmp_path / "run"
+    shutil.copytree(finished_run, run)  # this test changes the run; the resume test compares with the original
     for name in (
         "model.safetensors",
         "preprocessor_config.json",
@@ -77,27 +88,20 @@ def test_training_writes_a_usable_model_and_learns(tmp_path):
     assert "final test accuracy" in result.stdout
     assert list((run / "logs").rglob("events.out.tfevents*")), "no TensorBoard log"
 
-    again = subprocess.run(_train_command(run), capture_output=True, text=True, env=_env())
+    again = run_command(_train_command(run), cwd=tmp_path, env=_env())
     assert again.returncode != 0 and "--resume" in again.stderr  # never silently overwrites a run
     metrics = (run / "metrics.json").read_text()
     (run / "model.safetensors").unlink()  # as if killed between the last checkpoint and the final outputs
-    finished = subprocess.run(_train_command(run, "--resume"), capture_output=True, text=True, env=_env())
+    finished = run_command(_train_command(run, "--resume"), cwd=tmp_path, env=_env())
     assert finished.returncode == 0 and "nothing left to train" in finished.stdout, finished.stderr[-3000:]
     assert (run / "metrics.json").read_text() == metrics and (run / "model.safetensors").exists()
-    changed = subprocess.run(
-        _train_command(run, "--resume", "--epochs", "3"), capture_output=True, text=True, env=_env()
-    )
+    changed = run_command(_train_command(run, "--resume", "--epochs", "3"), cwd=tmp_path, env=_env())
     assert changed.returncode != 0 and "epochs 2 -> 3" in changed.stderr
 
 
-def test_resume_after_sigkill_equals_an_uninterrupted_run(tmp_path):
-    reference = subprocess.run(_train_command(tmp_path / "reference"), capture_output=True, text=True, env=_env())
-    assert reference.returncode == 0, reference.stderr[-3000:]
-
+def test_resume_after_sigkill_equals_an_uninterrupted_run(uninterrupted_run, tmp_path):
     interrupted = tmp_path / "interrupted"
-    process = subprocess.Popen(
-        _train_command(interrupted), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env()
-    )
+    process = start_command(_train_command(interrupted), cwd=tmp_path, env=_env())
     pointer = interrupted / "checkpoints" / "latest"
     deadline = time.monotonic() + 300
     while not pointer.exists() and process.poll() is None and time.monotonic() < deadline:
@@ -109,18 +113,18 @@ def test_resume_after_sigkill_equals_an_uninterrupted_run(tmp_path):
     assert state["epoch"] == 0 and state["step_in_epoch"] > 0  # killed in the middle of the first epoch
     assert not (interrupted / "model.safetensors").exists()
 
-    resumed = subprocess.run(_train_command(interrupted, "--resume"), capture_output=True, text=True, env=_env())
+    resumed = run_command(_train_command(interrupted, "--resume"), cwd=tmp_path, env=_env())
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from" in resumed.stdout
     expected, actual = (
-        load_file(tmp_path / "reference" / "model.safetensors"),
+        load_file(uninterrupted_run[0] / "model.safetensors"),
         load_file(interrupted / "model.safetensors"),
     )
     assert expected.keys() == actual.keys()
     for key in expected:
         assert torch.equal(expected[key], actual[key]), key
     assert json.loads((interrupted / "history.json").read_text())[-1]["eval_accuracy"] == pytest.approx(
-        json.loads((tmp_path / "reference" / "history.json").read_text())[-1]["eval_accuracy"]
+        json.loads((uninterrupted_run[0] / "history.json").read_text())[-1]["eval_accuracy"]
     )
 
 
@@ -165,7 +169,7 @@ def test_two_processes_end_with_identical_weights(tmp_path):
     run = tmp_path / "alternet"
     before = {p: p.stat().st_mtime_ns for p in run.rglob("*")}
     command = [installed_command("alternet-train"), "--config", str(run / "training_config.json"), "--resume"]
-    resumed = subprocess.run(command, capture_output=True, text=True, env=_env())
+    resumed = run_command(command, cwd=tmp_path, env=_env())
     assert resumed.returncode == 2 and "written by 2 processes (a global batch of 2 × 16 = 32" in resumed.stderr
     assert "this run has 1 (a global batch of 16)" in resumed.stderr and "--num_processes 2" in resumed.stderr
     assert {p: p.stat().st_mtime_ns for p in run.rglob("*")} == before
@@ -198,16 +202,15 @@ def test_command_line_layers_recipe_file_and_flags(tmp_path):
         "none",
         "--print-config",
     ]
-    result = subprocess.run(command, capture_output=True, text=True, env=_env())
+    result = run_command(command, cwd=tmp_path, env=_env())
     assert result.returncode == 0, result.stderr[-2000:]
     printed = json.loads(result.stdout)
     assert printed["dataset"] == "uoft-cs/cifar100" and printed["rand_augment"] == "rand-m9-n2-mstd1.0"
     assert printed["epochs"] == 7 and printed["learning_rate"] == 0.02 and printed["clip_grad_norm"] is None
     assert printed == TrainingConfig(**printed).to_dict()
-    removed = subprocess.run(
-        [*command[:-1], "--model-overrides", '{"drop_path_rate": null}', "--print-config"],
-        capture_output=True, text=True, env=_env(),
-    )  # fmt: skip
+    removed = run_command(
+        [*command[:-1], "--model-overrides", '{"drop_path_rate": null}', "--print-config"], cwd=tmp_path, env=_env()
+    )
     assert "drop_path_rate" not in json.loads(removed.stdout)["model_overrides"]  # null removes a recipe's field
 
 
@@ -215,7 +218,7 @@ def test_bad_config_files_are_named_errors(tmp_path):
     config_file = tmp_path / "bad.json"
     config_file.write_text(json.dumps({"epochs": "5"}))
     command = [installed_command("alternet-train"), "--config", str(config_file), "--print-config"]
-    result = subprocess.run(command, capture_output=True, text=True, env=_env())
+    result = run_command(command, cwd=tmp_path, env=_env())
     assert result.returncode != 0 and "TrainingConfig.epochs must be int, got '5'" in result.stderr
     for bad, message in (
         (dict(warmup_epochs=-1), "warmup_epochs must not be negative"),

@@ -1,6 +1,6 @@
 """Convert a checkpoint of the reference code (xxxnell/how-do-vits-work) into a zoo model folder.
 
-alternet-convert resnet_50_cifar100_691cc9a9e4.pth.tar resnet-50-cifar100 out/resnet-50
+alternet-convert resnet_50_cifar100_691cc9a9e4.pth.tar resnet-50-cifar100 out/resnet-50-cifar100
 alternet-convert my_alternet.pth.tar alternet-50-cifar100 out/alternet --remote-code
 """
 

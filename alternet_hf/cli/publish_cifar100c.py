@@ -1,7 +1,7 @@
 """Publish the released CIFAR-100-C arrays (Zenodo record 3555552) as a parquet dataset on the Hub.
 
     alternet-publish-cifar100c --zenodo-dir CIFAR-100-C/ --repo-id <org>/cifar100-c
-    alternet-publish-cifar100c --zenodo-dir CIFAR-100-C/ --repo-id <org>/cifar100-c --dry-run out/
+    alternet-publish-cifar100c --zenodo-dir CIFAR-100-C/ --repo-id <org>/cifar100-c --dry-run cifar100c/
 
 Writes one parquet file per corruption (columns image, label, corruption, severity; split "test")
 and a dataset card, then creates the dataset repo and uploads them (needs a token: `hf auth login`).

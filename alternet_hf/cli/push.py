@@ -1,7 +1,7 @@
 """Publish a trained zoo model to the Hub: weights, config, image processor, remote code and a model card.
 
     alternet-push --model outputs/alternet-50-cifar100-paper --repo-id <org>/alternet-50-cifar100
-    alternet-push --model outputs/alternet-digits --repo-id <org>/alternet-digits --dry-run out/
+    alternet-push --model outputs/alternet-digits --repo-id <org>/alternet-digits --dry-run release/
 
 The card's `model-index` comes from the model folder's evaluation JSON (--evaluation, else
 alternet-evaluate's newest eval_*.json on the training dataset's evaluation split, else training's

@@ -1,0 +1,284 @@
+"""The installed commands, run as a shell runs them: each in its own process, with its argv, working folder,
+environment, exit status, standard output and standard error, that a test can wait for, read, signal or kill.
+
+Every `alternet-*` command starts by importing `alternet_hf` (its module is inside the package): about 3.5 CPU
+seconds of torch and transformers, and the suite runs over a hundred commands. So the processes of console
+scripts are forked from a warm interpreter that has made that import and nothing else (a small fork server, below):
+the forked process takes its folder, environment, argv and a console script's `sys.path`, calls the console
+script's entry point as the script does, runs the exit handlers and exits with the command's status. What it
+computes is what a cold start computes after its first import. Cold starts are tested too: `test_cli` runs every
+installed command's `--help` in a fresh interpreter, and the README's main job runs in one.
+
+A command runs cold (a plain subprocess) when it is not an installed console script, or when its environment
+differs from the fork server's in a variable that libraries read while being imported (the Hub's offline switch,
+cache folders, PYTHONPATH, ...): the warm import would then not be the one the command makes.
+"""
+
+import atexit
+import importlib.metadata
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+# Read by torch, transformers, huggingface_hub or Python when they are imported: a command whose environment
+# differs from the fork server's in one of these is run cold.
+IMPORT_TIME_VARIABLES = re.compile(r"^(HF_|HUGGINGFACE_|TRANSFORMERS_|TORCH|PYTORCH_|CUDA_|XDG_|HOME$|PYTHON)")
+
+# The fork server: imports alternet_hf once, then for each request (a JSON line on stdin) forks a process that
+# runs one command and answers with its pid (a line on stdout); it reaps its children and writes each one's exit
+# status (negative: the signal that ended it) into the request's status file.
+_SERVER = r"""
+import json, os, select, sys
+import alternet_hf  # noqa: F401  (the first thing every command imports)
+
+def run(request):
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    err = out
+    if request["stderr"] is not None:
+        err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    if "OMP_NUM_THREADS" in request["env"]:  # torch read it when this server imported torch
+        import torch
+        torch.set_num_threads(int(request["env"]["OMP_NUM_THREADS"]))
+    sys.argv = list(request["argv"])
+    sys.path[:] = request["sys_path"]
+    status = 0
+    try:
+        import importlib
+        module, _, function = request["entry_point"].partition(":")
+        result = getattr(importlib.import_module(module), function)()
+        status = result if isinstance(result, int) else 0
+    except SystemExit as exit:
+        if exit.code is None or isinstance(exit.code, int):
+            status = exit.code or 0
+        else:
+            print(exit.code, file=sys.stderr)
+            status = 1
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+        status = 1
+    finally:
+        try:
+            import atexit
+            atexit._run_exitfuncs()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
+
+children = {}
+requests = os.fdopen(0, "r")
+while True:
+    ready, _, _ = select.select([requests], [], [], 0.02)
+    if ready:
+        line = requests.readline()
+        if not line:
+            break
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            requests.close()
+            run(request)
+        children[pid] = request["status"]
+        sys.stdout.write(f"{pid}\n")
+        sys.stdout.flush()
+    while children:
+        pid, code = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            break
+        status = -os.WTERMSIG(code) if os.WIFSIGNALED(code) else os.WEXITSTATUS(code)
+        path = children.pop(pid)
+        with open(path + ".tmp", "w") as file:
+            file.write(str(status))
+        os.replace(path + ".tmp", path)
+"""
+
+
+def console_scripts() -> dict[str, str]:
+    """The project's installed console scripts: name -> entry point (`module:function`, setup.cfg's)."""
+    return {
+        entry.name: entry.value
+        for entry in importlib.metadata.entry_points(group="console_scripts")
+        if entry.value.startswith("alternet_hf.")
+    }
+
+
+class _ForkServer:
+    """One fork server per test process, started on first use with that process's environment."""
+
+    process: subprocess.Popen | None = None
+    environment: dict[str, str] = {}
+    script_path: list[str] = []
+    lock = threading.Lock()
+
+    @classmethod
+    def start(cls, request: dict) -> int:
+        with cls.lock:
+            if cls.process is None:
+                cls.environment = dict(os.environ)
+                # sys.path of a console script: its own folder, then what the interpreter adds (PYTHONPATH, site).
+                default = subprocess.run(
+                    [sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
+                    capture_output=True, text=True, check=True, env=cls.environment,
+                ).stdout  # fmt: skip
+                cls.script_path = [str(Path(sys.executable).parent), *json.loads(default)]
+                cls.process = subprocess.Popen(
+                    [sys.executable, "-c", _SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                    env=cls.environment, cwd=tempfile.gettempdir(),
+                )  # fmt: skip
+                atexit.register(cls.stop)
+            cls.process.stdin.write(json.dumps({**request, "sys_path": cls.script_path}) + "\n")
+            cls.process.stdin.flush()
+            answer = cls.process.stdout.readline()
+            if not answer:
+                raise RuntimeError("the fork server of tests/commands.py has ended")
+            return int(answer)
+
+    @classmethod
+    def matches(cls, env: dict[str, str]) -> bool:
+        server = cls.environment if cls.process is not None else dict(os.environ)
+        names = {n for n in (*server, *env) if IMPORT_TIME_VARIABLES.match(n)}
+        return all(server.get(name) == env.get(name) for name in names)
+
+    @classmethod
+    def stop(cls) -> None:
+        if cls.process is not None and cls.process.poll() is None:
+            cls.process.stdin.close()
+            cls.process.wait(30)
+
+
+class CommandProcess:
+    """A started command, with `subprocess.Popen`'s `pid`, `returncode`, `poll`, `wait`, `communicate`,
+    `send_signal`, `terminate` and `kill`; its output goes to files, read by `communicate` or `output`."""
+
+    def __init__(
+        self, argv: list[str], *, cwd: Path, env: dict[str, str], stdout_file: Path | None, merge: bool, warm: bool
+    ):
+        self.args = list(argv)
+        self._folder = tempfile.TemporaryDirectory(prefix="command-")
+        folder = Path(self._folder.name)
+        self._stdout = Path(stdout_file) if stdout_file else folder / "stdout"
+        self._stderr = folder / "stderr"
+        self._status = folder / "status"
+        self._merge = merge
+        self.returncode: int | None = None
+        scripts, name = console_scripts(), Path(argv[0]).name
+        self.warm = warm and name in scripts and _ForkServer.matches(env)
+        if self.warm:
+            request = dict(
+                argv=[str(Path(sys.executable).parent / name), *argv[1:]], cwd=str(cwd), env=env,
+                stdout=str(self._stdout), stderr=None if merge else str(self._stderr), status=str(self._status),
+                entry_point=scripts[name],
+            )  # fmt: skip
+            self.pid = _ForkServer.start(request)
+        else:
+            with open(self._stdout, "wb") as out, open(self._stderr, "wb") as err:
+                self._process = subprocess.Popen(
+                    argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT if merge else err
+                )
+            self.pid = self._process.pid
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            if not self.warm:
+                self.returncode = self._process.poll()
+            elif self._status.exists():
+                self.returncode = int(self._status.read_text())
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self.warm:
+            self.returncode = self._process.wait(timeout)
+            return self.returncode
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            time.sleep(0.02)
+        return self.returncode
+
+    def output(self) -> tuple[str, str]:
+        """What the command has written so far to standard output and standard error."""
+
+        def read(path: Path) -> str:
+            return path.read_text(errors="replace") if path.exists() else ""
+
+        return read(self._stdout), "" if self._merge else read(self._stderr)
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        self.wait(timeout)
+        return self.output()
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def start_command(
+    argv: list,
+    *,
+    cwd: Path,
+    env: dict | None = None,
+    stdout_file: Path | None = None,
+    merge: bool = False,
+    warm: bool = True,
+) -> CommandProcess:
+    """Start `argv` (a console script name or path, then its arguments); `merge` sends stderr into stdout;
+    `warm=False` starts even a console script in a fresh interpreter."""
+    return CommandProcess(
+        [str(a) for a in argv], cwd=Path(cwd), env=dict(os.environ if env is None else env),
+        stdout_file=stdout_file, merge=merge, warm=warm,
+    )  # fmt: skip
+
+
+def run_command(
+    argv: list,
+    *,
+    cwd: Path,
+    env: dict | None = None,
+    timeout: float = 900,
+    stdout_file: Path | None = None,
+    warm: bool = True,
+) -> subprocess.CompletedProcess:
+    """Run `argv` to its end (see `start_command`): its exit status, standard output and standard error."""
+    process = start_command(argv, cwd=cwd, env=env, stdout_file=stdout_file, warm=warm)
+    try:
+        stdout, stderr = process.communicate(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def run_shell(command: str, *, cwd: Path, env: dict, timeout: float = 900) -> subprocess.CompletedProcess:
+    """A command line as a user types it into bash: an installed command (optionally `> file`) runs as
+    `run_command` does; anything else (variables, pipes, other programs) through bash itself."""
+    words = shlex.split(command)
+    stdout_file = None
+    if len(words) >= 3 and words[-2] == ">":
+        words, stdout_file = words[:-2], Path(cwd) / words[-1]
+    plain = not any(word in ("|", "&&", "||", ";", "<", ">", ">>", "2>", "&") for word in words)
+    if plain and words and words[0] in console_scripts():
+        return run_command(words, cwd=cwd, env=env, timeout=timeout, stdout_file=stdout_file)
+    return run_command(["bash", "-c", command], cwd=cwd, env=env, timeout=timeout)
