@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+import pytest
 from commands import run_command
 from conftest import TINY, installed_command
 
@@ -12,6 +13,8 @@ from alternet_hf.recipe import TrainingConfig
 from analysis import compare, runner
 from analysis.blocks import block_kinds
 from analysis.corruptions import CORRUPTIONS
+
+pytestmark = pytest.mark.commands  # runs installed commands (see CONTRIBUTING.md)
 
 ROOT = Path(__file__).resolve().parents[1]
 

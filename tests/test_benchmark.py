@@ -1,5 +1,6 @@
 import json
 
+import pytest
 from commands import run_command
 from conftest import TINY, installed_command
 
@@ -12,6 +13,7 @@ def test_measure_throughput_runs_both_modes():
         assert result.images_per_second > 0 and result.mode == mode and result.device == "cpu"
 
 
+@pytest.mark.commands
 def test_benchmark_script_writes_json(tmp_path):
     out = tmp_path / "bench.json"
     result = run_command(
@@ -38,6 +40,7 @@ def test_benchmark_script_writes_json(tmp_path):
     assert len(rows) == 1 and rows[0]["images_per_second"] > 0
 
 
+@pytest.mark.commands
 def test_the_training_benchmark_runs_the_real_engine_end_to_end(tmp_path):
     from alternet_hf.benchmark import measure_training_run
 
@@ -62,6 +65,7 @@ def test_data_path_and_engine_overhead_benchmarks(tmp_path):
     assert set(overhead["median_milliseconds_per_step"]) == {"hand-written loop", "engine"}
 
 
+@pytest.mark.commands
 def test_the_reference_comparison_names_a_folder_that_is_not_the_reference_code(tmp_path):
     command = [installed_command("alternet-benchmark"), "--reference-dir", str(tmp_path)]
     result = run_command(command, cwd=tmp_path)

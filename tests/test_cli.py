@@ -18,6 +18,8 @@ from conftest import TINY, command_names, installed_command
 
 import alternet_hf
 
+pytestmark = pytest.mark.commands  # runs installed commands (see CONTRIBUTING.md)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -29,6 +29,7 @@ def zoo_model(tmp_path_factory):
     return folder
 
 
+@pytest.mark.commands
 def test_a_timm_model_with_local_weights_beside_a_zoo_model(tmp_path, zoo_model):
     resnet = timm.create_model("test_resnet", num_classes=10)  # timm's own tiny ResNet for tests
     (tmp_path / "r18").mkdir()
@@ -66,6 +67,7 @@ def test_a_checkpoint_dict_with_its_own_label_count(tmp_path):
         load_model("timm:test_vit", weights=tmp_path / "r.pth.tar")
 
 
+@pytest.mark.commands
 @pytest.mark.parametrize(
     "arguments, message",
     [
@@ -102,6 +104,7 @@ def test_timm_mistakes_from_the_command_line(tmp_path, arguments, message):
     assert not (tmp_path / "cmp").exists()
 
 
+@pytest.mark.commands
 def test_alternet_analyze_takes_a_timm_model_too(tmp_path):
     weights = tmp_path / "w.safetensors"
     save_file(timm.create_model("test_resnet", num_classes=10).state_dict(), weights)

@@ -110,6 +110,7 @@ def test_corrupt_and_truncated_files_fail_clearly(tmp_path):
         alternet_hf.convert_original_checkpoint(path, "swin-ti-cifar100")
 
 
+@pytest.mark.commands
 def test_command_line_writes_a_loadable_folder(tmp_path):
     state_dict = reference_resnet_state_dict((2, 2, 2, 2), (64, 128, 256, 512), expansion=1, num_classes=10)
     path, out = _save(tmp_path, state_dict), tmp_path / "converted"

@@ -55,6 +55,7 @@ def test_finetune_with_the_hf_trainer_raises_accuracy(cifar_schema_digits, tmp_p
     assert len(labels) == 200 and metrics["accuracy"] == pytest.approx(after)
 
 
+@pytest.mark.commands
 def test_evaluate_script_prints_and_writes_json(cifar_schema_digits, tmp_path):
     finetune(
         "resnet-18-cifar10",
@@ -87,6 +88,7 @@ def test_evaluate_script_prints_and_writes_json(cifar_schema_digits, tmp_path):
     assert (tmp_path / "eval_cifar-schema_test_reliability.png").exists()
 
 
+@pytest.mark.commands
 def test_the_papers_recipe_runs_end_to_end(cifar_schema_digits, tmp_path):
     """RandAugment, Mixup/CutMix, label smoothing, warm-up + cosine, clipping, stochastic depth: one short run."""
     config = recipe_config(

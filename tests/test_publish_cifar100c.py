@@ -3,12 +3,15 @@
 from pathlib import Path
 
 import datasets
+import pytest
 import torch
 from commands import run_command
 from conftest import installed_command
 from huggingface_hub import DatasetCard
 
 from analysis import robustness
+
+pytestmark = pytest.mark.commands  # runs installed commands (see CONTRIBUTING.md)
 
 ROOT = Path(__file__).resolve().parents[1]
 SOME = ["fog", "pixelate"]

@@ -17,6 +17,8 @@ from transformers import AutoModelForImageClassification, pipeline
 
 import alternet_hf
 
+pytestmark = pytest.mark.commands  # runs installed commands (see CONTRIBUTING.md)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -26,6 +26,8 @@ import pytest
 from commands import run_command, run_shell, start_command
 from conftest import command_names
 
+pytestmark = pytest.mark.commands  # runs installed commands (see CONTRIBUTING.md)
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 

@@ -3,11 +3,14 @@ compared, in the layout the Space reads; a finished model is reused and a differ
 
 import json
 
+import pytest
 from commands import run_command
 from conftest import installed_command
 
 from alternet_hf.cli import reproduce
 from analysis.minizoo import FAMILIES
+
+pytestmark = pytest.mark.commands  # runs installed commands (see CONTRIBUTING.md)
 
 
 def run(*arguments, cwd):

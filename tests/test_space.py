@@ -133,6 +133,7 @@ def _wait_for_page(process: CommandProcess, port: int, timeout: float = 240) -> 
     raise AssertionError("the Space did not come up")
 
 
+@pytest.mark.commands
 @pytest.mark.parametrize("with_mini_zoo", [False, True], ids=["nothing-local", "mini-zoo"])
 def test_the_space_starts_offline_with_no_arguments(tmp_path, with_mini_zoo):
     """`alternet-space` on a fresh machine: the Hub models cannot load, yet the page comes up and says how to
@@ -157,6 +158,7 @@ def test_the_space_starts_offline_with_no_arguments(tmp_path, with_mini_zoo):
     assert "Traceback" not in output
 
 
+@pytest.mark.commands
 def test_a_malformed_models_flag_is_a_clear_error(tmp_path):
     completed = run_command(
         [installed_command("alternet-space"), "--models", "just-a-folder"], cwd=tmp_path, timeout=300,
@@ -166,6 +168,7 @@ def test_a_malformed_models_flag_is_a_clear_error(tmp_path):
     assert "Traceback" not in completed.stderr
 
 
+@pytest.mark.commands
 def test_a_browser_clicks_through_both_tabs(space_url):
     if not Path(CHROMIUM).exists():
         pytest.skip("Debian's chromium is not installed (apt-get install chromium); .ci/run installs it")

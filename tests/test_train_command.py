@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from commands import run_command
 from conftest import installed_command
@@ -17,6 +18,8 @@ from datasets import ClassLabel, Dataset, DatasetDict, Features, Image
 from PIL import Image as PILImage
 from safetensors.torch import load_file
 from test_training import TINY_ALTERNET
+
+pytestmark = pytest.mark.commands  # runs installed commands (see CONTRIBUTING.md)
 
 
 def _train(cwd: Path, *arguments: str) -> subprocess.CompletedProcess:

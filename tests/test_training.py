@@ -66,6 +66,7 @@ def uninterrupted_run(tmp_path_factory):
     return folder / "run", result
 
 
+@pytest.mark.commands
 def test_training_writes_a_usable_model_and_learns(uninterrupted_run, tmp_path):
     finished_run, result = uninterrupted_run
     run = tmp_path / "run"
@@ -99,6 +100,7 @@ def test_training_writes_a_usable_model_and_learns(uninterrupted_run, tmp_path):
     assert changed.returncode != 0 and "epochs 2 -> 3" in changed.stderr
 
 
+@pytest.mark.commands
 def test_resume_after_sigkill_equals_an_uninterrupted_run(uninterrupted_run, tmp_path):
     interrupted = tmp_path / "interrupted"
     process = start_command(_train_command(interrupted), cwd=tmp_path, env=_env())
@@ -160,6 +162,7 @@ def _distributed_config(tmp_path, name, **fields):
     return {**base, **fields, "output_dir": str(tmp_path / name)}
 
 
+@pytest.mark.commands
 def test_two_processes_end_with_identical_weights(tmp_path):
     config = _distributed_config(tmp_path, "alternet", model_overrides=TINY_ALTERNET, batch_size=16)
     rank0, rank1 = _torchrun(config, tmp_path / "alternet-weights", processes=2)
@@ -175,6 +178,7 @@ def test_two_processes_end_with_identical_weights(tmp_path):
     assert {p: p.stat().st_mtime_ns for p in run.rglob("*")} == before
 
 
+@pytest.mark.commands
 def test_two_processes_equal_one_process_with_the_same_global_batch(tmp_path):
     """ViT has no batch statistics, so 2 × 8 images per step must train exactly like 1 × 16."""
     common = dict(model="vit-ti-cifar10", model_overrides=TINY_VIT)
@@ -184,6 +188,7 @@ def test_two_processes_equal_one_process_with_the_same_global_batch(tmp_path):
         torch.testing.assert_close(two[key], one[key], rtol=1e-4, atol=1e-5, msg=key)
 
 
+@pytest.mark.commands
 def test_command_line_layers_recipe_file_and_flags(tmp_path):
     config_file = tmp_path / "run.json"
     config_file.write_text(json.dumps({"epochs": 7, "learning_rate": 0.01}))
@@ -214,6 +219,7 @@ def test_command_line_layers_recipe_file_and_flags(tmp_path):
     assert "drop_path_rate" not in json.loads(removed.stdout)["model_overrides"]  # null removes a recipe's field
 
 
+@pytest.mark.commands
 def test_bad_config_files_are_named_errors(tmp_path):
     config_file = tmp_path / "bad.json"
     config_file.write_text(json.dumps({"epochs": "5"}))
