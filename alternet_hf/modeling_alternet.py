@@ -116,9 +116,10 @@ class AlterNetWindowAttention(nn.Module):
 
         if attn_implementation == "eager":
             scores = query @ key.transpose(-2, -1) * head_dim**-0.5 + bias
-            attention_weights = scores.softmax(dim=-1)
-            context = attention_weights @ value
-            attention_weights = attention_weights.view(batch, rows * cols, heads, p * p, p * p)
+            # The returned weights are the tensor the context is computed from (a view of the softmax, not a
+            # copy beside it), so they lie on the gradient path: `attentions[i].retain_grad()` gets a gradient.
+            attention_weights = scores.softmax(dim=-1).view(batch, rows * cols, heads, p * p, p * p)
+            context = attention_weights.view(batch * rows * cols, heads, p * p, p * p) @ value
         elif attn_implementation == "sdpa":
             attention_weights = None
             context = F.scaled_dot_product_attention(query, key, value, attn_mask=bias)
@@ -332,7 +333,11 @@ class AlterNetModel(AlterNetPreTrainedModel):
         output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         pixel_values = check_pixel_values(
-            pixel_values, self.config, min_size=self.total_stride, dtype=self.embedder.convolution.weight.dtype
+            pixel_values,
+            num_channels=self.config.num_channels,
+            image_size=self.config.image_size,
+            min_size=self.total_stride,
+            dtype=self.embedder.convolution.weight.dtype,
         )
         # Attention weights come from the eager path only; SDPA computes the same output without them.
         attn_implementation = "eager" if output_attentions else self.config._attn_implementation

@@ -165,7 +165,11 @@ class CifarResNetModel(CifarResNetPreTrainedModel):
         )
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         pixel_values = check_pixel_values(
-            pixel_values, self.config, min_size=1, dtype=self.embedder.embedder.convolution.weight.dtype
+            pixel_values,
+            num_channels=self.config.num_channels,
+            image_size=self.config.image_size,
+            min_size=1,
+            dtype=self.embedder.embedder.convolution.weight.dtype,
         )
 
         hidden_state = self.embedder(pixel_values)

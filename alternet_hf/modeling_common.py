@@ -53,23 +53,28 @@ def reset_parameters(module: nn.Module) -> None:
         nn.init.zeros_(module.num_batches_tracked)
 
 
-def check_pixel_values(pixel_values: torch.Tensor, config, *, min_size: int, dtype: torch.dtype) -> torch.Tensor:
+def check_pixel_values(
+    pixel_values: torch.Tensor, *, num_channels: int, image_size: int, min_size: int, dtype: torch.dtype
+) -> torch.Tensor:
     """Fail with a message that says what to change, instead of an error deep inside a conv; return the
-    images in the model's dtype (floating inputs are cast, as transformers' ViT does)."""
+    images in the model's dtype (floating inputs are cast, as transformers' ViT does).
+
+    Takes plain values, not the config, so that `torch.fx.wrap("check_pixel_values")` in a modeling file keeps
+    the check as one call in a traced graph (fx cannot branch on a traced tensor's shape)."""
     if not isinstance(pixel_values, torch.Tensor) or pixel_values.ndim != 4:
         shape = tuple(pixel_values.shape) if isinstance(pixel_values, torch.Tensor) else type(pixel_values).__name__
         raise ValueError(f"pixel_values must be a tensor of shape (batch, channels, height, width), got {shape}")
     check_pixel_batch(pixel_values)
-    if pixel_values.shape[1] != config.num_channels:
+    if pixel_values.shape[1] != num_channels:
         raise ValueError(
-            f"pixel_values has {pixel_values.shape[1]} channels but the model expects {config.num_channels} "
+            f"pixel_values has {pixel_values.shape[1]} channels but the model expects {num_channels} "
             "(config.num_channels): convert the images, e.g. PIL `.convert('RGB')`, or use the image processor"
         )
     height, width = pixel_values.shape[-2:]
     if height < min_size or width < min_size:
         raise ValueError(
             f"pixel_values of size {height}×{width} is smaller than the {min_size}×{min_size} this model can "
-            f"take: resize the images (the saved image processor resizes to {config.image_size}×{config.image_size})"
+            f"take: resize the images (the saved image processor resizes to {image_size}×{image_size})"
         )
     return pixel_values.to(dtype)
 
@@ -175,9 +180,14 @@ def build_image_processor(config):
         do_resize=True,
         size={"height": size, "width": size},
         resample=2,  # PIL bilinear (antialiased when shrinking a photo to 32×32)
-        image_mean=list(getattr(config, "image_mean", (0.5, 0.5, 0.5))),
-        image_std=list(getattr(config, "image_std", (0.5, 0.5, 0.5))),
+        image_mean=_per_channel(getattr(config, "image_mean", 0.5)),
+        image_std=_per_channel(getattr(config, "image_std", 0.5)),
     )
+
+
+def _per_channel(value) -> float | list[float]:
+    """One value for every channel, or one per channel (a config may hold either, as the processor does)."""
+    return float(value) if isinstance(value, (int, float)) else [float(v) for v in value]
 
 
 def save_image_processor(config, save_directory) -> None:

@@ -13,18 +13,22 @@ same state-dict keys and shapes and the same outputs, so a folder written by `sa
 `alternet-train`) loads into timm with `pretrained=True,
 pretrained_cfg_overlay=dict(file="<folder>/model.safetensors")`. No tag has published weights.
 
-`TimmZooModel` gives the zoo models timm's interface: `forward` returns logits, `forward_features`,
-`forward_head(pre_logits=)`, `reset_classifier`, `num_classes` / `num_features`, `feature_info`,
-`forward_intermediates` (so `features_only=True` works, through timm's `FeatureGetterNet`), and timm's
-`drop_rate` (dropout before the classifier), `drop_path_rate` and `in_chans` arguments. Config fields
-of the zoo's configs are accepted as keyword arguments too (`num_attention_blocks=(0, 1, 3, 2)`) and
-checked by `alternet_hf.create_config`.
+`TimmZooModel` gives the zoo models timm's whole model contract, checked by running timm's own
+`tests/test_models.py` on these names (`tests/test_timm_contract.py`): `forward` returns logits,
+`forward_features`, `forward_head(pre_logits=)`, `reset_classifier` (timm's pools), `num_classes` /
+`num_features` / `head_hidden_size` / `in_chans`, `feature_info`, `forward_intermediates` and
+`prune_intermediate_layers` (so `features_only=True` works through timm's `FeatureGetterNet`, and for the
+CNNs through fx), `set_grad_checkpointing`, and timm's factory arguments (`drop_rate`, `drop_path_rate`,
+`in_chans`, `img_size`, `device`, `dtype`). Config fields of the zoo's configs are accepted as keyword
+arguments too (`num_attention_blocks=(0, 1, 3, 2)`) and checked by `alternet_hf.create_config`.
 
 `import alternet_hf` does not import timm (which imports every timm model file and torchvision):
 `register_when_timm_is_imported` registers the models at once if timm is already imported, and
 otherwise right after timm's own import finishes.
 """
 
+import contextlib
+import difflib
 import importlib.abc
 import importlib.util
 import sys
@@ -34,7 +38,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .presets import ARCHITECTURES, DATASETS, DatasetSpec, create_model
+from .modeling_common import check_pixel_values
+from .presets import ARCHITECTURES, DATASETS, DatasetSpec, create_config, create_model
+
+# fx keeps the input check as one call in a traced graph (it cannot branch on a traced tensor's shape).
+torch.fx.wrap("check_pixel_values")
 
 DEFAULT_DATASET = "cifar100"  # the tag a bare CIFAR name (`alternet_50`) resolves to
 TIMM_TAGS = {"imagenet": "in1k"}  # timm's own tag for ImageNet-1k; other datasets keep their names
@@ -80,17 +88,46 @@ def _pretrained_cfg(config, spec: DatasetSpec) -> dict:
         std=tuple(spec.image_std),
         first_conv=family["first_conv"],
         classifier="classifier",
+        # ViT's position embeddings fix its input size: timm's tooling then keeps it (and passes img_size)
+        **(dict(fixed_input_size=True) if config.model_type == "vit" else {}),
         **_PAPER,
     )
+
+
+class UnsupportedPoolError(ValueError, AssertionError):
+    """A `global_pool` the model cannot take. A `ValueError`, as the zoo's other input errors, and an
+    `AssertionError`, which is how timm's own families refuse a pool type and what timm's tooling catches."""
+
+
+_POOLS = {"cnn": ("avg", "max", "avgmax", "catavgmax", ""), "vit": ("token", "avg", "max", "avgmax", "")}
+
+
+def _reduce(x: torch.Tensor, pool: str, dims) -> torch.Tensor:
+    """timm's global pooling over `dims`: avg, max, their mean (avgmax) or both side by side (catavgmax)."""
+    if pool == "avg":
+        return x.mean(dims)
+    if pool == "max":
+        return x.amax(dims)
+    if pool == "avgmax":
+        return 0.5 * (x.mean(dims) + x.amax(dims))
+    return torch.cat([x.mean(dims), x.amax(dims)], dim=1)
 
 
 class TimmZooModel(nn.Module):
     """A zoo model (`alternet_hf.create_model(preset)`) behind timm's model interface.
 
     The zoo model's own modules are this module's children under the same names, so the state dict is
-    the zoo model's key for key and the computation is its own; only the pooling and classifier of the
-    head run here, as `forward_head`. `global_pool` is the model's own (`"avg"` for the CNNs, `"token"`:
-    the CLS token, for ViT) or `""` (no pooling: `forward_head` returns the feature map or tokens).
+    the zoo model's key for key and the computation is its own: `forward_features` runs the backbone's stem,
+    blocks and final norm as the zoo model's forward does (the same logits, checked by the tests), here so
+    that `forward_intermediates(stop_early=True)` and `prune_intermediate_layers` can stop or cut it where timm
+    users expect. The head (pooling, dropout, classifier) is timm's: `global_pool` is the model's own
+    (`"avg"` for the CNNs, `"token"`: the CLS token, for ViT), one of timm's other pools for that kind of
+    model, or `""` (none: `forward_head` returns the feature map or tokens).
+
+    Where timm and transformers differ, timm's conventions win here, since this class exists for timm users:
+    an unknown keyword argument is a `TypeError`, `device`/`dtype` are factory arguments, `img_size` (which
+    timm passes to fixed-size models) sets the ViT's `image_size`, and pruning drops modules from the state
+    dict. The zoo model itself keeps transformers' conventions.
     """
 
     def __init__(
@@ -102,30 +139,40 @@ class TimmZooModel(nn.Module):
         drop_rate: float = 0.0,
         drop_path_rate: float | None = None,
         global_pool: str | None = None,
-        **config_overrides,
+        img_size: int | tuple[int, int] | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        **config_fields,
     ):
         super().__init__()
-        for field, argument in (("num_labels", "num_classes"), ("num_channels", "in_chans")):
-            if field in config_overrides:
-                raise ValueError(f"{field} is timm's {argument} here: pass {argument}={config_overrides[field]!r}")
+        self._check_config_fields(preset, config_fields)
         if drop_path_rate is not None:  # otherwise the preset's own rate (the paper's 0.1 for AlterNet)
-            config_overrides["drop_path_rate"] = drop_path_rate
-        model = create_model(preset, num_labels=num_classes, num_channels=in_chans, **config_overrides)
+            config_fields["drop_path_rate"] = drop_path_rate
+        if img_size is not None:  # timm's name for image_size, which it passes to fixed-size models from the cfg
+            config_fields.setdefault("image_size", _square_size(img_size))  # so an image_size given wins
+        with torch.device(device) if device is not None else contextlib.nullcontext():
+            model = create_model(preset, num_labels=num_classes, num_channels=in_chans, **config_fields)
+        if device is not None or dtype is not None:
+            model.to(device=device, dtype=dtype)
         for name, child in model.named_children():
             self.add_module(name, child)
         self.config = model.config
+        self.is_vit = self.config.model_type == "vit"
         family = _FAMILIES[self.config.model_type]
         self.backbone_name = family["backbone"]
-        self.default_pool = family["pool"]
+        self.first_conv = family["first_conv"]
         self.num_classes = num_classes
+        self.in_chans = in_chans
         self.drop_rate = drop_rate
-        self.global_pool = self._check_pool(self.default_pool if global_pool is None else global_pool)
-        self.num_features = self.head_hidden_size = (
-            self.config.hidden_size if self.config.model_type == "vit" else self.config.hidden_sizes[-1]
-        )
+        self.grad_checkpointing = False
+        self.num_features = self.config.hidden_size if self.is_vit else self.config.hidden_sizes[-1]
+        self.global_pool = self._check_pool(family["pool"] if global_pool is None else global_pool)
+        self.head_hidden_size = self._pooled_width()
+        if self.head_hidden_size != self.num_features:  # catavgmax: the zoo model's head took one pool only
+            self.classifier = self._new_classifier()
         channels = (
             [self.config.hidden_size] * self.config.num_hidden_layers
-            if self.config.model_type == "vit"
+            if self.is_vit
             else [self.config.embedding_size, *self.config.hidden_sizes]
         )
         self.feature_info = [
@@ -133,52 +180,120 @@ class TimmZooModel(nn.Module):
             for chs, reduction, module in zip(channels, _feature_reductions(self.config), self._feature_modules())
         ]
 
+    @staticmethod
+    def _check_config_fields(preset: str, fields: dict) -> None:
+        for field, argument in (("num_labels", "num_classes"), ("num_channels", "in_chans")):
+            if field in fields:
+                raise TypeError(f"{field} is timm's {argument} here: pass {argument}={fields[field]!r}")
+        config = create_config(preset)
+        known = config.to_dict()
+        unknown = [key for key in fields if key not in known]
+        if unknown:
+            hints = {key: difflib.get_close_matches(key, list(known), n=1) for key in unknown}
+            raise TypeError(
+                f"{preset} got unexpected keyword argument(s) {unknown}: it takes timm's arguments (num_classes, "
+                f"in_chans, drop_rate, drop_path_rate, global_pool, img_size, device, dtype) and the fields of "
+                f"{type(config).__name__}"
+                + "".join(f"; did you mean {hint[0]!r} for {key!r}?" for key, hint in hints.items() if hint)
+            )
+
     @property
     def backbone(self) -> nn.Module:
         return getattr(self, self.backbone_name)
 
     def _feature_modules(self) -> list[str]:
-        if self.config.model_type == "vit":
+        if self.is_vit:
             return [f"vit.layers.{i}" for i in range(self.config.num_hidden_layers)]
         prefix = self.backbone_name
         return [f"{prefix}.embedder"] + [f"{prefix}.encoder.stages.{i}" for i in range(len(self.config.hidden_sizes))]
 
     def _check_pool(self, global_pool: str) -> str:
-        if global_pool not in (self.default_pool, ""):
-            raise ValueError(
-                f"global_pool={global_pool!r} is not available for {self.config.model_type}: use "
-                f"{self.default_pool!r} (the model's own pooling) or '' (none)"
+        allowed = _POOLS["vit" if self.is_vit else "cnn"]
+        if global_pool not in allowed:
+            raise UnsupportedPoolError(
+                f"global_pool={global_pool!r} is not available for {self.config.model_type}: use one of "
+                f"{', '.join(repr(pool) for pool in allowed)} ('' for none)"
             )
         return global_pool
+
+    def _pooled_width(self) -> int:
+        return self.num_features * (2 if self.global_pool == "catavgmax" else 1)
+
+    def _device_dtype(self) -> dict:
+        parameter = next(self.parameters(), None)  # the model's, as timm's get_device_dtype: the head may be gone
+        return {} if parameter is None else dict(device=parameter.device, dtype=parameter.dtype)
+
+    def _new_classifier(self) -> nn.Module:
+        if self.num_classes <= 0:
+            return nn.Identity()
+        return nn.Linear(self.head_hidden_size, self.num_classes, **self._device_dtype()).train(self.training)
 
     def get_classifier(self) -> nn.Module:
         return self.classifier
 
     def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
-        """A new, randomly initialised classifier for `num_classes` (0: none, the model returns pooled features)."""
+        """A new, randomly initialised classifier for `num_classes` (0: none, the model returns pooled features),
+        on the model's device and dtype, in its train/eval mode; `global_pool` None keeps the pooling."""
         if global_pool is not None:
             self.global_pool = self._check_pool(global_pool)
         self.num_classes = num_classes
-        weight = self.classifier.weight if isinstance(self.classifier, nn.Linear) else None
-        factory = dict(device=weight.device, dtype=weight.dtype) if weight is not None else {}
-        self.classifier = nn.Linear(self.num_features, num_classes, **factory) if num_classes > 0 else nn.Identity()
+        self.head_hidden_size = self._pooled_width()
+        self.classifier = self._new_classifier()
         if num_classes > 0:
             self.config.num_labels = num_classes
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """The zoo model's gradient checkpointing, block by block (batch-norm statistics counted once)."""
+        self.grad_checkpointing = enable
         if enable:
-            raise NotImplementedError(f"gradient checkpointing is not implemented for the zoo's {type(self).__name__}")
+            self.backbone.activation_checkpointing_enable()
+        else:
+            self.backbone.activation_checkpointing_disable()
+
+    # ---- the backbone, walked as the zoo model's forward does ----------------------------------------------
+
+    def _stem(self, x: torch.Tensor) -> torch.Tensor:
+        x = check_pixel_values(
+            x,
+            num_channels=self.in_chans,
+            image_size=self.config.image_size,
+            min_size=self.config.patch_size if self.is_vit else getattr(self.backbone, "total_stride", 1),
+            dtype=self.get_submodule(self.first_conv).weight.dtype,
+        )
+        return self.vit.embeddings(x) if self.is_vit else self.backbone.embedder(x)
+
+    def _stages(self) -> list:
+        """The blocks between feature levels: after level 0 (the stem) for the CNNs, from the start for ViT."""
+        if self.is_vit:
+            return [[layer] for layer in self.vit.layers]
+        return [stage.layers for stage in self.backbone.encoder.stages]
+
+    def _block(self, block: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        if self.config.model_type == "alternet":
+            return block(x, self.config._attn_implementation)[0]
+        return block(x)
+
+    def _final_norm(self, x: torch.Tensor) -> torch.Tensor:
+        if self.is_vit:
+            return self.vit.layernorm(x)
+        if self.config.model_type == "alternet":  # pre-activation: normalise before the head
+            return self.alternet.activation(self.alternet.norm(x))
+        return x  # the post-activation ResNet ends in its last block
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """The backbone's output: the normalised feature map (B, C, H, W) for the CNNs, the normalised
         tokens with CLS first (B, 1 + patches, D) for ViT."""
-        return self.backbone(x, return_dict=True).last_hidden_state
+        x = self._stem(x)
+        for blocks in self._stages():
+            for block in blocks:
+                x = self._block(block, x)
+        return self._final_norm(x)
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        if self.global_pool == "avg":
-            x = F.adaptive_avg_pool2d(x, 1).flatten(1)  # the zoo model's nn.AdaptiveAvgPool2d(1)
-        elif self.global_pool == "token":
+        if self.global_pool == "token":
             x = x[:, 0]
+        elif self.global_pool:
+            x = _reduce(x[:, 1:], self.global_pool, 1) if self.is_vit else _reduce(x, self.global_pool, (2, 3))
         x = F.dropout(x, p=self.drop_rate, training=self.training) if self.drop_rate else x
         return x if pre_logits else self.classifier(x)
 
@@ -195,51 +310,85 @@ class TimmZooModel(nn.Module):
         intermediates_only: bool = False,
     ):
         """timm's feature API: the outputs of the feature levels `indices` (the last n for an int, all for
-        None; see `feature_info`), and unless `intermediates_only` also `forward_features(x)`.
+        None; see `feature_info`), and unless `intermediates_only` also the final features.
 
         The levels are the zoo model's `output_hidden_states` at the end of the stem and of each stage (CNNs)
         or of each layer (ViT). `norm=True` applies the model's final norm (AlterNet: BN + ReLU on the last
         stage; ViT: the LayerNorm on every layer); the post-activation ResNet has none. ViT tokens come as
-        maps (B, D, H/p, W/p) without CLS, or with `output_fmt="NLC"` as (B, patches, D). The whole
-        backbone always runs: `stop_early` is accepted for timm's sake and changes nothing.
+        maps (B, D, H/p, W/p) without CLS, or with `output_fmt="NLC"` as (B, patches, D). `stop_early` runs
+        the blocks up to the last level asked for only; the final features are then those of that level.
         """
         from timm.models._features import feature_take_indices
 
-        is_vit = self.config.model_type == "vit"
-        if output_fmt not in (("NCHW", "NLC") if is_vit else ("NCHW",)):
+        if output_fmt not in (("NCHW", "NLC") if self.is_vit else ("NCHW",)):
             raise ValueError(f"output_fmt={output_fmt!r} is not available for {self.config.model_type}")
-        take, _ = feature_take_indices(len(self.feature_info), indices)
-        outputs = self.backbone(x, output_hidden_states=True, return_dict=True)
-        states = outputs.hidden_states
-        if is_vit:
-            levels = list(states[1:])  # after each layer, before the final LayerNorm
-            if norm:
-                levels = [self.vit.layernorm(state) for state in levels]
+        take, max_index = feature_take_indices(len(self.feature_info), indices)
+        height, width = x.shape[-2:]
+        stages = self._stages()
+        first = 0 if self.is_vit else 1  # the level after stages[0]
+        last = len(stages) - 1 + first
+        if stop_early:
+            stages = stages[: max_index + 1 - first]
+        intermediates = []
+        x = self._stem(x)
+        if not self.is_vit and 0 in take:
+            intermediates.append(x)
+        level = first - 1
+        for level, blocks in enumerate(stages, start=first):
+            for block in blocks:
+                x = self._block(block, x)
+            if level in take:
+                normalised = norm and (self.is_vit or level == last)
+                intermediates.append(self._final_norm(x) if normalised else x)
+        if self.is_vit:
             patch = self.config.patch_size
-            height, width = x.shape[-2] // patch, x.shape[-1] // patch
-            levels = [state[:, 1:] for state in levels]  # drop CLS
+            intermediates = [state[:, 1:] for state in intermediates]  # drop CLS
             if output_fmt == "NCHW":
-                levels = [state.transpose(1, 2).reshape(len(state), -1, height, width) for state in levels]
-        else:
-            stage_lengths = [len(stage.layers) for stage in self.backbone.encoder.stages]
-            ends = [0] + [sum(stage_lengths[: i + 1]) for i in range(len(stage_lengths))]
-            levels = [states[end] for end in ends]
-            if norm:
-                levels[-1] = states[-1]  # the head input: AlterNet's final BN + ReLU, ResNet's last block
-        intermediates = [levels[i] for i in take]
-        return intermediates if intermediates_only else (outputs.last_hidden_state, intermediates)
+                intermediates = [
+                    state.transpose(1, 2).reshape(state.shape[0], -1, height // patch, width // patch)
+                    for state in intermediates
+                ]
+        if intermediates_only:
+            return intermediates
+        return (self._final_norm(x) if self.is_vit or level == last else x), intermediates
 
     def prune_intermediate_layers(
         self, indices: int | list[int] = 1, prune_norm: bool = False, prune_head: bool = True
     ) -> list[int]:
-        """timm's hook for `features_only`: removes the classifier (with `prune_head`) and returns the absolute
-        feature indices. The backbone is kept whole so the state dict stays the zoo model's."""
+        """Drop the blocks after the last feature level in `indices` (timm's hook for `features_only`, which
+        then runs no more of the backbone than it returns); with `prune_norm` also the final norm, with
+        `prune_head` the pooling and classifier. Returns the absolute feature indices.
+
+        As in timm's pre-activation ResNetV2, cutting a CNN before its last stage also drops its final norm
+        (sized for, and applied to, the last stage only) and the head: `forward_features` then ends at the tap.
+        """
         from timm.models._features import feature_take_indices
 
-        take, _ = feature_take_indices(len(self.feature_info), indices)
-        if prune_head:
-            self.reset_classifier(0)
+        take, max_index = feature_take_indices(len(self.feature_info), indices)
+        if self.is_vit:
+            self.vit.layers = self.vit.layers[: max_index + 1]
+            if prune_norm:
+                self.vit.layernorm = nn.Identity()
+            if prune_head:
+                self.reset_classifier(0, "")
+            return take
+        stages = self.backbone.encoder.stages
+        prune_end = max_index < len(stages)
+        if (prune_norm or prune_end) and self.config.model_type == "alternet":
+            self.alternet.norm, self.alternet.activation = nn.Identity(), nn.Identity()
+        self.backbone.encoder.stages = stages[:max_index]
+        if prune_end:
+            self.num_features = self.feature_info[max_index]["num_chs"]
+        if prune_head or prune_end:
+            self.reset_classifier(0, "")
         return take
+
+
+def _square_size(img_size: int | tuple[int, int]) -> int:
+    height, width = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+    if height != width:
+        raise ValueError(f"img_size={img_size!r}: the zoo's models take square images; give one side")
+    return int(height)
 
 
 _ENTRYPOINTS: dict[str, tuple[str, dict[str, str]]] = {}  # timm architecture -> (zoo architecture, tag -> dataset)
@@ -273,9 +422,14 @@ def _entrypoint(name: str, architecture: str, datasets: dict[str, str]):
                 f"{name}: the zoo publishes no timm weights; load a model saved by save_pretrained or "
                 "alternet-train with pretrained_cfg_overlay=dict(file='<folder>/model.safetensors')"
             )
-        # The getter calls `prune_intermediate_layers` first, which turns out_indices=None into every level.
-        feature_cfg = dict(feature_cls="getter", out_indices=None)
         preset = f"{architecture}-{datasets[tag]}"
+        # features_only: as timm's own families, every level of a CNN (stem and stages) and ViT's last 3 layers
+        config = ARCHITECTURES[architecture](DATASETS[datasets[tag]])
+        if config.model_type == "vit":
+            levels = min(3, kwargs.get("num_hidden_layers", config.num_hidden_layers))
+        else:
+            levels = tuple(range(1 + len(kwargs.get("hidden_sizes", config.hidden_sizes))))
+        feature_cfg = dict(feature_cls="getter", out_indices=levels)
         return build_model_with_cfg(TimmZooModel, name, pretrained, feature_cfg=feature_cfg, preset=preset, **kwargs)
 
     create.__name__ = create.__qualname__ = name
@@ -287,9 +441,20 @@ def _entrypoint(name: str, architecture: str, datasets: dict[str, str]):
 def register_models() -> list[str]:
     """Register every zoo architecture with timm's registry (once; later calls change nothing) and
     return the timm names with their tags."""
+    from timm.layers import register_notrace_module
     from timm.models import generate_default_cfgs, register_model
+    from transformers.models.vit.modeling_vit import ViTAttention, ViTEmbeddings, ViTMLP
+
+    from .modeling_alternet import AlterNetWindowAttention
 
     if not _ENTRYPOINTS:
+        # fx traces through a module unless told not to. These stay one call each in a traced graph, as timm's own
+        # windowed models do: the window attention pads maps that its window does not divide (a branch on the
+        # traced shape), transformers' ViT embedding checks the image size and its attention unpacks the traced
+        # shape; ViT's attention and MLP also carry the zoo's stochastic depth as forward hooks, which run only
+        # where a module is called as a whole.
+        for module in (AlterNetWindowAttention, ViTEmbeddings, ViTAttention, ViTMLP):
+            register_notrace_module(module)
         cfgs = {}
         for arch, (architecture, datasets) in _tags_by_architecture().items():
             for tag, dataset in datasets.items():

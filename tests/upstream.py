@@ -1,0 +1,112 @@
+"""The test files of the libraries the zoo plugs into, run against the zoo: timm's `tests/test_models.py` and
+transformers' `tests/test_modeling_common.py`.
+
+Neither ships its tests in its wheel. We download the source distribution of the *installed* version from the
+package registry with pip (as CI installs everything else), unpack its `tests/` once into a cache shared by the
+pytest-xdist workers, and import the files from there: nothing of theirs is copied into this repository, and a
+new timm or transformers brings its own tests with it.
+
+`ALTERNET_HF_UPSTREAM_TESTS` moves the cache (default `~/.cache/alternet-hf/upstream-tests`); a folder that
+already holds `<distribution>-<version>/tests` is used as it is, which is how to run these tests without a
+registry.
+"""
+
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import warnings
+from pathlib import Path
+
+import pytest
+from filelock import FileLock
+
+CACHE = Path(os.environ.get("ALTERNET_HF_UPSTREAM_TESTS", Path.home() / ".cache" / "alternet-hf" / "upstream-tests"))
+
+
+def sdist_tests(distribution: str) -> Path:
+    """The `tests/` folder of the installed `distribution`'s source distribution, downloaded once."""
+    version = importlib.metadata.version(distribution)
+    target = CACHE / f"{distribution}-{version}"
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{target}.lock"):
+        if not (target / "tests").is_dir():
+            _download_tests(distribution, version, target)
+    return target / "tests"
+
+
+def _download_tests(distribution: str, version: str, target: Path) -> None:
+    with tempfile.TemporaryDirectory(dir=CACHE) as scratch:
+        command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:"]
+        result = subprocess.run(
+            [*command, f"{distribution}=={version}", "--dest", scratch], capture_output=True, text=True
+        )
+        archives = list(Path(scratch).glob("*.tar.gz"))
+        if result.returncode != 0 or not archives:
+            raise RuntimeError(
+                f"could not download the source distribution of {distribution}=={version}, whose tests these tests "
+                f"run ({' '.join(command)} {distribution}=={version}):\n{result.stderr[-2000:]}\n"
+                f"Without a package registry, unpack its tests/ into {target}/tests"
+            )
+        unpacked = Path(scratch) / "unpacked"
+        with tarfile.open(archives[0]) as archive:
+            root = archive.getnames()[0].split("/")[0]
+            members = [m for m in archive.getmembers() if m.name.startswith(f"{root}/tests/")]
+            archive.extractall(unpacked, members=members, filter="data")
+        shutil.rmtree(target, ignore_errors=True)
+        (unpacked / root).rename(target)
+
+
+def import_file(path: Path, module_name: str):
+    """Import one file as `module_name` (once per process), with its folder's siblings importable."""
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        with warnings.catch_warnings():  # marks registered in their own configuration, not in ours
+            warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
+            spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    return module
+
+
+# What transformers' test_modeling_common.py imports from folders its source distribution leaves out: the export
+# tests (torch.export of every zoo family is tested in test_model_contract.py) and the generation tests (the zoo
+# has no generative model).
+_TRANSFORMERS_STUBS = {
+    "__init__.py": "",
+    "exporters/__init__.py": "",
+    "exporters/test_export.py": "class ExportTesterMixin:\n    pass\n",
+    "generation/__init__.py": "",
+    "generation/test_utils.py": "class GenerationTesterMixin:\n    pass\n",
+}
+
+
+def transformers_modeling_common():
+    """transformers' `tests/test_modeling_common.py` of the installed version (`ModelTesterMixin`, `floats_tensor`,
+    ...), imported inside its `tests/` folder as the package `transformers_sdist_tests`."""
+    tests = sdist_tests("transformers")
+    with FileLock(f"{tests.parent}.lock"):
+        for relative, text in _TRANSFORMERS_STUBS.items():
+            path = tests / relative
+            if not path.exists():
+                path.parent.mkdir(exist_ok=True)
+                path.write_text(text)
+    if "transformers_sdist_tests" not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            "transformers_sdist_tests", tests / "__init__.py", submodule_search_locations=[str(tests)]
+        )
+        package = importlib.util.module_from_spec(spec)
+        sys.modules["transformers_sdist_tests"] = package
+        spec.loader.exec_module(package)
+    with warnings.catch_warnings():  # marks registered in transformers' configuration, not in ours
+        warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
+        return importlib.import_module("transformers_sdist_tests.test_modeling_common")
