@@ -23,6 +23,7 @@ from .configuration_cifar_resnet import CifarResNetConfig
 from .modeling_common import (
     DropPath,
     ZooModelMixin,
+    add_residual,
     check_pixel_values,
     linear_drop_path_rates,
     reset_parameters,
@@ -76,7 +77,7 @@ class CifarResNetBasicLayer(GradientCheckpointingLayer):
         self.activation = nn.ReLU(inplace=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.activation(self.shortcut(x) + self.drop_path(self.layer(x)))
+        return self.activation(add_residual(self.drop_path, self.shortcut(x), self.layer(x)))
 
 
 class CifarResNetBottleNeckLayer(GradientCheckpointingLayer):
@@ -99,7 +100,7 @@ class CifarResNetBottleNeckLayer(GradientCheckpointingLayer):
         self.activation = nn.ReLU(inplace=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.activation(self.shortcut(x) + self.drop_path(self.layer(x)))
+        return self.activation(add_residual(self.drop_path, self.shortcut(x), self.layer(x)))
 
 
 class CifarResNetStage(nn.Module):

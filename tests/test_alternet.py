@@ -8,6 +8,7 @@ from transformers import AutoModelForImageClassification
 
 import alternet_hf
 from alternet_hf.modeling_alternet import AlterNetWindowAttention
+from alternet_hf.modeling_common import DropPath, add_residual
 
 
 def tiny_alternet(**overrides):
@@ -114,6 +115,26 @@ def test_drop_path_rates_rise_linearly():
     rates = [block.drop_path.rate for block in model.alternet.encoder.blocks()]
     assert len(rates) == 17 and rates[0] == 0.0 and rates[-1] == pytest.approx(0.1)
     assert rates[8] == pytest.approx(0.1 * 8 / 16)
+
+
+def test_fused_stochastic_depth_is_the_plain_sum_and_hooks_see_the_branch():
+    """`add_residual` (one fused multiply-add in training) equals `shortcut + drop_path(residual)` with the same
+    random draws, in value and gradient; with a hook on the module (the lesion study's) it takes the plain way."""
+    drop_path = DropPath(0.5).train()
+    shortcut, residual = torch.randn(8, 4, 3, 3), torch.randn(8, 4, 3, 3, requires_grad=True)
+    torch.manual_seed(1)
+    fused = add_residual(drop_path, shortcut, residual)
+    (grad_fused,) = torch.autograd.grad(fused.square().sum(), residual)
+    torch.manual_seed(1)
+    plain = shortcut + drop_path(residual)
+    (grad_plain,) = torch.autograd.grad(plain.square().sum(), residual)
+    torch.testing.assert_close(fused, plain)
+    torch.testing.assert_close(grad_fused, grad_plain)
+    assert 0 < (fused == shortcut).all(dim=(1, 2, 3)).sum() < 8  # some samples dropped, some kept
+    handle = drop_path.register_forward_hook(lambda module, args, output: torch.zeros_like(output))
+    assert torch.equal(add_residual(drop_path, shortcut, residual), shortcut)  # the hook zeroed the branch
+    handle.remove()
+    assert torch.equal(add_residual(drop_path.eval(), shortcut, residual), shortcut + residual)
 
 
 @pytest.mark.parametrize("preset", ["alternet-50-cifar100", "resnet-50-cifar100"])

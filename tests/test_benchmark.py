@@ -70,3 +70,53 @@ def test_the_reference_comparison_names_a_folder_that_is_not_the_reference_code(
     command = [installed_command("alternet-benchmark"), "--reference-dir", str(tmp_path)]
     result = run_command(command, cwd=tmp_path)
     assert result.returncode == 2 and "is not a checkout of the reference code" in result.stderr
+
+
+@pytest.mark.commands
+def test_the_reference_race_gives_both_models_the_same_format_and_both_clocks(tmp_path):
+    """The race's mechanics on a stand-in checkout with the reference code's module layout and constructor (it
+    builds the zoo's own AlterNet-50: the real reference is a GitHub clone, out of CI's reach)."""
+    models = tmp_path / "checkout" / "models"
+    models.mkdir(parents=True)
+    (models / "__init__.py").write_text("")
+    (models / "preresnet_dnn_block.py").write_text("Bottleneck = object()\n")
+    (models / "alternet.py").write_text(STAND_IN_ALTERNET)
+    out = tmp_path / "race.json"
+    command = [installed_command("alternet-benchmark"), "--reference-dir", str(tmp_path / "checkout")]
+    command += ["--batch-sizes", "2", "--inference-batch-sizes", "1", "3", "--repeats", "1", "--output", str(out)]
+    result = run_command(command, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = json.loads(out.read_text())
+    passes = [("forward", 2), ("forward+backward", 2), ("inference", 1), ("inference", 3)]
+    assert [(r["memory_format"], r["pass_"], r["batch_size"]) for r in rows] == [
+        (memory_format, *kind) for memory_format in ("contiguous", "channels_last") for kind in passes
+    ]
+    for row in rows:
+        assert all(
+            row[f"{clock}_seconds_{name}"] > 0 for clock in ("wall", "cpu") for name in ("reference", "alternet_hf")
+        )
+        assert row["wall_ratio"] == pytest.approx(row["wall_seconds_alternet_hf"] / row["wall_seconds_reference"])
+    assert "| channels_last | inference | 3 |" in result.stdout and "| wall ratio |" in result.stdout
+
+
+STAND_IN_ALTERNET = """
+import torch
+import alternet_hf
+
+AttentionBlockB = object()
+
+
+def StemB(*args, pool):
+    assert pool is False
+
+
+class AlterNet(torch.nn.Module):
+    def __init__(self, block1, block2, *, stem, num_blocks, num_blocks2, heads, num_classes, window_size, sd):
+        super().__init__()
+        assert (num_blocks, num_blocks2, heads, window_size, sd) == ((3, 4, 6, 4), (0, 1, 1, 2), (3, 6, 12, 24), 4, 0.1)
+        stem()
+        self.model = alternet_hf.create_model("alternet-50-cifar100", num_labels=num_classes)
+
+    def forward(self, x):
+        return self.model(x).logits
+"""

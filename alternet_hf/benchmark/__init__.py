@@ -1,6 +1,6 @@
 """Speed measurement, in one place (`alternet-benchmark` runs it; benchmarks, not tests).
 
-- `models`: images per second of the zoo's models, bare steps, eager or compiled; a training step against the
+- `models`: images per second of the zoo's models, bare steps, eager or compiled; AlterNet-50 raced against the
   reference implementation's;
 - `engine`: the training engine's data path per loader worker, its loop overhead, end-to-end runs;
 - `analyses`: CIFAR-C generation, Hessian eigenvalue solvers, the per-block statistics;
@@ -18,12 +18,12 @@ from .engine import (
     measure_engine_overhead,
     measure_training_run,
 )
-from .models import Throughput, measure_reference_step, measure_throughput
+from .models import Throughput, measure_throughput, race_reference
 
 __all__ = [
     "Throughput",
     "measure_throughput",
-    "measure_reference_step",
+    "race_reference",
     "DataPathSpeed",
     "TrainingRun",
     "cifar_like_dataset",

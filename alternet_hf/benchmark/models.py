@@ -86,14 +86,75 @@ def measure_throughput(
     )
 
 
-def measure_reference_step(
-    reference_dir: str, *, batch_size: int = 32, repeats: int = 5, channels_last: bool = True
-) -> dict:
-    """CPU seconds of one AlterNet-50 (CIFAR-100, paper layout, stochastic depth 0.1) training step — forward,
-    cross-entropy, backward, AdamW — in the zoo's implementation and in the reference code's
-    (`xxxnell/how-do-vits-work`, a checkout at `reference_dir`, imported from there and never copied), on the
-    same batch, timed alternately. The zoo model runs as the engine runs it (channels-last by default)."""
+def race_reference(
+    reference_dir: str,
+    *,
+    batch_size: int = 32,
+    inference_batch_sizes: tuple[int, ...] = (1, 256),
+    repeats: int = 5,
+) -> list[dict]:
+    """AlterNet-50 (CIFAR-100, paper layout, stochastic depth 0.1) in the zoo's implementation against the
+    reference code's (`xxxnell/how-do-vits-work`, a checkout at `reference_dir`, imported from there and never
+    copied), in a fair race: both models given the same memory format (contiguous, then channels-last: weights
+    and images), the same batch, timed alternately in one process by wall clock and by CPU time.
+
+    One row per memory format and pass: `forward` and `forward+backward` (train mode, cross-entropy, backward) at
+    `batch_size`, and `inference` (eval, no grad) at each of `inference_batch_sizes`. The medians of `repeats`
+    timings after a warm-up; ratios are the zoo's over the reference's (below 1: the zoo is faster).
+    """
     import statistics
+
+    reference_model = _reference_alternet_50(reference_dir)
+    generator = torch.Generator().manual_seed(0)
+    rows = []
+    for memory_format in (torch.contiguous_format, torch.channels_last):
+        models = {
+            "reference": reference_model().to(memory_format=memory_format),
+            "alternet_hf": create_model("alternet-50-cifar100", drop_path_rate=0.1).to(memory_format=memory_format),
+        }
+        if sum(p.numel() for p in models["alternet_hf"].parameters()) != sum(
+            p.numel() for p in models["reference"].parameters()
+        ):
+            raise RuntimeError("the reference model and the zoo's differ in size: not the same architecture")
+        passes = [("forward", batch_size), ("forward+backward", batch_size)]
+        passes += [("inference", size) for size in inference_batch_sizes]
+        for kind, size in passes:
+            images = torch.randn(size, 3, 32, 32, generator=generator).contiguous(memory_format=memory_format)
+            labels = torch.randint(0, 100, (size,), generator=generator)
+            runs = {name: _pass(model, kind, images, labels) for name, model in models.items()}
+            for run in runs.values():
+                run()  # warm-up
+            wall, cpu = {name: [] for name in runs}, {name: [] for name in runs}
+            for _ in range(repeats):
+                for name, run in runs.items():
+                    started_wall, started_cpu = time.perf_counter(), time.process_time()
+                    run()
+                    wall[name].append(time.perf_counter() - started_wall)
+                    cpu[name].append(time.process_time() - started_cpu)
+            medians = {
+                clock: {name: statistics.median(values) for name, values in timings.items()}
+                for clock, timings in (("wall", wall), ("cpu", cpu))
+            }
+            rows.append(
+                dict(
+                    memory_format="channels_last" if memory_format == torch.channels_last else "contiguous",
+                    pass_=kind,
+                    batch_size=size,
+                    threads=torch.get_num_threads(),
+                    **{
+                        f"{clock}_seconds_{name}": value
+                        for clock, values in medians.items()
+                        for name, value in values.items()
+                    },
+                    wall_ratio=medians["wall"]["alternet_hf"] / medians["wall"]["reference"],
+                    cpu_ratio=medians["cpu"]["alternet_hf"] / medians["cpu"]["reference"],
+                )
+            )
+    return rows
+
+
+def _reference_alternet_50(reference_dir: str):
+    """A builder of the reference code's AlterNet-50 for CIFAR-100, as the paper trains it."""
     import sys
     from functools import partial
 
@@ -108,10 +169,8 @@ def measure_reference_step(
         from models import preresnet_dnn_block as reference_blocks
     finally:
         sys.path.remove(str(reference_dir))
-    generator = torch.Generator().manual_seed(0)
-    images = torch.randn(batch_size, 3, 32, 32, generator=generator)
-    labels = torch.randint(0, 100, (batch_size,), generator=generator)
-    reference = reference_alternet.AlterNet(
+    return partial(
+        reference_alternet.AlterNet,
         reference_blocks.Bottleneck,
         reference_alternet.AttentionBlockB,
         stem=partial(reference_alternet.StemB, pool=False),
@@ -122,43 +181,23 @@ def measure_reference_step(
         window_size=4,
         sd=0.1,
     )
-    ours = create_model("alternet-50-cifar100", drop_path_rate=0.1)
-    memory_format = torch.channels_last if channels_last else torch.contiguous_format
-    ours = ours.to(memory_format=memory_format)
-    ours_images = images.contiguous(memory_format=memory_format)
-    if sum(p.numel() for p in ours.parameters()) != sum(p.numel() for p in reference.parameters()):
-        raise RuntimeError("the reference model and the zoo's differ in size: not the same architecture")
 
-    def step_of(model, batch, logits_of):
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        model.train()
 
-        def step():
-            loss = torch.nn.functional.cross_entropy(logits_of(model(batch)), labels)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+def _pass(model: torch.nn.Module, kind: str, images: torch.Tensor, labels: torch.Tensor):
+    def logits():
+        output = model(images)
+        return output if isinstance(output, torch.Tensor) else output.logits
 
-        return step
+    def forward():
+        logits()
 
-    steps = {
-        "reference": step_of(reference, images, lambda output: output),
-        "alternet_hf": step_of(ours, ours_images, lambda output: output.logits),
-    }
-    for step in steps.values():
-        step()  # warm-up
-    seconds = {name: [] for name in steps}
-    for _ in range(repeats):
-        for name, step in steps.items():
-            started = time.process_time()
-            step()
-            seconds[name].append(time.process_time() - started)
-    medians = {name: statistics.median(values) for name, values in seconds.items()}
-    return {
-        "cpu_seconds_per_step": seconds,
-        "median_cpu_seconds_per_step": medians,
-        "ratio": medians["alternet_hf"] / medians["reference"],
-        "batch_size": batch_size,
-        "threads": torch.get_num_threads(),
-        "channels_last": channels_last,
-    }
+    def forward_backward():
+        torch.nn.functional.cross_entropy(logits(), labels).backward()
+        model.zero_grad(set_to_none=True)
+
+    def inference():
+        with torch.no_grad():
+            logits()
+
+    model.train(kind != "inference")
+    return {"forward": forward, "forward+backward": forward_backward, "inference": inference}[kind]

@@ -1,6 +1,6 @@
 """Images/s of zoo presets on this machine: bare forward and forward+backward steps, eager and
 torch.compile; or the training engine: end to end (--training), its data path per loader worker (--data-only),
-its loop overhead against a hand-written loop (--engine-overhead), a step against the reference code's
+its loop overhead against a hand-written loop (--engine-overhead), a race against the reference code's
 (--reference-dir).
 
     alternet-benchmark                                   # the three zoo models, batch 32, eager
@@ -8,7 +8,7 @@ its loop overhead against a hand-written loop (--engine-overhead), a step agains
     alternet-benchmark --training --models alternet-50-cifar100 --batch-sizes 96 --num-workers 8
     alternet-benchmark --data-only --models alternet-50-cifar100    # CPU ms per image of one loader worker
     alternet-benchmark --engine-overhead                  # engine loop vs a hand-written loop, ms per step
-    alternet-benchmark --reference-dir how-do-vits-work/  # AlterNet-50 train step vs the reference code's
+    alternet-benchmark --reference-dir how-do-vits-work/  # AlterNet-50 vs the reference code's, a fair race
     alternet-benchmark --corruptions --num-images 1000      # CIFAR-C generation vs per-image NumPy
     alternet-benchmark --hessian --models outputs/alternet-digits   # Lanczos vs power iteration
     alternet-benchmark --feature-maps --models alternet-18-cifar10 --num-images 256   # one pass vs the notebooks'
@@ -59,7 +59,16 @@ def build_parser():
     parser.add_argument(
         "--reference-dir",
         type=Path,
-        help="a checkout of xxxnell/how-do-vits-work: time an AlterNet-50 training step of ours against its",
+        help="a checkout of xxxnell/how-do-vits-work: race AlterNet-50 against its, both given each memory "
+        "format, by wall and CPU time (forward and forward+backward at the first --batch-sizes, inference at "
+        "--inference-batch-sizes)",
+    )
+    parser.add_argument(
+        "--inference-batch-sizes",
+        type=int,
+        nargs="+",
+        default=[1, 256],
+        help="batch sizes of the --reference-dir race's inference pass (eval, no grad)",
     )
     parser.add_argument(
         "--repeats",
@@ -114,10 +123,13 @@ def main(argv: list[str] | None = None) -> None:
         result = benchmark.measure_engine_overhead(repeats=args.repeats)
         report, rows = tables.engine_overhead_table(result, args.repeats), [result]
     elif args.reference_dir:
-        result = benchmark.measure_reference_step(
-            args.reference_dir, batch_size=args.batch_sizes[0], repeats=args.repeats
+        rows = benchmark.race_reference(
+            args.reference_dir,
+            batch_size=args.batch_sizes[0],
+            inference_batch_sizes=tuple(args.inference_batch_sizes),
+            repeats=args.repeats,
         )
-        report, rows = tables.reference_step_table(result), [result]
+        report = tables.reference_race_table(rows)
     elif args.data_only:
         results = [
             benchmark.measure_data_path(name, images=args.training_images, repeats=args.repeats) for name in args.models
