@@ -335,7 +335,7 @@ def _stage_end_lesion(results, roles) -> Claim:
         "another block",
         source="Fig. 11 (lesion study); PAPER.md §6 (lesion)",
         rule="for a multi-stage model with MSAs, the mean accuracy drop of its stage-end MSAs exceeds that of "
-        "its other removable blocks",
+        "its other removable blocks (downsampling blocks apart)",
     )
     for name, found in results.items():
         result = found.get("lesion")
@@ -343,7 +343,9 @@ def _stage_end_lesion(results, roles) -> Claim:
             continue
         drops = np.asarray(result.accuracy_drop, dtype=float)
         ends = [i for i in stage_ends(list(result.kinds)) if result.kinds[i] == "msa" and np.isfinite(drops[i])]
-        others = [i for i in range(len(drops)) if np.isfinite(drops[i]) and i not in ends]
+        removable = [i for i in range(len(drops)) if np.isfinite(drops[i]) and i not in ends]
+        others = [i for i in removable if result.kinds[i] != "pool"]
+        pools = [i for i in removable if result.kinds[i] == "pool"]
         if not ends or not others:
             continue
         end_drop, other_drop = float(drops[ends].mean()), float(drops[others].mean())
@@ -352,6 +354,7 @@ def _stage_end_lesion(results, roles) -> Claim:
         claim.evidence.append(
             f"{name}: stage-end MSAs −{100 * end_drop:.1f} points on average ({len(ends)}), other blocks "
             f"−{100 * other_drop:.1f} ({len(others)})"
+            + (f"; downsampling blocks (not counted) −{100 * drops[pools].mean():.1f} ({len(pools)})" if pools else "")
         )
     return claim
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .compare import Settings
+from .compare import ANALYSES, Settings
 from .runner import DataOptions, compare_models
 
 FAMILIES = ("resnet", "vit", "alternet")
@@ -86,6 +86,15 @@ def train_family(config, say=print):
     return folder
 
 
+def comparison_dir(out: Path, families: Sequence[str], analyses: Sequence[str]) -> Path:
+    """Where a run's comparison goes: `out/comparison` for every family and analysis, else a folder beside it that
+    names the run (`comparison-resnet`, `comparison-resnet-vit-fourier-lesion`), so a narrower re-run never
+    replaces the whole zoo's report."""
+    parts = [] if set(families) == set(FAMILIES) else [f for f in FAMILIES if f in families]
+    parts += [] if set(analyses) == set(ANALYSES) else [a for a in ANALYSES if a in analyses]
+    return Path(out) / "-".join(["comparison", *parts])
+
+
 def reproduce(
     out: Path,
     families: Sequence[str] = FAMILIES,
@@ -101,7 +110,8 @@ def reproduce(
     say: Callable[[str], None] = print,
 ) -> dict:
     """Train (or reuse) each family into `out/models`, analyse into `out/results` and compare into
-    `out/comparison`; returns the written paths of the comparison, with the minutes spent training and in all."""
+    `comparison_dir(out, families, analyses)`; returns the written paths of the comparison, with the minutes
+    spent training and in all."""
     unknown = sorted(set(families) - set(FAMILIES))
     if unknown or not families:
         raise ValueError(f"unknown families {unknown}; choose from {', '.join(FAMILIES)}")
@@ -114,7 +124,7 @@ def reproduce(
     training_seconds = time.perf_counter() - started
     written = compare_models(
         [(family, str(folder)) for family, folder in trained.items()], analyses, data=data, settings=settings,
-        device=device, results_dir=out / "results", comparison_dir=out / "comparison", image_size=image_size,
-        scaled_down=scaled_down, say=say,
+        device=device, results_dir=out / "results", comparison_dir=comparison_dir(out, families, analyses),
+        image_size=image_size, scaled_down=scaled_down, say=say,
     )  # fmt: skip
     return {**written, "training_minutes": training_seconds / 60, "minutes": (time.perf_counter() - started) / 60}

@@ -65,6 +65,23 @@ def test_downsampling_blocks_stay_out_of_the_conv_statistics():
     assert any("downsampling blocks (not counted) +3.000" in line for line in claim.evidence)
 
 
+def test_the_lesion_claim_leaves_downsampling_blocks_out_of_the_other_blocks():
+    """As the module says of every claim: removing a downsampling block costs much (it changes the shapes the
+    next stage sees), which is not what the stage-end claim compares."""
+    from analysis.lesion import LesionResult
+
+    kinds = ["stem", "conv", "msa", "pool", "conv", "msa", "head"]
+    accuracy = np.array([np.nan, 0.80, 0.60, 0.10, 0.85, 0.50, np.nan])
+    lesion = LesionResult(kinds, 0.9, 0.3, accuracy, np.zeros(7), 100)
+    claim = claims.evaluate_claims({"alternet": {"lesion": lesion}}, {"alternet": {"kinds": kinds}})[-3]
+    assert claim.key == "stage-end-msa-lesion"
+    numbers = claim.numbers["alternet"]
+    assert numbers["stage_end_msas"] == [2, 5]
+    assert numbers["stage_end_msa_drop"] == pytest.approx(0.35) and numbers["other_drop"] == pytest.approx(0.075)
+    assert claim.checks == {"alternet": True}
+    assert "downsampling blocks (not counted) −80.0 (1)" in claim.evidence[0]
+
+
 def test_orderings_and_pairs_against_the_cnn():
     def found(accuracy, top, smallest, noise):
         hessian = type("S", (), {"eigenvalues": np.array([[top]]), "smallest_eigenvalues": np.array([[smallest]])})

@@ -49,10 +49,15 @@ def test_the_mini_zoo_at_reduced_size(tmp_path):
     assert "## Claims of the paper on these models" in report and "the metric" in report
     assert "mini-zoo in" in completed.stdout and "training" in completed.stdout
 
-    # A finished model with the same settings is reused (no training), and a second run only analyses.
+    # A finished model with the same settings is reused (no training), and a second run only analyses; its
+    # one-model comparison goes beside the zoo's, which stays as it was.
+    whole_report = (out / "comparison" / "report.md").read_bytes()
     again = run("--quick", "--out", out, "--families", "resnet", "--analyses", "fourier", cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "already trained with these settings, reused" in again.stdout
+    assert (out / "comparison" / "report.md").read_bytes() == whole_report
+    narrower = json.loads((out / "comparison-resnet-fourier" / "comparison.json").read_text())
+    assert list(narrower["models"]) == ["resnet"] and "comparison-resnet-fourier/report.md" in again.stdout
     # Other training settings for the same folder: refused, the model left as it was.
     before = (out / "models" / "vit" / "model.safetensors").read_bytes()
     refused = run("--quick", "--epochs", "2", "--out", out, "--families", "vit", cwd=tmp_path)

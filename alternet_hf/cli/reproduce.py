@@ -8,9 +8,10 @@ Without --quick (the default --out is outputs/mini-zoo) the small models train f
 
 Layout of --out: models/<family>/ (model folders as alternet-train writes them), results/<family>/ (each
 analysis as alternet-analyze writes it) and comparison/ (comparison.json, figures, report.md), for the
-families resnet, vit and alternet. A finished model already in models/<family>/ with the same training
-settings is reused (an interrupted one resumes); one trained with other settings is an error, never
-overwritten. The analysis options are alternet-compare's.
+families resnet, vit and alternet; a run of fewer families or analyses compares into a folder beside it that
+names them (comparison-resnet-fourier/), never over the whole zoo's report. A finished model already in
+models/<family>/ with the same training settings is reused (an interrupted one resumes); one trained with
+other settings is an error, never overwritten. The analysis options are alternet-compare's.
 """
 
 import argparse
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     print_verdicts(written["json"])
     print(
-        f"mini-zoo in {args.out}/: models/, results/, comparison/report.md "
+        f"mini-zoo in {args.out}/: models/, results/, {written['report'].parent.name}/report.md "
         f"(training {written['training_minutes']:.1f} min, analyses "
         f"{written['minutes'] - written['training_minutes']:.1f} min)"
     )
