@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import socket
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -114,11 +115,17 @@ def test_the_severity_control_applies_to_corruptions_and_the_frequency_to_noise(
     assert severity["interactive"] is True and frequency["interactive"] is False
 
 
-def _start_space(cwd: Path, port: int, *args: str) -> CommandProcess:
+def _start_space(cwd: Path, port: int, *args: str, as_on_spaces: bool = False) -> CommandProcess:
+    """`alternet-space --port PORT`, or `as_on_spaces`: the Space repo's `python app.py` with Gradio's
+    GRADIO_SERVER_PORT, as Hugging Face Spaces starts it."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "ALTERNET_SPACE_MODELS": "", "ALTERNET_SPACE_RESULTS": ""}
     env.pop("ALTERNET_SPACE_MODELS")
     env.pop("ALTERNET_SPACE_RESULTS")
-    command = [installed_command("alternet-space"), "--port", str(port), *args]
+    if as_on_spaces:
+        env["GRADIO_SERVER_PORT"] = str(port)
+        command = [sys.executable, ROOT / "spaces" / "app.py", *args]
+    else:
+        command = [installed_command("alternet-space"), "--port", str(port), *args]
     return start_command(command, cwd=cwd, env=env, merge=True)
 
 
@@ -137,13 +144,14 @@ def _wait_for_page(process: CommandProcess, port: int, timeout: float = 240) -> 
 @pytest.mark.parametrize("with_mini_zoo", [False, True], ids=["nothing-local", "mini-zoo"])
 def test_the_space_starts_offline_with_no_arguments(tmp_path, with_mini_zoo):
     """`alternet-space` on a fresh machine: the Hub models cannot load, yet the page comes up and says how to
-    get models; with the mini-zoo of alternet-reproduce in outputs/mini-zoo/ it shows those instead."""
+    get models; with the mini-zoo of alternet-reproduce in outputs/mini-zoo/ it shows those instead. Started the
+    way Hugging Face Spaces starts it (`python app.py`, GRADIO_SERVER_PORT), it listens where Gradio is told."""
     if with_mini_zoo:
         for family, preset in (("alternet", "alternet-50-cifar100"), ("vit", "vit-ti-cifar100")):
             model = alternet_hf.create_model(preset, **TINY[preset])
             model.save_pretrained(tmp_path / "outputs" / "mini-zoo" / "models" / family)
     port = free_port()
-    process = _start_space(tmp_path, port)
+    process = _start_space(tmp_path, port, as_on_spaces=not with_mini_zoo)
     try:
         page = _wait_for_page(process, port)
     finally:

@@ -3,10 +3,12 @@
     alternet-space                                        # the zoo's Hub models
     alternet-space --models resnet=outputs/resnet-digits,alternet=outputs/alternet-digits
 
-Models: `--models name=hub_id_or_folder,...` or `ALTERNET_SPACE_MODELS`; stored analysis results for
-the accuracy curves: `--results` or `ALTERNET_SPACE_RESULTS` (one sub-folder per model name). When none of
-the models loads (offline, say), the Space shows the mini-zoo of `alternet-reproduce` (outputs/mini-zoo/)
-if there is one, and otherwise says how to make it: it always starts.
+Gradio's `GRADIO_SERVER_PORT` and `GRADIO_SERVER_NAME` choose where it listens, as on Hugging Face Spaces
+(`--port` and `--host` win over them). Models: `--models name=hub_id_or_folder,...` or
+`ALTERNET_SPACE_MODELS`; stored analysis results for the accuracy curves: `--results` or
+`ALTERNET_SPACE_RESULTS` (one sub-folder per model name). When none of the models loads (offline, say), the
+Space shows the mini-zoo of `alternet-reproduce` (outputs/mini-zoo/) if there is one, and otherwise says how
+to make it: it always starts.
 """
 
 import os
@@ -24,8 +26,9 @@ def build_parser():
     parser = make_parser(__doc__)
     parser.add_argument("--models", default=os.environ.get("ALTERNET_SPACE_MODELS", DEFAULT_MODELS))
     parser.add_argument("--results", type=Path, default=os.environ.get("ALTERNET_SPACE_RESULTS"))
-    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", 7860)))
-    parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME"), help="e.g. 0.0.0.0 in a container")
+    # None leaves both to Gradio, which reads GRADIO_SERVER_PORT and GRADIO_SERVER_NAME as on Hugging Face Spaces
+    parser.add_argument("--port", type=int, help="default: $GRADIO_SERVER_PORT, else Gradio's 7860")
+    parser.add_argument("--host", help="e.g. 0.0.0.0 in a container; default: $GRADIO_SERVER_NAME, else 127.0.0.1")
     return parser
 
 
