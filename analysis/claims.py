@@ -2,9 +2,16 @@
 that decide them.
 
 Each claim is checked on every model (or pair of models) it speaks about and reads `holds`, `does not
-hold`, `mixed` (some checks hold, some do not) or `not decidable` (an analysis or a kind of model it
-needs is missing). A model's role comes from its block kinds: MSAs and convs (AlterNet) is `hybrid`,
-MSAs without convs (ViT) `transformer`, convs without MSAs (ResNet) `cnn`. Blocks tagged `pool`
+hold`, `mixed` (some checks hold, some do not), `undecided — the difference is within the noise` or
+`not decidable` (an analysis or a kind of model it needs is missing). A check is decided only when its
+difference exceeds twice its standard error (`NOISE_MULTIPLE`): over blocks for the per-block statistics, over
+minibatches for the Hessian, over images (binomial) for accuracies and lesions, over noise bands and corruptions
+for robustness; the loss landscape is one surface, with no spread to judge by. A single block or minibatch has
+no spread either: its check is decided by sign, and the evidence says so. A model whose accuracy is below
+`competence` × chance (default twice chance) is named with every verdict that rests on it.
+
+A model's role comes from its block kinds: MSAs and convs (AlterNet) is `hybrid`, MSAs without convs (ViT)
+`transformer`, convs without MSAs (ResNet) `cnn`. Blocks tagged `pool`
 (downsampling) are left out of the conv statistics and reported apart: they cause most of the rises
 of high-frequency amplitude and drops of variance, which are not what the claims are about.
 """
@@ -14,6 +21,32 @@ from dataclasses import dataclass, field
 import numpy as np
 
 HOLDS, FAILS, MIXED, UNDECIDED = "holds", "does not hold", "mixed", "not decidable"
+WITHIN_NOISE = "undecided — the difference is within the noise"
+NOISE_MULTIPLE = 2.0  # a difference counts when it exceeds this many standard errors (about 95%)
+
+
+def decide(difference: float, standard_error: float) -> bool | None:
+    """True if `difference` is above `NOISE_MULTIPLE` standard errors, False if below minus that, else None."""
+    margin = NOISE_MULTIPLE * (standard_error if np.isfinite(standard_error) else 0.0)
+    if difference > margin:
+        return True
+    if difference < -margin:
+        return False
+    return None
+
+
+def mean_and_error(values) -> tuple[float, float]:
+    """Mean and its standard error (0 for a single value: nothing to estimate a spread from)."""
+    values = np.asarray(values, dtype=float)
+    values = values[np.isfinite(values)]
+    if values.size < 2:
+        return (float(values.mean()) if values.size else float("nan")), 0.0
+    return float(values.mean()), float(values.std(ddof=1) / np.sqrt(values.size))
+
+
+def binomial_error(accuracy: float, samples: int) -> float:
+    """Standard error of an accuracy measured on `samples` images."""
+    return float(np.sqrt(max(accuracy * (1 - accuracy), 0.0) / max(samples, 1)))
 
 
 @dataclass
@@ -25,23 +58,27 @@ class Claim:
     statement: str
     source: str
     rule: str
-    checks: dict[str, bool] = field(default_factory=dict)
+    checks: dict[str, bool | None] = field(default_factory=dict)  # None: within the noise
     evidence: list[str] = field(default_factory=list)
     numbers: dict = field(default_factory=dict)
+    below_competence: list[str] = field(default_factory=list)  # models it rests on that are near chance
 
     @property
     def verdict(self) -> str:
         outcomes = list(self.checks.values())
         if not outcomes:
             return UNDECIDED
-        if all(outcomes):
-            return HOLDS
-        return FAILS if not any(outcomes) else MIXED
+        if True in outcomes and False in outcomes:
+            return MIXED
+        if None in outcomes:
+            return WITHIN_NOISE
+        return HOLDS if all(outcomes) else FAILS
 
     def to_dict(self) -> dict:
         return {
             "key": self.key, "statement": self.statement, "source": self.source, "rule": self.rule,
             "verdict": self.verdict, "checks": self.checks, "evidence": self.evidence, "numbers": self.numbers,
+            "below_competence": self.below_competence,
         }  # fmt: skip
 
 
@@ -76,12 +113,29 @@ def _roles(summaries: dict) -> dict[str, str]:
     return {name: role(summary["kinds"]) for name, summary in summaries.items()}
 
 
-def evaluate_claims(results: dict[str, dict], summaries: dict[str, dict] | None = None) -> list[Claim]:
+def below_competence(results: dict[str, dict], summaries: dict[str, dict], competence: float = 2.0) -> dict:
+    """{model: (accuracy, threshold)} for the models whose test accuracy is below `competence` × chance
+    (1 / the number of labels, from the summaries' `num_labels`)."""
+    found = {}
+    for name, analyses in results.items():
+        labels = summaries.get(name, {}).get("num_labels")
+        if "accuracy" in analyses and labels:
+            threshold = min(competence / labels, 1.0)
+            if analyses["accuracy"].accuracy < threshold:
+                found[name] = (analyses["accuracy"].accuracy, threshold)
+    return found
+
+
+def evaluate_claims(
+    results: dict[str, dict], summaries: dict[str, dict] | None = None, *, competence: float = 2.0
+) -> list[Claim]:
     """Decide every claim on `results` ({model: {analysis: result}}, as `analysis.compare.analyse` returns
-    them); `summaries` ({model: {"kinds": ...}}) default to the kinds the results carry."""
+    them); `summaries` ({model: {"kinds": ..., "num_labels": ...}}) default to the kinds the results carry.
+    Each claim names the models it rests on whose accuracy is below `competence` × chance."""
     summaries = summaries or {name: {"kinds": _kinds_of(found)} for name, found in results.items()}
     roles = _roles(summaries)
-    return [
+    weak = below_competence(results, summaries, competence)
+    claims = [
         _filter_claim(results, "msa", low_pass=True),
         _filter_claim(results, ("conv", "mlp"), low_pass=False),
         _variance_claim(results, "msa", reduces=True),
@@ -94,6 +148,9 @@ def evaluate_claims(results: dict[str, dict], summaries: dict[str, dict] | None 
         _ranking(results, roles, "accuracy"),
         _ranking(results, roles, "robustness"),
     ]
+    for claim in claims:
+        claim.below_competence = [name for name in weak if any(name in check.split() for check in claim.checks)]
+    return claims
 
 
 def _kinds_of(found: dict) -> list[str]:
@@ -123,7 +180,8 @@ def _filter_claim(results, kinds, *, low_pass: bool) -> Claim:
         source="Fig. 2 and 8; PAPER.md §6 (Fourier ΔlogA)",
         rule=(
             f"the mean change of ΔlogA at π over a model's {'/'.join(kinds)} blocks is "
-            f"{'below' if low_pass else 'above'} 0 (downsampling blocks apart)"
+            f"{'below' if low_pass else 'above'} 0 by more than {NOISE_MULTIPLE:g} standard errors over its blocks "
+            "(downsampling blocks apart)"
         ),
     )  # fmt: skip
     for name, found in results.items():
@@ -133,14 +191,16 @@ def _filter_claim(results, kinds, *, low_pass: bool) -> Claim:
             changes = block_changes(found["fourier"], kind)
             if not changes.size:
                 continue
-            mean = float(changes.mean())
-            claim.checks[f"{name} {kind}"] = mean < 0 if low_pass else mean > 0
-            claim.numbers.setdefault(name, {})[kind] = {"mean": mean, "blocks": int(changes.size),
-                                                        "values": changes.tolist()}  # fmt: skip
+            mean, error = mean_and_error(changes)
+            claim.checks[f"{name} {kind}"] = decide(-mean if low_pass else mean, error)
+            claim.numbers.setdefault(name, {})[kind] = {
+                "mean": mean, "standard_error": error, "blocks": int(changes.size), "values": changes.tolist()
+            }  # fmt: skip
             spread = _range(changes)
             claim.evidence.append(
-                f"{name}: {kind.upper() if kind == 'msa' else kind} {mean:+.3f} on average over {changes.size} "
-                f"block{'s' if changes.size > 1 else ''}" + (f" ({spread})" if spread else "")
+                f"{name}: {kind.upper() if kind == 'msa' else kind} {mean:+.3f} ± {error:.3f} on average over "
+                f"{changes.size} block{'s' if changes.size > 1 else ' (no spread: decided by sign)'}"
+                + (f" ({spread})" if spread else "")
             )
         pools = block_changes(found["fourier"], "pool")
         if pools.size and not low_pass:
@@ -159,7 +219,8 @@ def _variance_claim(results, kinds, *, reduces: bool) -> Claim:
         source="Fig. 9; PAPER.md §6 (feature-map variance)",
         rule=(
             f"the geometric mean of variance after / before a model's {'/'.join(kinds)} blocks is "
-            f"{'below' if reduces else 'above'} 1 (our definition; the reference notebook's in brackets)"
+            f"{'below' if reduces else 'above'} 1 by more than {NOISE_MULTIPLE:g} standard errors of its log over the "
+            "blocks (our definition; the reference notebook's in brackets)"
         ),
     )  # fmt: skip
     for name, found in results.items():
@@ -175,12 +236,16 @@ def _variance_claim(results, kinds, *, reduces: bool) -> Claim:
                 _geometric_mean(variance_ratios(result.reference_variance, result.kinds, kind))
                 if result.reference_variance is not None else float("nan")
             )  # fmt: skip
-            claim.checks[f"{name} {kind}"] = ours < 1 if reduces else ours > 1
-            claim.numbers.setdefault(name, {})[kind] = {"ratio": ours, "reference_ratio": reference,
-                                                        "ratios": ratios.tolist()}  # fmt: skip
+            logs = np.log(ratios[np.isfinite(ratios) & (ratios > 0)])
+            mean_log, error = mean_and_error(logs)
+            claim.checks[f"{name} {kind}"] = decide(-mean_log if reduces else mean_log, error)
+            claim.numbers.setdefault(name, {})[kind] = {
+                "ratio": ours, "reference_ratio": reference, "log_standard_error": error, "ratios": ratios.tolist()
+            }  # fmt: skip
             claim.evidence.append(
-                f"{name}: {kind.upper() if kind == 'msa' else kind} ×{ours:.4g} (reference definition ×{reference:.4g})"
-                f" over {ratios.size} block{'s' if ratios.size > 1 else ''}"
+                f"{name}: {kind.upper() if kind == 'msa' else kind} ×{ours:.4g} (×/÷{np.exp(error):.3g}; reference "
+                f"definition ×{reference:.4g}) over {ratios.size} "
+                f"block{'s' if ratios.size > 1 else ' (no spread: decided by sign)'}"
                 + (f", ×{ratios.min():.4g} … ×{ratios.max():.4g}" if ratios.size > 1 else "")
             )
     return claim
@@ -223,19 +288,23 @@ def _hessian_flatness(results, roles) -> Claim:
         key="msa-flat-hessian",
         statement="MSAs flatten the loss landscape: models with MSAs have smaller Hessian eigenvalues than CNNs",
         source="Fig. 1b and 4; PAPER.md §6 (Hessian max-eigenvalue spectra)",
-        rule="the median over minibatches of the largest Hessian eigenvalue of each model with MSAs is below the CNN's",
+        rule=f"the mean over minibatches of the largest Hessian eigenvalue of each model with MSAs is below the "
+        f"CNN's by more than {NOISE_MULTIPLE:g} standard errors of the difference",
     )
     for name, found in results.items():
         if "hessian" in found:
-            top = _median_top(found["hessian"])
-            claim.numbers[name] = {"median_top_eigenvalue": top, "minibatches": len(found["hessian"].eigenvalues)}
+            tops = np.asarray(found["hessian"].eigenvalues, dtype=float)[:, 0]
+            mean, error = mean_and_error(tops)
+            claim.numbers[name] = {"median_top_eigenvalue": _median_top(found["hessian"]), "mean_top_eigenvalue": mean,
+                                   "standard_error": error, "minibatches": int(tops.size)}  # fmt: skip
             claim.evidence.append(
-                f"{name} ({roles[name]}): λmax {top:.4g} (median of {len(found['hessian'].eigenvalues)})"
+                f"{name} ({roles[name]}): λmax {mean:.4g} ± {error:.2g} (mean of {tops.size} minibatches, median "
+                f"{claim.numbers[name]['median_top_eigenvalue']:.4g})"
             )
     for other, cnn in _pairs(roles, claim.numbers):
-        claim.checks[f"{other} < {cnn}"] = (
-            claim.numbers[other]["median_top_eigenvalue"] < claim.numbers[cnn]["median_top_eigenvalue"]
-        )
+        a, b = claim.numbers[other], claim.numbers[cnn]
+        difference = b["mean_top_eigenvalue"] - a["mean_top_eigenvalue"]
+        claim.checks[f"{other} < {cnn}"] = decide(difference, np.hypot(a["standard_error"], b["standard_error"]))
     return claim
 
 
@@ -244,19 +313,26 @@ def _negative_eigenvalues(results, roles) -> Claim:
         key="vit-negative-eigenvalues",
         statement="ViTs have negative Hessian eigenvalues (a non-convex loss) where CNNs have hardly any",
         source="Fig. 1b and 4; PAPER.md §6 (negative values appear for ViTs)",
-        rule="|most negative eigenvalue| / largest (medians over minibatches) is larger for each ViT-like model "
-        "than for the CNN",
+        rule=f"|most negative eigenvalue| / largest (per minibatch, then the mean) is larger for each ViT-like model "
+        f"than for the CNN by more than {NOISE_MULTIPLE:g} standard errors of the difference",
     )
     for name, found in results.items():
         result = found.get("hessian")
         if result is None or not np.size(result.smallest_eigenvalues):
             continue
-        smallest = float(np.median(np.asarray(result.smallest_eigenvalues)[:, 0]))
-        ratio = max(-smallest, 0.0) / abs(_median_top(result))
-        claim.numbers[name] = {"median_smallest_eigenvalue": smallest, "negative_ratio": ratio}
-        claim.evidence.append(f"{name} ({roles[name]}): λmin {smallest:.4g}, |λmin|/λmax {ratio:.3g}")
+        smallest = np.asarray(result.smallest_eigenvalues, dtype=float)[:, 0]
+        largest = np.abs(np.asarray(result.eigenvalues, dtype=float)[:, 0])
+        ratio, error = mean_and_error(np.maximum(-smallest, 0.0) / largest)
+        claim.numbers[name] = {"median_smallest_eigenvalue": float(np.median(smallest)), "negative_ratio": ratio,
+                               "standard_error": error}  # fmt: skip
+        claim.evidence.append(
+            f"{name} ({roles[name]}): λmin {np.median(smallest):.4g} (median), |λmin|/λmax {ratio:.3g} ± {error:.2g}"
+        )
     for other, cnn in _pairs(roles, claim.numbers, chosen=("transformer",)):
-        claim.checks[f"{other} > {cnn}"] = claim.numbers[other]["negative_ratio"] > claim.numbers[cnn]["negative_ratio"]
+        a, b = claim.numbers[other], claim.numbers[cnn]
+        claim.checks[f"{other} > {cnn}"] = decide(
+            a["negative_ratio"] - b["negative_ratio"], np.hypot(a["standard_error"], b["standard_error"])
+        )
     return claim
 
 
@@ -272,7 +348,8 @@ def _landscape_flatness(results, roles) -> Claim:
         key="msa-flat-landscape",
         statement="MSAs flatten the loss landscape: the NLL + L2 surface of models with MSAs is flatter than a CNN's",
         source="Fig. 1a; PAPER.md §6 (loss landscape)",
-        rule="the mean rise of NLL + L2 over the grid from the trained weights is smaller than the CNN's",
+        rule="the mean rise of NLL + L2 over the grid from the trained weights is smaller than the CNN's (one surface "
+        "per model: no spread to weigh the difference against)",
     )
     for name, found in results.items():
         if "landscape" in found:
@@ -296,7 +373,7 @@ def _high_frequency_robustness(results, roles) -> Claim:
         "ResNet under high-frequency noise",
         source="Fig. 2b; PAPER.md §6 (frequency-band noise)",
         rule=f"the mean Δaccuracy over noise bands ≥ {HIGH_FREQUENCIES}π of each ViT-like model is above (less "
-        "negative than) the CNN's",
+        f"negative than) the CNN's by more than {NOISE_MULTIPLE:g} standard errors (over the bands) of the difference",
     )
     for name, found in results.items():
         result = found.get("frequency-noise")
@@ -306,14 +383,18 @@ def _high_frequency_robustness(results, roles) -> Claim:
         high = delta[frequencies >= HIGH_FREQUENCIES - 1e-9]
         if not high.size:
             continue
-        claim.numbers[name] = {"mean_high_frequency_delta": float(high.mean()), "delta_accuracy": delta.tolist()}
+        mean, error = mean_and_error(high)
+        claim.numbers[name] = {"mean_high_frequency_delta": mean, "standard_error": error,
+                               "delta_accuracy": delta.tolist()}  # fmt: skip
         claim.evidence.append(
-            f"{name} ({roles[name]}): {100 * high.mean():+.1f} points at ≥ {HIGH_FREQUENCIES}π "
+            f"{name} ({roles[name]}): {100 * mean:+.1f} ± {100 * error:.1f} points at ≥ {HIGH_FREQUENCIES}π "
             f"({100 * delta[-1]:+.1f} at {frequencies[-1]:.1f}π)"
         )
     for other, cnn in _pairs(roles, claim.numbers, chosen=("transformer",)):
-        claim.checks[f"{other} > {cnn}"] = (
-            claim.numbers[other]["mean_high_frequency_delta"] > claim.numbers[cnn]["mean_high_frequency_delta"]
+        a, b = claim.numbers[other], claim.numbers[cnn]
+        claim.checks[f"{other} > {cnn}"] = decide(
+            a["mean_high_frequency_delta"] - b["mean_high_frequency_delta"],
+            np.hypot(a["standard_error"], b["standard_error"]),
         )
     return claim
 
@@ -335,7 +416,8 @@ def _stage_end_lesion(results, roles) -> Claim:
         "another block",
         source="Fig. 11 (lesion study); PAPER.md §6 (lesion)",
         rule="for a multi-stage model with MSAs, the mean accuracy drop of its stage-end MSAs exceeds that of "
-        "its other removable blocks (downsampling blocks apart)",
+        f"its other removable blocks (downsampling blocks apart) by more than {NOISE_MULTIPLE:g} standard errors "
+        "(binomial, over the test images)",
     )
     for name, found in results.items():
         result = found.get("lesion")
@@ -349,14 +431,25 @@ def _stage_end_lesion(results, roles) -> Claim:
         if not ends or not others:
             continue
         end_drop, other_drop = float(drops[ends].mean()), float(drops[others].mean())
-        claim.checks[name] = end_drop > other_drop
-        claim.numbers[name] = {"stage_end_msa_drop": end_drop, "other_drop": other_drop, "stage_end_msas": ends}
+        lesioned = np.asarray(result.accuracy, dtype=float)
+        error = float(
+            np.hypot(*(_mean_binomial_error(lesioned[group], result.num_samples) for group in (ends, others)))
+        )
+        claim.checks[name] = decide(end_drop - other_drop, error)
+        claim.numbers[name] = {"stage_end_msa_drop": end_drop, "other_drop": other_drop, "standard_error": error,
+                               "stage_end_msas": ends}  # fmt: skip
         claim.evidence.append(
             f"{name}: stage-end MSAs −{100 * end_drop:.1f} points on average ({len(ends)}), other blocks "
-            f"−{100 * other_drop:.1f} ({len(others)})"
+            f"−{100 * other_drop:.1f} ({len(others)}); difference ± {100 * error:.1f}"
             + (f"; downsampling blocks (not counted) −{100 * drops[pools].mean():.1f} ({len(pools)})" if pools else "")
         )
     return claim
+
+
+def _mean_binomial_error(accuracies: np.ndarray, samples: int) -> float:
+    """Standard error of a mean of accuracies, each measured on `samples` images."""
+    errors = [binomial_error(accuracy, samples) for accuracy in accuracies]
+    return float(np.sqrt(np.sum(np.square(errors))) / len(errors))
 
 
 def _ranking(results, roles, what: str) -> Claim:
@@ -374,22 +467,29 @@ def _ranking(results, roles, what: str) -> Claim:
         rule=(
             "test accuracy: every hybrid ≥ every CNN > every ViT-like model" if accuracy
             else "mean accuracy over the corruptions: every hybrid ≥ every CNN > every ViT-like model"
-        ),
+        ) + f", each by more than {NOISE_MULTIPLE:g} standard errors of the difference ("
+        + ("binomial, over the test images)" if accuracy else "over the corruptions and severities)"),
     )  # fmt: skip
-    values = {}
+    values, errors = {}, {}
     for name, found in results.items():
         if accuracy and "accuracy" in found:
             values[name] = found["accuracy"].accuracy
+            errors[name] = binomial_error(values[name], found["accuracy"].num_samples)
         elif not accuracy and "robustness" in found:
             values[name] = found["robustness"].mean_accuracy
+            errors[name] = mean_and_error(np.asarray(found["robustness"].accuracy).ravel())[1]
     for name, value in values.items():
-        claim.numbers[name] = value
-        claim.evidence.append(f"{name} ({roles[name]}): {100 * value:.2f}%")
+        claim.numbers[name] = {"value": value, "standard_error": errors[name]}
+        claim.evidence.append(f"{name} ({roles[name]}): {100 * value:.2f}% ± {100 * errors[name]:.2f}")
     by_role = {r: [n for n in values if roles[n] == r] for r in ("hybrid", "cnn", "transformer")}
+
+    def better(a, b):
+        return decide(values[a] - values[b], np.hypot(errors[a], errors[b]))
+
     for hybrid in by_role["hybrid"]:
         for cnn in by_role["cnn"]:
-            claim.checks[f"{hybrid} ≥ {cnn}"] = values[hybrid] >= values[cnn]
+            claim.checks[f"{hybrid} ≥ {cnn}"] = better(hybrid, cnn)
     for cnn in by_role["cnn"]:
         for transformer in by_role["transformer"]:
-            claim.checks[f"{cnn} > {transformer}"] = values[cnn] > values[transformer]
+            claim.checks[f"{cnn} > {transformer}"] = better(cnn, transformer)
     return claim

@@ -474,8 +474,10 @@ def summary_of(model: nn.Module, adapter: BlockAdapter | None = None) -> dict:
     """Parameters and blocks of a model, for reports."""
     adapter = describe_blocks(model, adapter)
     kinds = adapter.kinds
+    config = getattr(model, "config", None)
     return {
         "parameters": sum(p.numel() for p in model.parameters()),
+        "num_labels": getattr(config, "num_labels", None) or getattr(model, "num_classes", None),
         "kinds": kinds,
         "names": adapter.names,
         "block_counts": {kind: kinds.count(kind) for kind in dict.fromkeys(kinds)},

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .claims import HOLDS, UNDECIDED, Claim, evaluate_claims, role, variance_definitions_agree
+from .claims import HOLDS, Claim, below_competence, evaluate_claims, role, variance_definitions_agree
 from .compare import comparison_figures, finite
 
 FIGURE_CAPTIONS = {
@@ -31,18 +31,25 @@ def write_comparison(
     *,
     meta: dict | None = None,
     notes: list[str] | None = None,
+    competence: float = 2.0,
 ) -> dict[str, Path]:
     """Write `comparison.json`, the figures and `report.md` into `out`; return their paths.
 
     `results`: {model: {analysis: result}}; `summaries`: {model: {"kinds", "parameters", "source", ...}}
     (`analysis.compare.summary_of` plus whatever describes the model); `meta`: settings and data of the
-    run, written to the JSON and the report; `notes`: lines the report lists under its settings.
+    run, written to the JSON and the report; `notes`: lines the report lists under its settings; `competence`:
+    the multiple of chance accuracy below which a model is named as near chance with every verdict it sways.
     """
     import matplotlib.pyplot as plt
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    claims = evaluate_claims(results, summaries)
+    claims = evaluate_claims(results, summaries, competence=competence)
+    meta = {
+        **(meta or {}),
+        "competence": competence,
+        "below_competence": below_competence(results, summaries, competence),
+    }
     definitions = variance_definitions_agree(results)
     written = {}
     for stem, figure in comparison_figures(results).items():
@@ -98,16 +105,26 @@ def report_markdown(results, summaries, claims: list[Claim], definitions: dict, 
             f"| {name} | `{summary.get('source', '')}` | {role(summary['kinds'])} | {summary['parameters']:,} | "
             f"{counts} | {accuracy} |"
         )
+    weak = meta.get("below_competence") or {}
+    if weak:
+        named = ", ".join(f"{name} ({100 * accuracy:.1f}% < {100 * threshold:.1f}%)" for name, (accuracy, threshold)
+                          in weak.items())  # fmt: skip
+        lines += ["", f"**Near chance**: {named} — below {meta.get('competence', 2.0):g}× chance accuracy. Verdicts "
+                  "that rest on these models say nothing about the paper's claims."]  # fmt: skip
     lines += ["", "## Claims of the paper on these models", ""]
+    lines += ["A check counts only where its difference exceeds twice its standard error; otherwise the claim is "
+              "undecided, with the numbers (value ± standard error).", ""]  # fmt: skip
     lines += ["| claim (paper) | verdict | the numbers that decide it |", "|---|---|---|"]
     for claim in claims:
         verdict = f"**{claim.verdict}**" if claim.verdict == HOLDS else claim.verdict
+        if claim.below_competence:
+            verdict += f" (rests on {', '.join(claim.below_competence)}, near chance)"
         evidence = "<br>".join(claim.evidence) or "(not measured)"
         lines.append(f"| {claim.statement} ({claim.source}) | {verdict} | {evidence}<br>*rule: {claim.rule}* |")
-    failing = [c for c in claims if c.verdict not in (HOLDS, UNDECIDED)]
+    failing = [c for c in claims if any(ok is False for ok in c.checks.values())]
     if failing:
         lines += ["", "Claims that do not hold (or not on every model) here: "
-                  + "; ".join(f"{c.key} ({', '.join(k for k, ok in c.checks.items() if not ok)})" for c in failing)
+                  + "; ".join(f"{c.key} ({', '.join(k for k, ok in c.checks.items() if ok is False)})" for c in failing)
                   + ". The verdicts are about these models on this data, not the paper's models."]  # fmt: skip
     lines += ["", "## Feature-map variance: the metric or the models?", "", variance_paragraph(definitions), ""]
     lines += ["## Settings", ""]

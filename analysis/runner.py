@@ -93,10 +93,12 @@ def compare_models(
     weights: dict[str, Path] | None = None,
     image_size: int | None = None,
     scaled_down: Sequence[str] = (),
+    competence: float = 2.0,
     say: Callable[[str], None] = print,
 ) -> dict:
     """Analyse every model of `specs` ([(name, source)]) into `results_dir/<name>/` (as `analyse_model` writes),
-    then write the comparison into `comparison_dir`. Returns the written paths (`analysis.report`)."""
+    then write the comparison into `comparison_dir` (models below `competence` × chance accuracy named as near
+    chance). Returns the written paths (`analysis.report`)."""
     from .compare import summary_of
     from .models import load_model
     from .report import write_comparison
@@ -135,7 +137,7 @@ def compare_models(
     ]
     if scaled_down:
         notes.append(f"scaled down for a CPU: {'; '.join(scaled_down)}")
-    return write_comparison(comparison_dir, results, summaries, meta=meta, notes=notes)
+    return write_comparison(comparison_dir, results, summaries, meta=meta, notes=notes, competence=competence)
 
 
 def augmentation_of(choice: str, loaded) -> dict:

@@ -86,7 +86,7 @@ def test_orderings_and_pairs_against_the_cnn():
     def found(accuracy, top, smallest, noise):
         hessian = type("S", (), {"eigenvalues": np.array([[top]]), "smallest_eigenvalues": np.array([[smallest]])})
         frequency = type("F", (), {"frequencies": np.array([0.1, 0.9]), "delta_accuracy": np.array([0.0, noise])})
-        return {"accuracy": compare.AccuracyResult(accuracy, 0.1, 100), "hessian": hessian,
+        return {"accuracy": compare.AccuracyResult(accuracy, 0.1, 100_000), "hessian": hessian,
                 "frequency-noise": frequency}  # fmt: skip
 
     results = {"resnet": found(0.95, 50.0, -1.0, -0.20), "vit": found(0.90, 10.0, -5.0, -0.05),
@@ -98,8 +98,38 @@ def test_orderings_and_pairs_against_the_cnn():
     assert decided["msa-flat-hessian"].checks == {"vit < resnet": True, "alternet < resnet": True}
     assert decided["vit-negative-eigenvalues"].checks == {"vit > resnet": True}  # |−5|/10 > |−1|/50
     assert decided["msa-robust-high-frequency"].verdict == claims.HOLDS
-    results["vit"]["accuracy"] = compare.AccuracyResult(0.99, 0.1, 100)
+    results["vit"]["accuracy"] = compare.AccuracyResult(0.99, 0.1, 100_000)
     assert claims.evaluate_claims(results, summaries)[-2].verdict == claims.MIXED
+
+
+def test_a_difference_inside_the_noise_is_undecided_and_a_near_chance_model_is_named():
+    """The report's honesty rules on inputs whose answer is known: 0.28 points on 360 images (one image) cannot
+    order two models, 10 points on 10,000 can; a model at 15% on 10 classes (below twice chance) is named."""
+
+    def found(accuracy, images):
+        return {"accuracy": compare.AccuracyResult(accuracy, 0.1, images)}
+
+    summaries = {"resnet": {"kinds": ["stem", "conv"], "num_labels": 10},
+                 "alternet": {"kinds": ["stem", "conv", "msa"], "num_labels": 10},
+                 "vit": {"kinds": ["stem", "msa", "mlp"], "num_labels": 10}}  # fmt: skip
+    close = {"alternet": found(0.9972, 360), "resnet": found(0.9944, 360), "vit": found(0.15, 360)}
+    order = claims.evaluate_claims(close, summaries)[-2]
+    assert order.checks["alternet ≥ resnet"] is None and order.checks["resnet > vit"] is True
+    assert order.verdict == claims.WITHIN_NOISE and order.below_competence == ["vit"]
+    assert "± " in order.evidence[0]
+    apart = {"alternet": found(0.95, 10_000), "resnet": found(0.85, 10_000), "vit": found(0.60, 10_000)}
+    assert claims.evaluate_claims(apart, summaries)[-2].verdict == claims.HOLDS
+    assert claims.below_competence(close, summaries) == {"vit": (0.15, 0.2)}
+    assert claims.below_competence(close, summaries, competence=1.0) == {}
+
+    # per-block statistics: two MSAs that disagree (−0.6 and +0.4) leave the low-pass claim undecided
+    kinds = ["input", "stem", "msa", "conv", "msa", "head"]
+    high = np.array([0.0, -1.0, -1.6, -1.0, -0.6, -0.6])
+    curves = np.stack([np.linspace(0, value, 3) for value in high])
+    result = FourierResult(np.linspace(0, 1, 3), curves, np.diff(curves, axis=0), kinds)
+    low_pass = claims.evaluate_claims({"alternet": {"fourier": result}})[0]
+    assert low_pass.numbers["alternet"]["msa"]["values"] == pytest.approx([-0.6, 0.4])
+    assert low_pass.checks == {"alternet msa": None} and low_pass.verdict == claims.WITHIN_NOISE
 
 
 def test_per_block_analyses_share_one_pass_and_match_the_single_analyses():

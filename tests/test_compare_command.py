@@ -38,7 +38,7 @@ def test_a_timm_model_with_local_weights_beside_a_zoo_model(tmp_path, zoo_model)
     completed = run(
         "--models", f"alternet={zoo_model},resnet18=timm:test_resnet", "--weights", tmp_path / "r18",
         "--analyses", "fourier,variance,lesion", "--max-batches", "1", "--batch-size", "16", "--image-size", "32",
-        "--out", out, cwd=tmp_path,
+        "--out", out, "--competence", "5", cwd=tmp_path,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert "all analyses about" in completed.stdout and "on a CPU, scaled down" in completed.stdout
@@ -51,6 +51,9 @@ def test_a_timm_model_with_local_weights_beside_a_zoo_model(tmp_path, zoo_model)
         lesion = json.loads((out / name / "lesion.json").read_text())
         assert lesion["analysis"] == "lesion" and lesion["dataset"] == "digits" and "result" in lesion
     assert (out / "report.md").read_text().startswith("# Comparison of alternet, resnet18")
+    # untrained, both are near chance on the digits' 10 classes: named in the report with the verdicts they sway
+    assert payload["meta"]["competence"] == 5 and set(payload["meta"]["below_competence"]) == {"alternet", "resnet18"}
+    assert "**Near chance**: alternet" in (out / "report.md").read_text()
     assert {"fourier_by_depth.png", "variance_by_depth.png", "lesion.png"} <= {p.name for p in out.iterdir()}
 
 

@@ -85,6 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--weights", type=weight_paths, help="weights of timm models: [name=]file-or-folder,...")
     parser.add_argument("--image-size", type=int, help="resize inputs to this size for every model")
     parser.add_argument("--out", type=Path, default=Path("comparison"), help="folder for results, figures, report")
+    parser.add_argument(
+        "--competence",
+        type=float,
+        default=2.0,
+        help="name models whose accuracy is below this multiple of chance as near chance in the report",
+    )
     add_analysis_arguments(parser)
     parser.set_defaults(landscape_protocol="reference")
     return parser
@@ -104,6 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     written = compare_models(
         args.models, args.analyses, data=data_options(args), settings=settings, device=device, results_dir=args.out,
         comparison_dir=args.out, weights=weights, image_size=args.image_size, scaled_down=notes,
+        competence=args.competence,
     )  # fmt: skip
     print_verdicts(written["json"])
     print(f"wrote {written['report']}, {written['json'].name} and {len(written) - 2} figures; per-model results in "
