@@ -79,8 +79,8 @@ def check_pixel_values(
     """Fail with a message that says what to change, instead of an error deep inside a conv; return the
     images in the model's dtype (floating inputs are cast, as transformers' ViT does).
 
-    Takes plain values, not the config, so that `torch.fx.wrap("check_pixel_values")` in a modeling file keeps
-    the check as one call in a traced graph (fx cannot branch on a traced tensor's shape)."""
+    Takes plain values, not the config, so that `torch.fx.wrap("check_pixel_values")` in a calling module
+    (`timm_models`) keeps the check as one call in a traced graph (fx cannot branch on a traced shape)."""
     if not isinstance(pixel_values, torch.Tensor) or pixel_values.ndim != 4:
         shape = tuple(pixel_values.shape) if isinstance(pixel_values, torch.Tensor) else type(pixel_values).__name__
         raise ValueError(f"pixel_values must be a tensor of shape (batch, channels, height, width), got {shape}")

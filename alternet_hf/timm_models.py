@@ -102,17 +102,6 @@ class UnsupportedPoolError(ValueError, AssertionError):
 _POOLS = {"cnn": ("avg", "max", "avgmax", "catavgmax", ""), "vit": ("token", "avg", "max", "avgmax", "")}
 
 
-def _reduce(x: torch.Tensor, pool: str, dims) -> torch.Tensor:
-    """timm's global pooling over `dims`: avg, max, their mean (avgmax) or both side by side (catavgmax)."""
-    if pool == "avg":
-        return x.mean(dims)
-    if pool == "max":
-        return x.amax(dims)
-    if pool == "avgmax":
-        return 0.5 * (x.mean(dims) + x.amax(dims))
-    return torch.cat([x.mean(dims), x.amax(dims)], dim=1)
-
-
 class TimmZooModel(nn.Module):
     """A zoo model (`alternet_hf.create_model(preset)`) behind timm's model interface.
 
@@ -290,10 +279,12 @@ class TimmZooModel(nn.Module):
         return self._final_norm(x)
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        if self.global_pool == "token":
-            x = x[:, 0]
+        from timm.layers import global_pool_nlc, select_adaptive_pool2d  # timm's own pooling, as its models pool
+
+        if self.is_vit:
+            x = global_pool_nlc(x, self.global_pool, num_prefix_tokens=1)  # "token": CLS; others skip it
         elif self.global_pool:
-            x = _reduce(x[:, 1:], self.global_pool, 1) if self.is_vit else _reduce(x, self.global_pool, (2, 3))
+            x = select_adaptive_pool2d(x, self.global_pool).flatten(1)
         x = F.dropout(x, p=self.drop_rate, training=self.training) if self.drop_rate else x
         return x if pre_logits else self.classifier(x)
 

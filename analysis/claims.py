@@ -23,6 +23,7 @@ import numpy as np
 HOLDS, FAILS, MIXED, UNDECIDED = "holds", "does not hold", "mixed", "not decidable"
 WITHIN_NOISE = "undecided — the difference is within the noise"
 NOISE_MULTIPLE = 2.0  # a difference counts when it exceeds this many standard errors (about 95%)
+COMPETENCE = 2.0  # a model below this multiple of chance accuracy is named as near chance
 
 
 def decide(difference: float, standard_error: float) -> bool | None:
@@ -113,7 +114,7 @@ def _roles(summaries: dict) -> dict[str, str]:
     return {name: role(summary["kinds"]) for name, summary in summaries.items()}
 
 
-def below_competence(results: dict[str, dict], summaries: dict[str, dict], competence: float = 2.0) -> dict:
+def below_competence(results: dict[str, dict], summaries: dict[str, dict], competence: float = COMPETENCE) -> dict:
     """{model: (accuracy, threshold)} for the models whose test accuracy is below `competence` × chance
     (1 / the number of labels, from the summaries' `num_labels`)."""
     found = {}
@@ -127,7 +128,7 @@ def below_competence(results: dict[str, dict], summaries: dict[str, dict], compe
 
 
 def evaluate_claims(
-    results: dict[str, dict], summaries: dict[str, dict] | None = None, *, competence: float = 2.0
+    results: dict[str, dict], summaries: dict[str, dict] | None = None, *, competence: float = COMPETENCE
 ) -> list[Claim]:
     """Decide every claim on `results` ({model: {analysis: result}}, as `analysis.compare.analyse` returns
     them); `summaries` ({model: {"kinds": ..., "num_labels": ...}}) default to the kinds the results carry.

@@ -6,7 +6,16 @@ from pathlib import Path
 
 import numpy as np
 
-from .claims import HOLDS, Claim, below_competence, evaluate_claims, role, variance_definitions_agree
+from .claims import (
+    COMPETENCE,
+    HOLDS,
+    NOISE_MULTIPLE,
+    Claim,
+    below_competence,
+    evaluate_claims,
+    role,
+    variance_definitions_agree,
+)
 from .compare import comparison_figures, finite
 
 FIGURE_CAPTIONS = {
@@ -31,7 +40,7 @@ def write_comparison(
     *,
     meta: dict | None = None,
     notes: list[str] | None = None,
-    competence: float = 2.0,
+    competence: float = COMPETENCE,
 ) -> dict[str, Path]:
     """Write `comparison.json`, the figures and `report.md` into `out`; return their paths.
 
@@ -109,11 +118,12 @@ def report_markdown(results, summaries, claims: list[Claim], definitions: dict, 
     if weak:
         named = ", ".join(f"{name} ({100 * accuracy:.1f}% < {100 * threshold:.1f}%)" for name, (accuracy, threshold)
                           in weak.items())  # fmt: skip
-        lines += ["", f"**Near chance**: {named} — below {meta.get('competence', 2.0):g}× chance accuracy. Verdicts "
-                  "that rest on these models say nothing about the paper's claims."]  # fmt: skip
+        multiple = meta.get("competence", COMPETENCE)
+        lines += ["", f"**Near chance**: {named} — below {multiple:g}× chance accuracy. Verdicts that rest on these "
+                  "models say nothing about the paper's claims."]  # fmt: skip
     lines += ["", "## Claims of the paper on these models", ""]
-    lines += ["A check counts only where its difference exceeds twice its standard error; otherwise the claim is "
-              "undecided, with the numbers (value ± standard error).", ""]  # fmt: skip
+    lines += [f"A check counts only where its difference exceeds {NOISE_MULTIPLE:g} standard errors; otherwise the "
+              "claim is undecided, with the numbers (value ± standard error).", ""]  # fmt: skip
     lines += ["| claim (paper) | verdict | the numbers that decide it |", "|---|---|---|"]
     for claim in claims:
         verdict = f"**{claim.verdict}**" if claim.verdict == HOLDS else claim.verdict

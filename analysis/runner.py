@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from .claims import COMPETENCE
 from .compare import Settings
 
 AUGMENTATIONS = ("model", "paper", "none")  # or the path of a training_config.json
@@ -93,7 +94,7 @@ def compare_models(
     weights: dict[str, Path] | None = None,
     image_size: int | None = None,
     scaled_down: Sequence[str] = (),
-    competence: float = 2.0,
+    competence: float = COMPETENCE,
     say: Callable[[str], None] = print,
 ) -> dict:
     """Analyse every model of `specs` ([(name, source)]) into `results_dir/<name>/` (as `analyse_model` writes),

@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--competence",
         type=float,
-        default=2.0,
+        default=2.0,  # analysis.claims.COMPETENCE (the command parses before the analyses load)
         help="name models whose accuracy is below this multiple of chance as near chance in the report",
     )
     add_analysis_arguments(parser)
