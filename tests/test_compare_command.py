@@ -54,6 +54,7 @@ def test_a_timm_model_with_local_weights_beside_a_zoo_model(tmp_path, zoo_model)
     # untrained, both are near chance on the digits' 10 classes: named in the report with the verdicts they sway
     assert payload["meta"]["competence"] == 5 and set(payload["meta"]["below_competence"]) == {"alternet", "resnet18"}
     assert "**Near chance**: alternet" in (out / "report.md").read_text()
+    assert "(rests on alternet, resnet18, near chance)" in completed.stdout
     assert {"fourier_by_depth.png", "variance_by_depth.png", "lesion.png"} <= {p.name for p in out.iterdir()}
 
 

@@ -121,7 +121,9 @@ def print_verdicts(comparison_json: Path) -> None:
     import json
 
     for claim in json.loads(comparison_json.read_text())["claims"]:
-        print(f"  {claim['verdict']:>14}: {claim['statement']}")
+        weak = claim.get("below_competence")
+        caveat = f" (rests on {', '.join(weak)}, near chance)" if weak else ""
+        print(f"  {claim['verdict']:>14}: {claim['statement']}{caveat}")
 
 
 if __name__ == "__main__":
