@@ -28,11 +28,13 @@ def evaluate_model(
     batch_size: int = 256,
     num_workers: int = 0,
     mixed_precision: str = "no",
+    compile_mode: str | None = None,
 ) -> tuple[dict, torch.Tensor, torch.Tensor]:
     """The paper's metrics of a trained model (folder or Hub id) on a split of a dataset (see `data`).
 
     In float32 by default: these are the numbers that go into model cards, and bf16 logits shift NLL, ECE
     and the 90%-confidence metrics. Labels are matched to the model's classes by name where it has names.
+    `compile_mode` (e.g. "default") runs the evaluation step under `torch.compile`, as training does on a GPU.
     """
     accelerator = Accelerator(mixed_precision=mixed_precision)
     model = create_model(model_name_or_path)
@@ -59,8 +61,9 @@ def evaluate_model(
     model, loader = accelerator.prepare(model, loader)
     mean, std = channel_statistics(image_mean, image_std, device=accelerator.device)
     _, eval_step = build_steps(
-        model, mean=mean, std=std, num_labels=num_classes, label_smoothing=0.0, channels_last=False, compile_mode=None
-    )
+        model, mean=mean, std=std, num_labels=num_classes, label_smoothing=0.0, channels_last=False,
+        compile_mode=compile_mode,
+    )  # fmt: skip
     return evaluate(model, loader, accelerator, eval_step=eval_step)
 
 

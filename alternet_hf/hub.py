@@ -11,6 +11,7 @@ commands and the Space.
 """
 
 import json
+import shutil
 import warnings
 from pathlib import Path
 
@@ -18,7 +19,8 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from .metrics import METRIC_NAMES
 from .modeling_common import ZooModelMixin
-from .presets import create_model
+from .presets import create_model, list_models
+from .timm_models import timm_name
 
 PAPER = "https://arxiv.org/abs/2202.06709"
 CITATION = """@inproceedings{park2022how,
@@ -27,6 +29,7 @@ CITATION = """@inproceedings{park2022how,
   booktitle={International Conference on Learning Representations},
   year={2022}
 }"""
+CIFAR_C_METRIC = "Mean accuracy over corruptions and severities"
 METRIC_LABELS = {
     "accuracy": "Accuracy",
     "nll": "NLL",
@@ -78,8 +81,20 @@ def _recipe_table(model_dir: Path) -> str:
     return f"Trained with `alternet-train` of alternet-hf:\n\n| field | value |\n|---|---|\n{rows}"
 
 
-def build_model_card(model, repo_id: str, metrics: dict, dataset: str, split: str, model_dir: Path) -> ModelCard:
-    """A model card with metadata (`model-index` from `metrics`), usage, recipe, results and citation."""
+def build_model_card(
+    model,
+    repo_id: str,
+    metrics: dict,
+    dataset: str,
+    split: str,
+    model_dir: Path,
+    *,
+    robustness: dict | None = None,
+    figures: dict[str, str] | None = None,
+) -> ModelCard:
+    """A model card with metadata (`model-index` from `metrics`, and CIFAR-100-C's mean accuracy from
+    `robustness`, the JSON `alternet_hf.release.write_robustness` writes), usage (transformers, pipeline, timm,
+    remote code), results, `figures` ({title: path in the repo}), recipe and citation."""
     name = repo_id.split("/")[-1]
     results = [
         EvalResult(
@@ -94,17 +109,30 @@ def build_model_card(model, repo_id: str, metrics: dict, dataset: str, split: st
         for metric in METRIC_NAMES
         if metrics.get(metric) is not None
     ]
+    if robustness is not None:
+        results.append(
+            EvalResult(
+                task_type="image-classification",
+                dataset_type=robustness["repo_id"],
+                dataset_name="CIFAR-100-C",
+                dataset_split="test",
+                metric_type="accuracy",
+                metric_name=CIFAR_C_METRIC,
+                metric_value=float(robustness["mean_accuracy"]),
+            )
+        )
     data = ModelCardData(
         library_name="transformers",
         license="apache-2.0",
         pipeline_tag="image-classification",
         tags=["image-classification", "vision", "how-do-vits-work", model.config.model_type],
-        datasets=[dataset] if "/" in dataset else None,
+        datasets=[dataset] if _is_hub_id(dataset) else None,
         model_name=name,
         eval_results=results or None,
     )
     remote = isinstance(model, ZooModelMixin)
-    table = "\n".join(f"| {METRIC_LABELS[r.metric_type]} | {r.metric_value:.4f} |" for r in results)
+    clean = [r for r in results if r.dataset_name == dataset]
+    table = "\n".join(f"| {METRIC_LABELS[r.metric_type]} | {r.metric_value:.4f} |" for r in clean)
     body = f"""
 # {name}
 
@@ -123,6 +151,8 @@ classifier = pipeline("image-classification", model="{repo_id}")
 ```
 {"Without `alternet_hf`, pass `trust_remote_code=True`: the repo carries its own modeling code." if remote else ""}
 
+{_timm_usage(repo_id, model_dir)}
+
 Fine-tune with the HF `Trainer` (`forward(pixel_values, labels)` returns the loss), e.g.
 `alternet-finetune --model {repo_id} --dataset <your dataset>` from alternet-hf.
 
@@ -131,7 +161,7 @@ Fine-tune with the HF `Trainer` (`forward(pixel_values, labels)` returns the los
 | metric | value |
 |---|---|
 {table}
-
+{_robustness_section(robustness)}{_figures_section(figures)}
 ## Training
 
 {_recipe_table(model_dir)}
@@ -146,9 +176,19 @@ Fine-tune with the HF `Trainer` (`forward(pixel_values, labels)` returns the los
 
 
 def write_release(
-    model_dir: str | Path, output_dir: str | Path, repo_id: str, *, evaluation: str | Path | None = None
+    model_dir: str | Path,
+    output_dir: str | Path,
+    repo_id: str,
+    *,
+    evaluation: str | Path | None = None,
+    robustness: str | Path | None = None,
+    figures: dict[str, Path] | None = None,
+    cifar100c_repo: str | None = None,
 ) -> Path:
-    """Write everything the Hub repo `repo_id` will hold for the trained model in `model_dir`."""
+    """Write everything the Hub repo `repo_id` will hold for the trained model in `model_dir`: weights, config,
+    image processor, remote code, and the card. `robustness`: a `robustness_cifar100-c.json` (its mean accuracy
+    goes into `model-index` as CIFAR-100-C, `cifar100c_repo`); `figures`: {title: PNG} copied into figures/ and
+    shown in the card."""
     model_dir, output_dir = Path(model_dir), Path(output_dir)
     metrics, dataset, split = find_evaluation(model_dir, evaluation)
     model = create_model(str(model_dir))
@@ -157,8 +197,79 @@ def write_release(
         model.save_pretrained(output_dir, remote_code=True)
     else:
         model.save_pretrained(output_dir)
-    build_model_card(model, repo_id, metrics, dataset, split, model_dir).save(output_dir / "README.md")
+    robustness_payload = None
+    if robustness is not None:
+        robustness_payload = json.loads(Path(robustness).read_text()) | {"repo_id": cifar100c_repo or "cifar100-c"}
+    shown = {}
+    for title, path in (figures or {}).items():
+        (output_dir / "figures").mkdir(exist_ok=True)
+        target = output_dir / "figures" / Path(path).name
+        shutil.copy(path, target)
+        shown[title] = f"figures/{target.name}"
+    card = build_model_card(
+        model, repo_id, metrics, dataset, split, model_dir, robustness=robustness_payload, figures=shown
+    )
+    card.save(output_dir / "README.md")
     return output_dir
+
+
+def _is_hub_id(name: str) -> bool:
+    """Whether `name` reads as a Hub repo id (`owner/name`), not a local path, for the card's `datasets`."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return name.count("/") == 1 and not name.startswith((".", "/", "~"))
+
+
+def _timm_usage(repo_id: str, model_dir: Path) -> str:
+    """How to load the weights in timm, with the config fields the model was built with beyond its preset."""
+    config_file = model_dir / "training_config.json"
+    preset = json.loads(config_file.read_text())["model"] if config_file.is_file() else None
+    if preset not in list_models():
+        return ""
+    architecture, dataset = preset.rsplit("-", 1)
+    fields = json.loads(config_file.read_text()).get("model_overrides") or {}
+    fields = {key: value for key, value in fields.items() if key != "drop_path_rate"}  # training only
+    extra = "".join(f", {key}={value!r}" for key, value in fields.items())
+    return f"""In timm (the same weights; `import alternet_hf` registers the zoo's names):
+
+```python
+import alternet_hf, timm
+from huggingface_hub import hf_hub_download
+
+weights = hf_hub_download("{repo_id}", "model.safetensors")
+model = timm.create_model("{timm_name(architecture, dataset)}", pretrained=True,
+                          pretrained_cfg_overlay=dict(file=weights){extra})
+```"""
+
+
+def _robustness_section(robustness: dict | None) -> str:
+    if robustness is None:
+        return ""
+    severities = robustness["severities"]
+    header = "| corruption | mean | " + " | ".join(f"severity {s}" for s in severities) + " |"
+    rows = [header, "|---|---|" + "---|" * len(severities)]
+    for corruption, accuracy in zip(robustness["corruptions"], robustness["accuracy"]):
+        cells = " | ".join(f"{100 * a:.2f}" for a in accuracy)
+        rows.append(f"| {corruption} | {100 * sum(accuracy) / len(accuracy):.2f} | {cells} |")
+    return f"""
+## Robustness on CIFAR-100-C ([`{robustness["repo_id"]}`](https://huggingface.co/datasets/{robustness["repo_id"]}))
+
+{CIFAR_C_METRIC}: **{100 * robustness["mean_accuracy"]:.2f}%** (NLL {robustness["mean_nll"]:.4f}, ECE
+{robustness["mean_ece"]:.4f}). Accuracy (%) per corruption and severity:
+
+{chr(10).join(rows)}
+"""
+
+
+def _figures_section(figures: dict[str, str] | None) -> str:
+    if not figures:
+        return ""
+    shown = "\n\n".join(f"**{title}**\n\n![{title}]({path})" for title, path in figures.items())
+    return f"\n## Figures\n\n{shown}\n"
 
 
 def hub_unreachable(error: BaseException) -> bool:

@@ -146,6 +146,7 @@ class TimmZooModel(nn.Module):
         for name, child in model.named_children():
             self.add_module(name, child)
         self.config = model.config
+        self.checkpoint_renamings = _checkpoint_renamings(model)
         self.is_vit = self.config.model_type == "vit"
         family = _FAMILIES[self.config.model_type]
         self.backbone_name = family["backbone"]
@@ -396,6 +397,25 @@ def _tags_by_architecture() -> dict[str, tuple[str, dict[str, str]]]:
     return names
 
 
+def _checkpoint_renamings(model) -> list:
+    """transformers' renamings from a checkpoint's names to `model`'s (ViT files keep `encoder.layer.N.attention.
+    attention.query`, which transformers 5 renames to `layers.N.attention.q_proj` as it loads)."""
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import WeightRenaming
+
+    return [r for r in get_model_conversion_mapping(model) if isinstance(r, WeightRenaming)]
+
+
+def checkpoint_filter_fn(state_dict: dict, model: TimmZooModel) -> dict:
+    """timm's hook between a weights file and `load_state_dict`: a file written by `save_pretrained` gets the
+    renamings transformers applies when it loads one, so timm loads what transformers does."""
+    from transformers.core_model_loading import rename_source_key
+
+    if set(state_dict) <= set(model.state_dict()):
+        return state_dict
+    return {rename_source_key(key, model.checkpoint_renamings, [])[0]: value for key, value in state_dict.items()}
+
+
 def _entrypoint(name: str, architecture: str, datasets: dict[str, str]):
     default_tag = next(iter(datasets))
 
@@ -421,7 +441,10 @@ def _entrypoint(name: str, architecture: str, datasets: dict[str, str]):
         else:
             levels = tuple(range(1 + len(kwargs.get("hidden_sizes", config.hidden_sizes))))
         feature_cfg = dict(feature_cls="getter", out_indices=levels)
-        return build_model_with_cfg(TimmZooModel, name, pretrained, feature_cfg=feature_cfg, preset=preset, **kwargs)
+        return build_model_with_cfg(
+            TimmZooModel, name, pretrained, feature_cfg=feature_cfg, pretrained_filter_fn=checkpoint_filter_fn,
+            preset=preset, **kwargs,
+        )  # fmt: skip
 
     create.__name__ = create.__qualname__ = name
     create.__module__ = __name__

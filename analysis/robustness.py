@@ -224,11 +224,17 @@ def save_as_parquet(source, path: str | Path, *, corruptions: Sequence[str] = CO
             "severity": datasets.Value("int8"),
         }
     )
-    with tempfile.TemporaryDirectory() as cache:  # from_generator caches by arguments, not by the images made
-        dataset = datasets.Dataset.from_generator(examples, features=features, cache_dir=cache)
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        dataset.to_parquet(str(path))
+    shown = datasets.utils.logging.is_progress_bar_enabled()
+    datasets.disable_progress_bars()  # two bars per file under the caller's own, per corruption
+    try:
+        with tempfile.TemporaryDirectory() as cache:  # from_generator caches by arguments, not by the images made
+            dataset = datasets.Dataset.from_generator(examples, features=features, cache_dir=cache)
+            path = Path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            dataset.to_parquet(str(path))
+    finally:
+        if shown:
+            datasets.enable_progress_bars()
     return path
 
 

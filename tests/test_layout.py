@@ -6,8 +6,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("alternet_hf", "analysis")
-# The applications inside alternet_hf: they may use the analyses (the commands, the Space, the benchmarks).
-APPLICATIONS = ("alternet_hf.cli", "alternet_hf.space", "alternet_hf.benchmark")
+# The applications inside alternet_hf: they may use the analyses (the commands, the Space, the benchmarks, the release).
+APPLICATIONS = ("alternet_hf.cli", "alternet_hf.space", "alternet_hf.benchmark", "alternet_hf.release")
 
 
 def _modules() -> dict[str, Path]:

@@ -37,7 +37,7 @@ RUN, CLEAR_ERROR, PARSE_ONLY, SERVER, SKIP = "run", "clear error", "parse-only",
 RULES = [
     (r"^pip install", SKIP, "the install itself: .ci/run does it on a fresh machine"),
     (r"-m pytest", SKIP, "the test command: .ci/run runs it"),
-    (r"^ORG=.* bash scripts/release\.sh", CLEAR_ERROR, "trains on the Hub's CIFAR-100 first"),
+    (r"^alternet-release(?!.*--rehearsal)", CLEAR_ERROR, "needs CIFAR-100-C's Zenodo arrays, then the Hub"),
     (r"uoft-cs/|imagenet|<org>/(alternet|resnet|vit)-\d", CLEAR_ERROR, "Hub data or models"),
     (r"--recipe paper --model \S+-cifar(?!.*--print-config)|-paper\b", CLEAR_ERROR, "the paper's recipe on Hub data"),
     (r"--config my_run\.json", CLEAR_ERROR, "my_run.json: a run on the Hub's CIFAR-10"),
