@@ -227,7 +227,7 @@ def _is_hub_id(name: str) -> bool:
 def _timm_usage(repo_id: str, model_dir: Path) -> str:
     """How to load the weights in timm, with the config fields the model was built with beyond its preset."""
     config_file = model_dir / "training_config.json"
-    preset = json.loads(config_file.read_text())["model"] if config_file.is_file() else None
+    preset = json.loads(config_file.read_text()).get("model") if config_file.is_file() else None
     if preset not in list_models():
         return ""
     architecture, dataset = preset.rsplit("-", 1)

@@ -97,11 +97,11 @@ class ReleaseOptions:
     num_processes: int | None = None  # training processes; default: one per visible GPU (at least one)
 
     def identity(self) -> dict:
-        """What makes two runs the same release (a folder holding another one is refused)."""
+        """What makes two runs the same release (a folder holding another one is refused). A dry run and the real
+        one are the same release: publishing after a dry run uploads its folder without redoing a step."""
         return dict(
-            org=self.org, models=list(self.models), rehearsal=self.rehearsal, dry_run=self.dry_run,
-            cifar100c=not self.without_cifar100c,
-        )  # fmt: skip
+            org=self.org, models=list(self.models), rehearsal=self.rehearsal, cifar100c=not self.without_cifar100c
+        )
 
 
 def display_name(preset: str) -> str:
@@ -254,7 +254,7 @@ class Manifest:
     def complete(self, name: str, settings: dict) -> bool:
         """Whether step `name` ran to its end with `settings` and its outputs are still as it left them."""
         entry = self.steps.get(name)
-        if entry is None or entry.get("settings") != _plain(settings):
+        if entry is None or entry.get("settings") != self.portable(settings):
             return False
         return all(
             (self.out / path).is_file() and file_hash(self.out / path) == digest
@@ -263,7 +263,7 @@ class Manifest:
 
     def record(self, name: str, settings: dict, outputs: list[Path], seconds: float) -> None:
         self.steps[name] = {
-            "settings": _plain(settings),
+            "settings": self.portable(settings),
             "outputs": {str(p.relative_to(self.out)): file_hash(p) for p in sorted(set(outputs))},
             "seconds": round(seconds, 2),
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -276,9 +276,21 @@ class Manifest:
         partial.write_text(json.dumps(self.data, indent=2))
         os.replace(partial, self.path)
 
+    def portable(self, settings: dict):
+        """`settings` as JSON, with paths inside the release folder written from `<out>`: a moved or copied release
+        (or one named by another path) is the same release."""
+        root = str(self.out)
 
-def _plain(value):
-    return json.loads(json.dumps(value, default=str))
+        def relative(value):
+            if isinstance(value, dict):
+                return {key: relative(item) for key, item in value.items()}
+            if isinstance(value, list):
+                return [relative(item) for item in value]
+            if isinstance(value, str) and (value == root or value.startswith(root + os.sep)):
+                return "<out>" + value[len(root) :]
+            return value
+
+        return relative(json.loads(json.dumps(settings, default=str)))
 
 
 # --- the run ----------------------------------------------------------------------------------------------
@@ -353,14 +365,20 @@ class Release:
             self.step(f"evaluate/{preset}", self.evaluation_settings(preset), lambda p=preset: self.evaluate(p))
         self.step("compare", self.analysis_settings(), self.compare)
         for preset in options.models:
-            self.step(f"card/{preset}", {"repo_id": self.repo_id(preset)}, lambda p=preset: self.write_card(p))
-        self.step("space", {"models": self.space_models()}, self.write_space)
+            inputs = self.outputs_of(f"evaluate/{preset}", "compare")
+            self.step(
+                f"card/{preset}",
+                {"repo_id": self.repo_id(preset), "inputs": inputs},
+                lambda p=preset: self.write_card(p),
+            )
+        self.step("space", {"models": self.space_models(), "inputs": self.outputs_of("compare")}, self.write_space)
         if not options.dry_run:
-            for kind, name, folder in self.uploads():
+            for kind, name, folder, written_by in self.uploads():
                 self.step(
-                    f"upload/{name}", {"repo_id": f"{options.org}/{name}", "repo_type": kind},
+                    f"upload/{name}",
+                    {"repo_id": f"{options.org}/{name}", "repo_type": kind, "inputs": self.outputs_of(written_by)},
                     lambda kind=kind, name=name, folder=folder: self.upload(kind, name, folder),
-                )  # fmt: skip
+                )
         summary = self.summary()
         self.manifest.data["summary"] = summary
         self.manifest.save()
@@ -380,6 +398,10 @@ class Release:
         self.manifest.record(name, settings, outputs, seconds)
         self.ran.append(name)
         self.say(f"[{name}] done in {seconds:.0f} s")
+
+    def outputs_of(self, *steps: str) -> dict:
+        """The recorded output hashes of `steps`: part of a later step's settings, so it runs again when they change."""
+        return {name: self.manifest.steps.get(name, {}).get("outputs", {}) for name in steps}
 
     def repo_id(self, preset: str) -> str:
         return f"{self.options.org}/{preset}"
@@ -442,7 +464,7 @@ class Release:
 
     def evaluation_settings(self, preset: str) -> dict:
         return {
-            "model": self.manifest.steps.get(f"train/{preset}", {}).get("outputs", {}),
+            "model": self.outputs_of(f"train/{preset}"),
             "dataset": self.source,
             "cifar100c": str(self.dataset_repo) if self.cifar100c_arrays is not None else None,
             "compile": self.compile,
@@ -476,7 +498,7 @@ class Release:
             settings, notes = Settings(**REHEARSAL_ANALYSES), ["the rehearsal's smallest amounts"]
         else:
             settings, notes = Settings.for_device(self.device)
-        models = {p: self.manifest.steps.get(f"train/{p}", {}).get("outputs", {}) for p in self.options.models}
+        models = self.outputs_of(*(f"train/{p}" for p in self.options.models))
         return {"analyses": list(ANALYSES), "settings": settings.to_dict(), "notes": notes, "models": models}
 
     def compare(self) -> list[Path]:
@@ -547,10 +569,11 @@ class Release:
 
     # --- uploads and summary ------------------------------------------------------------------------------
 
-    def uploads(self) -> list[tuple[str, str, Path]]:
-        repos = [("dataset", CIFAR100C_REPO, self.dataset_repo)] if self.cifar100c_arrays is not None else []
-        repos += [("model", p, self.model_repo(p)) for p in self.options.models]
-        return repos + [("space", SPACE_REPO, self.space_repo)]
+    def uploads(self) -> list[tuple[str, str, Path, str]]:
+        """(repo type, name, folder, the step that wrote it) of every repo to upload."""
+        repos = [("dataset", CIFAR100C_REPO, self.dataset_repo, "dataset")] if self.cifar100c_arrays is not None else []
+        repos += [("model", p, self.model_repo(p), f"card/{p}") for p in self.options.models]
+        return repos + [("space", SPACE_REPO, self.space_repo, "space")]
 
     def upload(self, kind: str, name: str, folder: Path) -> list[Path]:
         from huggingface_hub import HfApi

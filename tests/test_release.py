@@ -241,6 +241,44 @@ def test_the_space_serves_the_release_models_started_as_spaces_start_it(rehearsa
         process.wait(30)
 
 
+def test_publishing_after_the_dry_run_uploads_each_repo_and_redoes_nothing(rehearsal, tmp_path, monkeypatch):
+    """The same release without --dry-run on the dry run's folder: every step is complete, so only the uploads run
+    (the Hub replaced by a recorder: this machine cannot reach it)."""
+    import huggingface_hub
+
+    calls = []
+
+    class RecordingApi:
+        def create_repo(self, repo_id, **kwargs):
+            calls.append(("create", repo_id, kwargs["repo_type"], kwargs.get("space_sdk")))
+
+        def upload_folder(self, *, repo_id, repo_type, folder_path, **kwargs):
+            calls.append(("upload", repo_id, repo_type, sorted(p.name for p in Path(folder_path).iterdir())))
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", RecordingApi)
+    out = shutil.copytree(rehearsal["out"], tmp_path / "release")
+    options = release.ReleaseOptions(org=ORG, out=out, rehearsal=True)
+    release.check_out_dir(options)
+    lines = []
+    runner = release.Release(options, say=lines.append)
+    summary = runner.run()
+    assert runner.ran == [f"upload/{name}" for name in ("cifar100-c", *PRESETS, "how-do-vits-work")]
+    assert len(runner.skipped) == 13
+    created = [(repo_id, kind, sdk) for what, repo_id, kind, sdk in calls if what == "create"]
+    assert created == [(f"{ORG}/cifar100-c", "dataset", None)] + [(f"{ORG}/{p}", "model", None) for p in PRESETS] + [
+        (f"{ORG}/how-do-vits-work", "space", "gradio")
+    ]
+    uploaded = {repo_id: files for what, repo_id, kind, files in calls if what == "upload"}
+    assert (
+        "model.safetensors" in uploaded[f"{ORG}/alternet-50-cifar100"]
+        and "space.json" in uploaded[f"{ORG}/how-do-vits-work"]
+    )
+    assert summary["models"][PRESETS[2]]["repo_id"] == f"{ORG}/{PRESETS[2]}"
+    again = release.Release(options, say=lines.append)
+    again.run()
+    assert again.ran == []  # uploaded once
+
+
 # --- refusals before anything runs ---------------------------------------------------------------------------
 
 
@@ -268,7 +306,7 @@ def test_refusals_come_before_any_training(tmp_path):
     assert_refused(results["offline"], "cannot be reached", "nothing was trained", "--dry-run")
     no_token = run_command(runs["offline"], cwd=tmp_path, env=offline_env(HF_HOME=str(tmp_path / "empty-home")))
     assert_refused(no_token, "no hugging face token", "hf auth login")
-    assert not (tmp_path / "out").exists() and not (tmp_path / "release").exists()  # nothing written
+    assert not (tmp_path / "out").exists() and not (tmp_path / "outputs").exists()  # nothing written
 
 
 def test_a_folder_of_another_release_is_refused_unless_overwrite(tmp_path):

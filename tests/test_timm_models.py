@@ -220,6 +220,21 @@ def test_pretrained_from_a_saved_zoo_folder(tmp_path):
     assert torch.equal(grey.alternet.embedder.convolution.weight, summed)
 
 
+def test_pretrained_from_a_saved_vit_folder(tmp_path):
+    """transformers 5 writes ViT weights under their old names (`encoder.layer.0.attention.attention.query`) and
+    renames them as it loads; timm's loader gets the same renamings, so the folder loads in both."""
+    zoo = alternet_hf.create_model("vit-ti-cifar100", **TINY["vit-ti-cifar100"]).eval()
+    zoo.save_pretrained(tmp_path)
+    overrides = {k: v for k, v in TINY["vit-ti-cifar100"].items() if k != "num_labels"}
+    num_classes = zoo.config.num_labels
+    model = timm.create_model(
+        "vit_ti", pretrained=True, num_classes=num_classes,
+        pretrained_cfg_overlay=dict(file=str(tmp_path / "model.safetensors"), num_classes=num_classes), **overrides,
+    ).eval()  # fmt: skip
+    with torch.no_grad():
+        torch.testing.assert_close(model(images()), zoo(images()).logits)
+
+
 def test_mistakes_say_what_to_do():
     with pytest.raises(ValueError, match="publishes no timm weights.*pretrained_cfg_overlay=dict\\(file="):
         timm.create_model("alternet_18", pretrained=True)

@@ -34,7 +34,9 @@ def build_parser():
         help="release without CIFAR-100-C: no dataset, no robustness on the cards (refused otherwise)",
     )  # fmt: skip
     parser.add_argument("--dry-run", type=Path, metavar="DIR", help="write every repo into DIR, upload nothing")
-    parser.add_argument("--out", type=Path, default=Path("release"), help="staging folder of a real release")
+    parser.add_argument(
+        "--out", type=Path, default=Path("outputs/release"), help="staging folder of a real release (and its manifest)"
+    )
     parser.add_argument("--rehearsal", action="store_true", help="the whole release offline on a stand-in, tiny")
     parser.add_argument("--overwrite", action="store_true", help="delete another release's files in the folder")
     parser.add_argument("--private", action="store_true", help="create the Hub repos private")
