@@ -358,20 +358,25 @@ class Release:
         if options.rehearsal:
             self.step("stand-in", self.stand_in_settings(), self.build_stand_in)
         if self.cifar100c_arrays is not None:
-            self.step("dataset", {"arrays": str(self.cifar100c_arrays)}, self.write_dataset)
+            arrays = {"arrays": str(self.cifar100c_arrays), "inputs": self.outputs_of("stand-in")}
+            self.step("dataset", arrays, self.write_dataset)
         for preset in options.models:
             config = self.training_config(preset)
-            self.step(f"train/{preset}", config.to_dict(), lambda config=config: self.train(config))
+            settings = {"config": config.to_dict(), "inputs": self.outputs_of("stand-in")}
+            self.step(f"train/{preset}", settings, lambda config=config: self.train(config))
             self.step(f"evaluate/{preset}", self.evaluation_settings(preset), lambda p=preset: self.evaluate(p))
-        self.step("compare", self.analysis_settings(), self.compare)
+            self.step(f"analyze/{preset}", self.analysis_settings(preset), lambda p=preset: self.analyze(p))
+        analysed = self.outputs_of(*(f"analyze/{p}" for p in options.models))
+        self.step("compare", {"inputs": analysed}, self.compare)
         for preset in options.models:
-            inputs = self.outputs_of(f"evaluate/{preset}", "compare")
+            inputs = self.outputs_of(f"evaluate/{preset}", f"analyze/{preset}")
             self.step(
                 f"card/{preset}",
                 {"repo_id": self.repo_id(preset), "inputs": inputs},
                 lambda p=preset: self.write_card(p),
             )
-        self.step("space", {"models": self.space_models(), "inputs": self.outputs_of("compare")}, self.write_space)
+        inputs = self.outputs_of(*(f"analyze/{p}" for p in options.models))
+        self.step("space", {"models": self.space_models(), "inputs": inputs}, self.write_space)
         if not options.dry_run:
             for kind, name, folder, written_by in self.uploads():
                 self.step(
@@ -465,6 +470,7 @@ class Release:
     def evaluation_settings(self, preset: str) -> dict:
         return {
             "model": self.outputs_of(f"train/{preset}"),
+            "data": self.outputs_of("stand-in", "dataset"),
             "dataset": self.source,
             "cifar100c": str(self.dataset_repo) if self.cifar100c_arrays is not None else None,
             "compile": self.compile,
@@ -491,36 +497,56 @@ class Release:
 
     # --- d. analyses and comparison -----------------------------------------------------------------------
 
-    def analysis_settings(self) -> dict:
+    def analysis_plan(self):
+        """(settings, notes, data, analyses) of each model's analyses: the device's amounts (the paper's on a GPU), or
+        the rehearsal's smallest; the robustness analysis on the published CIFAR-100-C where there is one."""
         from analysis.compare import ANALYSES, Settings
+        from analysis.runner import DataOptions
 
         if self.options.rehearsal:
             settings, notes = Settings(**REHEARSAL_ANALYSES), ["the rehearsal's smallest amounts"]
         else:
             settings, notes = Settings.for_device(self.device)
-        models = self.outputs_of(*(f"train/{p}" for p in self.options.models))
-        return {"analyses": list(ANALYSES), "settings": settings.to_dict(), "notes": notes, "models": models}
-
-    def compare(self) -> list[Path]:
-        from analysis.compare import ANALYSES, Settings
-        from analysis.runner import DataOptions, compare_models
-
-        chosen = self.analysis_settings()
-        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in chosen["settings"].items()}
-        settings = Settings(**{k: v for k, v in fields.items() if k in {f.name for f in dataclasses.fields(Settings)}})
         data = DataOptions(
             dataset=self.source, image_column=COLUMNS.image, label_column=COLUMNS.label,
             cifar_c=str(self.dataset_repo) if self.cifar100c_arrays is not None else None,
             batch_size=64 if self.options.rehearsal else 256,
         )  # fmt: skip
         analyses = [a for a in ANALYSES if a != "robustness" or data.cifar_c is not None]
-        specs = [(display_name(p), str(self.train_dir(p))) for p in self.options.models]
-        written = compare_models(
-            specs, analyses, data=data, settings=settings, device=self.device, results_dir=self.results_dir(),
-            comparison_dir=self.work / "comparison", scaled_down=chosen["notes"] if self.options.rehearsal else (),
-            say=self.say,
+        return settings, notes, data, analyses
+
+    def analysis_settings(self, preset: str) -> dict:
+        settings, notes, data, analyses = self.analysis_plan()
+        return {
+            "analyses": analyses, "settings": settings.to_dict(), "notes": notes, "data": dataclasses.asdict(data),
+            "model": self.outputs_of(f"train/{preset}"),
+        }  # fmt: skip
+
+    def analyze(self, preset: str) -> list[Path]:
+        """Every analysis of the paper on one model (`alternet-analyze`), into work/results/<name>/."""
+        from analysis.runner import analyse_model
+
+        settings, notes, data, analyses = self.analysis_plan()
+        out = self.results_dir() / display_name(preset)
+        if out.exists():
+            shutil.rmtree(out)  # a killed run's partial results
+        analyse_model(
+            str(self.train_dir(preset)), analyses, data=data, settings=settings, device=self.device, out=out,
+            scaled_down=notes, say=self.say,
         )  # fmt: skip
-        return tree_files(self.results_dir()) + [Path(p) for p in written.values()]
+        return tree_files(out)
+
+    def compare(self) -> list[Path]:
+        """The comparison of all models (`alternet-compare`'s figures and claims report) from their stored results."""
+        from analysis.runner import compare_stored
+
+        settings, notes, data, _ = self.analysis_plan()
+        specs = [(display_name(p), str(self.train_dir(p))) for p in self.options.models]
+        written = compare_stored(
+            specs, data=data, settings=settings, device=self.device, results_dir=self.results_dir(),
+            comparison_dir=self.work / "comparison", scaled_down=notes,
+        )  # fmt: skip
+        return [Path(p) for p in written.values()]
 
     # --- e. cards -----------------------------------------------------------------------------------------
 

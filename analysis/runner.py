@@ -100,9 +100,7 @@ def compare_models(
     """Analyse every model of `specs` ([(name, source)]) into `results_dir/<name>/` (as `analyse_model` writes),
     then write the comparison into `comparison_dir` (models below `competence` × chance accuracy named as near
     chance). Returns the written paths (`analysis.report`)."""
-    from .compare import summary_of
     from .models import load_model
-    from .report import write_comparison
 
     torch.manual_seed(data.seed)
     if scaled_down:
@@ -122,11 +120,61 @@ def compare_models(
         results[name] = analyse_loaded(
             loaded, analyses, settings, batches, device=device, out=results_dir / name, meta=meta, say=say
         )
-        summaries[name] = {
-            **summary_of(loaded.model), "source": source, "augmentation": augmentation,
-            "image_size": loaded.image_size, "preprocessing_note": loaded.preprocessing_note,
-        }  # fmt: skip
+        summaries[name] = model_summary(loaded, source, augmentation)
         loaded.model.cpu()
+    return write_comparison_of(
+        results, summaries, data=data, settings=settings, device=device, comparison_dir=comparison_dir,
+        scaled_down=scaled_down, competence=competence,
+    )  # fmt: skip
+
+
+def compare_stored(
+    specs: Sequence[tuple[str, str]],
+    *,
+    data: DataOptions,
+    settings: Settings,
+    device: torch.device,
+    results_dir: Path,
+    comparison_dir: Path,
+    image_size: int | None = None,
+    scaled_down: Sequence[str] = (),
+    competence: float = COMPETENCE,
+) -> dict:
+    """The comparison of `compare_models` from results already written (by `analyse_model` or `compare_models`)
+    into `results_dir/<name>/`, without running an analysis again: what a resumed release does after analysing
+    each model in its own step. The models are loaded for their block summaries only."""
+    from .models import load_model
+
+    results, summaries = {}, {}
+    for name, source in specs:
+        results[name] = read_results(results_dir / name)
+        loaded = load_model(source, name=name, image_size=image_size)
+        stored = [json.loads((results_dir / name / f"{a}.json").read_text()) for a in ("hessian", "landscape")
+                  if (results_dir / name / f"{a}.json").is_file()]  # fmt: skip
+        summaries[name] = model_summary(loaded, source, stored[0].get("augmentation") if stored else None)
+    return write_comparison_of(
+        results, summaries, data=data, settings=settings, device=device, comparison_dir=comparison_dir,
+        scaled_down=scaled_down, competence=competence,
+    )  # fmt: skip
+
+
+def model_summary(loaded, source: str, augmentation: dict | None) -> dict:
+    """What the report says of one model (`analysis.compare.summary_of` and where it came from)."""
+    from .compare import summary_of
+
+    return {
+        **summary_of(loaded.model), "source": source, "augmentation": augmentation,
+        "image_size": loaded.image_size, "preprocessing_note": loaded.preprocessing_note,
+    }  # fmt: skip
+
+
+def write_comparison_of(
+    results: dict, summaries: dict, *, data: DataOptions, settings: Settings, device, comparison_dir: Path,
+    scaled_down: Sequence[str], competence: float,
+) -> dict:  # fmt: skip
+    """`analysis.report.write_comparison` with the run's settings as its meta and notes."""
+    from .report import write_comparison
+
     meta = {
         "dataset": data.dataset, "device": str(device), "settings": settings.to_dict(),
         "landscape_protocol": settings.landscape_protocol,
@@ -338,12 +386,15 @@ def analyse_loaded(
             write_result(out, name, result, {**meta_of(name), "partial": False}, figure)
             plt.close(figure)
 
-    return analyse(
+    results = analyse(
         loaded.model, analyses, test_data=data["test"], train_data=data["train"],
         corruption_source=data["corruptions"], settings=settings, adapter=adapter,
         preprocessing=Preprocessing(loaded.image_size, loaded.image_mean, loaded.image_std), device=device,
         progress=True, on_partial=on_partial, on_start=on_start, on_result=on_result,
     )  # fmt: skip
+    if out is not None and "accuracy" in results:  # the clean accuracy of the per-block pass: what claims weigh
+        write_result(out, "accuracy", results["accuracy"], {**meta_of("accuracy"), "partial": False})
+    return results
 
 
 def write_result(out: Path, name: str, result, meta: dict, figure=None) -> None:
@@ -357,6 +408,62 @@ def write_result(out: Path, name: str, result, meta: dict, figure=None) -> None:
     os.replace(partial, out / f"{name}.json")
     if figure is not None:
         figure.savefig(out / f"{name}.png", dpi=130)
+
+
+def result_types() -> dict[str, type]:
+    """The result class of each analysis, by the name its JSON is written under."""
+    from . import cka, fourier, hessian, landscape, lesion, robustness, variance
+    from .compare import AccuracyResult
+
+    return {
+        "fourier": fourier.FourierResult, "variance": variance.VarianceResult, "cka": cka.CKAResult,
+        "hessian": hessian.SpectrumResult, "landscape": landscape.LandscapeResult,
+        "robustness": robustness.CorruptionResult, "frequency-noise": robustness.FrequencyNoiseResult,
+        "lesion": lesion.LesionResult, "accuracy": AccuracyResult,
+    }  # fmt: skip
+
+
+def read_result(path: Path):
+    """The result `write_result` wrote to `path`, as its class again: arrays as numpy arrays of the shapes the
+    file holds (nulls, JSON's NaN, as NaN; an empty matrix as shape (0, 0))."""
+    import dataclasses
+    import typing
+
+    import numpy as np
+
+    payload = json.loads(Path(path).read_text())
+    if payload.get("partial"):
+        raise ValueError(f"{path} holds a partial result (the analysis was interrupted): run the analysis again")
+    kind = result_types()[payload["analysis"]]
+    hints, values = typing.get_type_hints(kind), payload["result"]
+    fields = {}
+    for f in dataclasses.fields(kind):
+        if f.name not in values:
+            continue
+        value, allowed = values[f.name], (hints[f.name], *typing.get_args(hints[f.name]))
+        if value is not None and np.ndarray in allowed:
+            array = np.asarray(value)
+            if array.dtype == object:
+                array = np.asarray(_nan_for_null(value), dtype=float)
+            if array.size == 0 and f.default_factory is not dataclasses.MISSING:
+                array = array.reshape(f.default_factory().shape)
+            value = array
+        elif value is None and float in allowed:
+            value = float("nan")
+        fields[f.name] = value
+    return kind(**fields)
+
+
+def _nan_for_null(value):
+    if isinstance(value, list):
+        return [_nan_for_null(v) for v in value]
+    return float("nan") if value is None else value
+
+
+def read_results(folder: Path) -> dict:
+    """Every complete result in `folder` (`<analysis>.json`), by analysis."""
+    known = result_types()
+    return {path.stem: read_result(path) for path in sorted(Path(folder).glob("*.json")) if path.stem in known}
 
 
 def _duration(seconds: float) -> str:

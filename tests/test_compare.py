@@ -197,3 +197,30 @@ def test_comparison_of_two_zoo_models_writes_every_figure_json_and_report(tmp_pa
     assert "the metric" in report and "a note" in report
     by_depth = compare.comparison_figures({k: {"fourier": v["fourier"]} for k, v in results.items()})
     assert len(by_depth["fourier_by_depth"].axes) == 1 + 3  # the curves, and one block strip per model
+
+
+def test_a_comparison_from_stored_results_equals_the_one_computed(tmp_path):
+    """Every analysis written by `compare_models` reads back (`runner.read_results`) into the same comparison:
+    what a resumed release builds after analysing each model in its own step."""
+    from analysis.runner import DataOptions, compare_models, compare_stored
+
+    specs = []
+    for preset in ("alternet-50-cifar100", "resnet-50-cifar100"):
+        folder = tmp_path / preset
+        alternet_hf.create_model(preset, **{**TINY[preset], "num_labels": 10}).save_pretrained(folder)
+        specs.append((preset.split("-")[0], str(folder)))
+    settings = compare.Settings(
+        max_batches=1, train_batch_size=8, hessian_batches=1, top_k=1, bottom_k=1, lanczos_steps=3,
+        density_vectors=1, density_steps=4, landscape_points=3, corruptions=("fog",), severities=(2,),
+        corruption_images=16,
+    )  # fmt: skip
+    common = dict(data=DataOptions(batch_size=16), settings=settings, device=torch.device("cpu"), image_size=32)
+    computed = compare_models(
+        specs, compare.ANALYSES, results_dir=tmp_path / "results", comparison_dir=tmp_path / "computed",
+        say=lambda line: None, **common,
+    )  # fmt: skip
+    stored = compare_stored(specs, results_dir=tmp_path / "results", comparison_dir=tmp_path / "stored", **common)
+    assert json.loads(stored["json"].read_text()) == json.loads(computed["json"].read_text())
+    assert stored["report"].read_text() == computed["report"].read_text().replace(
+        str(tmp_path / "computed"), str(tmp_path / "stored")
+    )

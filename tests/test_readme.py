@@ -45,7 +45,9 @@ RULES = [
     (r"^alternet-benchmark|scripts/benchmark\.py", PARSE_ONLY, "minutes of timing on a CPU"),
     (r"^alternet-space", SERVER, "a web server: it must come up and serve the page"),
 ]
-CLEAR_MESSAGES = r"error: .*(cannot be reached|from the Hugging Face Hub|there is no folder|is not a folder)"
+CLEAR_MESSAGES = (
+    r"error: .*(cannot be reached|from the Hugging Face Hub|no Hugging Face token|there is no folder|is not a folder)"
+)
 
 
 def rule_for(command: str) -> tuple[str, str]:

@@ -81,16 +81,24 @@ def test_a_killed_release_resumes_at_its_step_and_ends_with_the_same_files(rehea
     for path, mtime in rehearsal["mtimes"].items():
         assert (out / path).stat().st_mtime_ns == mtime, f"{path} was written again"
     assert f"resumed from {Path('rehearsal') / 'work' / 'train' / PRESETS[1]}" in log  # from its last checkpoint
+    for preset in PRESETS:  # the GPU branches ran on the CPU: inductor (where a C++ compiler is), bf16, channels-last
+        config = json.loads((out / "work" / "train" / preset / "training_config.json").read_text())
+        assert (config["compile"], config["mixed_precision"], config["channels_last"]) == (
+            release.inductor_available(),
+            "bf16",
+            True,
+        )
+    assert f"torch.compile {'on' if release.inductor_available() else 'off'}" in log
     steps = manifest(out)["steps"]
     expected = {"stand-in", "dataset", "compare", "space"}
-    expected |= {f"{kind}/{p}" for p in PRESETS for kind in ("train", "evaluate", "card")}
+    expected |= {f"{kind}/{p}" for p in PRESETS for kind in ("train", "evaluate", "analyze", "card")}
     assert set(steps) == expected  # a dry run uploads nothing
     for step in steps.values():  # every output is there, as the manifest hashed it
         for path, digest in step["outputs"].items():
             assert release.file_hash(out / path) == digest
     # The third run finds everything complete and changes nothing.
     again = rehearsal["again"].stdout
-    assert "0 steps run, 13 already complete" in again
+    assert "0 steps run, 16 already complete" in again
     assert manifest(out)["steps"] == steps
     assert "release summary (rehearsal)" in again and f"{ORG}/alternet-50-cifar100: top-1" in again
 
@@ -263,7 +271,7 @@ def test_publishing_after_the_dry_run_uploads_each_repo_and_redoes_nothing(rehea
     runner = release.Release(options, say=lines.append)
     summary = runner.run()
     assert runner.ran == [f"upload/{name}" for name in ("cifar100-c", *PRESETS, "how-do-vits-work")]
-    assert len(runner.skipped) == 13
+    assert len(runner.skipped) == 16
     created = [(repo_id, kind, sdk) for what, repo_id, kind, sdk in calls if what == "create"]
     assert created == [(f"{ORG}/cifar100-c", "dataset", None)] + [(f"{ORG}/{p}", "model", None) for p in PRESETS] + [
         (f"{ORG}/how-do-vits-work", "space", "gradio")

@@ -2,7 +2,7 @@
 push each with its card, and push the Space configured for this organisation. One command, resumable.
 
     alternet-release --org <org> --cifar100c-dir CIFAR-100-C/            # on a GPU machine, after `hf auth login`
-    alternet-release --org <org> --cifar100c-dir CIFAR-100-C/ --dry-run release/   # everything but the uploads
+    alternet-release --org <org> --cifar100c-dir CIFAR-100-C/ --dry-run zoo-release/   # all but the uploads
     alternet-release --org <org> --rehearsal --dry-run rehearsal/        # the whole release offline, on a CPU
 
 Each step is recorded in <out>/release.json and skipped when it is complete: run the same command again after a
