@@ -405,15 +405,21 @@ def evaluate_corruptions(
 
 def plot_corruptions(result: CorruptionResult, ax=None):
     """Accuracy against severity, one line per corruption, with the mean in black."""
-    ax = _common.new_axes(ax, figsize=(6, 4))
-    for corruption, accuracy in zip(result.corruptions, result.accuracy):
-        ax.plot(result.severities, 100 * accuracy, linewidth=0.8, alpha=0.7, label=corruption)
+    from matplotlib import colormaps
+
+    ax = _common.new_axes(ax, figsize=(8, 4))  # a constrained layout: room for the legend outside
+    colours = colormaps["tab20"]  # 15 corruptions, each its own colour
+    for i, (corruption, accuracy) in enumerate(zip(result.corruptions, result.accuracy)):
+        ax.plot(result.severities, 100 * accuracy, linewidth=0.9, alpha=0.8, color=colours(i % 20), label=corruption)
     ax.plot(result.severities, 100 * result.accuracy.mean(axis=0), color="k", linewidth=2.5, label="mean")
     ax.set_xticks(result.severities)
     ax.set_xlabel("severity")
     ax.set_ylabel("accuracy (%)")
-    ax.set_title(f"Corruption robustness: mean accuracy {100 * result.mean_accuracy:.1f}%")
-    ax.legend(fontsize=6, ncol=2)
+    ax.set_title(
+        f"Corruption robustness: mean accuracy {100 * result.mean_accuracy:.1f}% "
+        f"({len(result.corruptions)} corruptions × {len(result.severities)} severities)"
+    )
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside the data
     return ax
 
 

@@ -38,6 +38,11 @@ RULES = [
     (r"^pip install", SKIP, "the install itself: .ci/run does it on a fresh machine"),
     (r"-m pytest", SKIP, "the test command: .ci/run runs it"),
     (r"^alternet-release(?!.*--rehearsal)", CLEAR_ERROR, "needs CIFAR-100-C's Zenodo arrays, then the Hub"),
+    (
+        r"^alternet-release .*--rehearsal",
+        PARSE_ONLY,
+        "minutes; tests/test_release.py runs it end to end, killed and resumed",
+    ),
     (r"uoft-cs/|imagenet|<org>/(alternet|resnet|vit)-\d", CLEAR_ERROR, "Hub data or models"),
     (r"--recipe paper --model \S+-cifar(?!.*--print-config)|-paper\b", CLEAR_ERROR, "the paper's recipe on Hub data"),
     (r"--config my_run\.json", CLEAR_ERROR, "my_run.json: a run on the Hub's CIFAR-10"),

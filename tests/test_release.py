@@ -55,7 +55,7 @@ def rehearsal(tmp_path_factory):
     """The rehearsal as a user runs it, killed (SIGKILL) while the second model trains, started again to its end,
     then once more (nothing left to do). Returns the folder and the outputs of the three runs."""
     cwd = tmp_path_factory.mktemp("release")
-    argv = ["alternet-release", "--org", ORG, "--rehearsal", "--dry-run", "rehearsal", "--no-estimate"]
+    argv = ["alternet-release", "--org", ORG, "--rehearsal", "--dry-run", "rehearsal"]  # the README's command
     out = cwd / "rehearsal"
     first = start_command(argv, cwd=cwd, env=offline_env(), merge=True)
     second_model = out / "work" / "train" / PRESETS[1] / "checkpoints"
@@ -101,6 +101,7 @@ def test_a_killed_release_resumes_at_its_step_and_ends_with_the_same_files(rehea
     assert "0 steps run, 16 already complete" in again
     assert manifest(out)["steps"] == steps
     assert "release summary (rehearsal)" in again and f"{ORG}/alternet-50-cifar100: top-1" in again
+    assert "h of training on one H100: an ESTIMATE" in again
 
 
 def test_every_repository_is_laid_out_as_uploaded(rehearsal):
