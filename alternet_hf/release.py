@@ -58,7 +58,7 @@ REHEARSAL_MODELS = {
         num_attention_blocks=[0, 1, 1, 1],
         num_attention_heads=[1, 1, 1, 1],
         attention_head_dim=8,
-    ),  # fmt: skip
+    ),
 }
 REHEARSAL_TRAINING = dict(
     epochs=2, warmup_epochs=0.5, batch_size=32, eval_batch_size=100, learning_rate=2e-3, num_workers=0,
@@ -493,7 +493,8 @@ class Release:
         self.say(f"{preset}: top-1 {100 * metrics['accuracy']:.2f}% on the clean test split ({len(labels):,} images)")
         outputs = [path, path.with_name(f"{path.stem}_reliability.png")]
         if self.cifar100c_arrays is not None:
-            outputs += write_robustness(folder, self.dataset_repo, device=self.device, say=self.say)
+            repo_id = f"{self.options.org}/{CIFAR100C_REPO}"
+            outputs += write_robustness(folder, self.dataset_repo, repo_id, device=self.device, say=self.say)
         return outputs
 
     # --- d. analyses and comparison -----------------------------------------------------------------------
@@ -632,9 +633,10 @@ class Release:
         }
 
 
-def write_robustness(model_dir: Path, dataset_repo: Path, *, device, say=print) -> list[Path]:
+def write_robustness(model_dir: Path, dataset_repo: Path, repo_id: str, *, device, say=print) -> list[Path]:
     """Mean accuracy over CIFAR-100-C's corruptions and severities (and the per-corruption table) of the model in
-    `model_dir`, read from the published parquet: `robustness_cifar100-c.json` and its figure."""
+    `model_dir`, read from the dataset repo `repo_id` as written into `dataset_repo`: `robustness_cifar100-c.json`
+    and its figure."""
     import matplotlib.pyplot as plt
 
     from analysis.robustness import ParquetCorruptions, evaluate_corruptions, plot_corruptions
@@ -645,7 +647,8 @@ def write_robustness(model_dir: Path, dataset_repo: Path, *, device, say=print) 
     source = ParquetCorruptions(dataset_repo, split="test")
     result = evaluate_corruptions(model, source, corruptions=source.available(), device=device, progress=True)
     payload = {
-        "dataset": str(dataset_repo),
+        "dataset": repo_id,
+        "read_from": str(dataset_repo),
         "mean_accuracy": result.mean_accuracy,
         "mean_nll": result.mean_nll,
         "mean_ece": result.mean_ece,
@@ -762,14 +765,14 @@ def write_stand_in_cifar100c(dataset: Path, folder: Path) -> Path:
 
 def training_flops_per_image(preset: str) -> float:
     """FLOPs of one training image (forward + backward) of the full-size preset at its input size, counted by
-    torch's FlopCounterMode on the CPU."""
+    torch's FlopCounterMode on the meta device (shapes only: instant, no memory)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     from .presets import create_model
 
-    model = create_model(preset)
-    size = model.config.image_size
-    inputs = torch.randn(2, 3, size, size)
+    with torch.device("meta"):
+        model = create_model(preset)
+        inputs = torch.randn(2, 3, model.config.image_size, model.config.image_size)
     with FlopCounterMode(display=False) as counter:
         model(inputs).logits.sum().backward()
     return counter.get_total_flops() / len(inputs)

@@ -280,8 +280,9 @@ def _arrays(values: dict) -> dict:
 
 # --- all models in one figure ---------------------------------------------------------------------------
 
-STRIP_COLOURS = {"msa": "0.6", "pool": "#6baed6", "conv": "white", "mlp": "#e5f5e0", "stem": "0.95",
-                 "head": "0.95", "input": "white"}  # fmt: skip
+# Every kind visibly coloured on a white page (a white Conv swatch read as a gap).
+STRIP_COLOURS = {"msa": "0.55", "pool": "#6baed6", "conv": "#f6dfb2", "mlp": "#b8e0b0", "stem": "0.88",
+                 "head": "0.88", "input": "0.97"}  # fmt: skip
 KIND_MARKERS = {"msa": "o", "pool": "v", "conv": "D", "mlp": "s", "stem": "x", "head": "x", "input": "."}
 
 
@@ -334,7 +335,10 @@ def _by_depth_figure(series: dict[str, tuple[np.ndarray, list[str]]], *, ylabel:
     handles += [Line2D([], [], linestyle="", marker=KIND_MARKERS[k], color="0.3", label=k) for k in kinds_present]
     if extra:
         handles.append(Line2D([], [], color="0.3", linestyle="--", label=extra_label))
-    ax.legend(handles=handles, fontsize=7, ncol=2)
+    # the strips' colours too: one legend, off the data
+    swatches = (("msa", "MSA"), ("pool", "downsampling"), ("mlp", "MLP"), ("conv", "Conv"))
+    handles += [Patch(facecolor=STRIP_COLOURS[k], edgecolor="0.5", label=f"strip: {label}") for k, label in swatches]
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     for row, name in enumerate(names, start=1):
         strip = figure.add_subplot(grid[row], sharex=ax)
         kinds = series[name][1]
@@ -346,9 +350,6 @@ def _by_depth_figure(series: dict[str, tuple[np.ndarray, list[str]]], *, ylabel:
         strip.set_ylabel(name, rotation=0, ha="right", va="center", fontsize=7)
         strip.tick_params(labelbottom=row == len(names), labelsize=7)
     strip.set_xlabel("normalised depth (0 = input)")
-    shades = [Patch(facecolor=STRIP_COLOURS[k], edgecolor="0.5", label=lbl)
-              for k, lbl in (("msa", "MSA"), ("pool", "downsampling"), ("mlp", "MLP"), ("conv", "Conv"))]  # fmt: skip
-    figure.legend(handles=shades, loc="lower left", fontsize=6, ncol=4, frameon=False)
     return figure
 
 
@@ -385,12 +386,14 @@ def comparison_figures(results: dict[str, dict[str, AnalysisResult]]) -> dict[st
             drops, ylabel="accuracy drop (points)", title="Lesion study: accuracy lost without each block (Fig. 11)",
         )  # fmt: skip
     if found := having("robustness"):
-        ax = _common.new_axes(None, figsize=(5, 3.5))
+        ax = _common.new_axes(None, figsize=(6, 3.5))
         for name, result in found.items():
             ax.plot(result.severities, 100 * np.asarray(result.accuracy).mean(axis=0), marker="o", label=name)
-        ax.set(xlabel="severity", ylabel="mean accuracy over corruptions (%)", title="CIFAR-C robustness")
-        ax.set_xticks(list(next(iter(found.values())).severities))
-        ax.legend()
+        counts = {(len(r.corruptions), len(r.severities)) for r in found.values()}
+        shown = ", ".join(f"{c} corruptions × {s} severit{'y' if s == 1 else 'ies'}" for c, s in sorted(counts))
+        ax.set(xlabel="severity", ylabel="mean accuracy over corruptions (%)", title=f"Corruption robustness ({shown})")
+        ax.set_xticks(sorted({s for r in found.values() for s in r.severities}))
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         figures["robustness"] = ax.figure
     if found := having("cka"):
         figures["cka"] = _panels(found, cka.plot_cka, "CKA", (4.2, 3.6))
@@ -423,12 +426,17 @@ def _hessian_figure(found: dict):
     values = values[np.isfinite(values)]
     edges = np.linspace(values.min(), values.max(), 41) if values.size and values.min() < values.max() else 41
     ax = axes[0, 0]
+    if values.size and values.min() < 0:  # the negative side, where the loss is not locally convex
+        ax.axvspan(values.min(), 0.0, color="#fde0dd", linewidth=0, zorder=0, label="negative eigenvalues")
     for name, result in found.items():
         both = np.concatenate([np.ravel(result.eigenvalues), np.ravel(result.smallest_eigenvalues)])
         counts, bins = np.histogram(both[np.isfinite(both)], bins=edges)
         spectrum = dataclasses.replace(result, counts=counts, bin_edges=bins)
-        hessian.plot_spectrum(spectrum, ax=ax, label=name, color=colours[name])
-    ax.set_title("Hessian max-eigenvalue spectra (Fig. 1b / 4)")
+        hessian.plot_spectrum(spectrum, ax=ax, label=name, color=colours[name], fill=False)  # outlines: none hidden
+    both_ends = any(np.size(r.smallest_eigenvalues) for r in found.values())
+    ends = "top-k and bottom-k" if both_ends else "top-k"
+    ax.set_title(f"Hessian eigenvalue spectra, {ends} per minibatch (Fig. 1b / 4)", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     if densities:
         ax = axes[0, 1]
         for name, density in densities.items():
@@ -437,7 +445,7 @@ def _hessian_figure(found: dict):
                     color=colours[name])  # fmt: skip
         ax.axvline(0.0, color="0.5", linewidth=0.8, linestyle="--")
         ax.set(yscale="log", xlabel="Hessian eigenvalue", ylabel="density", title="SLQ spectral density")
-        ax.legend()
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return figure
 
 
@@ -460,13 +468,21 @@ def _landscape_figure(found: dict):
     protocols = sorted({r.protocol for r in found.values()})
     ax.set(xlabel="step along direction 1 (solid) / 2 (dotted)", ylabel="loss − loss at the trained weights",
            title=f"Loss-landscape slices ({', '.join(protocols)} protocol)")  # fmt: skip
-    ax.legend()
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    # One colour scale for every model's map (each on its own linear levels made the flattest look the sharpest).
+    maps = [np.asarray(r.loss) for r in found.values() if np.asarray(r.loss).ndim == 2 and np.asarray(r.loss).size > 1]
+    levels = np.linspace(min(m.min() for m in maps), max(m.max() for m in maps), 16) if maps else 15
     for ax, (name, result) in zip(axes[0, 1:], found.items()):
-        if np.asarray(result.loss).ndim == 2:
-            landscape.plot_landscape(result, ax=ax, kind="contour")
+        if np.asarray(result.loss).ndim == 2 and np.asarray(result.loss).size > 1 and levels[0] < levels[-1]:
+            landscape.plot_landscape(result, ax=ax, kind="filled", levels=levels)
         else:
             landscape.plot_landscape(result, ax=ax)
         ax.set_title(f"{name}: NLL + L2", fontsize=9)
+    if maps and levels[0] < levels[-1]:
+        from matplotlib import cm, colors
+
+        scale = cm.ScalarMappable(norm=colors.Normalize(levels[0], levels[-1]), cmap="viridis")
+        figure.colorbar(scale, ax=list(axes[0, 1:]), label="loss (NLL + L2), one scale for all models", shrink=0.9)
     return figure
 
 

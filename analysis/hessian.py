@@ -540,22 +540,26 @@ def _pooled(per_batch: list[EigenvalueResult], num_hvps: int, bins: int, *, comp
     )  # fmt: skip
 
 
-def plot_spectrum(result: SpectrumResult, ax=None, *, label: str | None = None, color=None):
+def plot_spectrum(result: SpectrumResult, ax=None, *, label: str | None = None, color=None, fill: bool = True):
     """The max-eigenvalue spectrum as the paper draws it: a density histogram with a log count axis
-    (both ends of the spectrum where the most negative eigenvalues were computed too)."""
+    (both ends of the spectrum where the most negative eigenvalues were computed too). `fill=False` draws the
+    outline only, for several spectra on one axis."""
     ax = new_axes(ax)
     fractions = result.counts / max(result.counts.sum(), 1)
-    ax.stairs(fractions, result.bin_edges, fill=True, alpha=0.5, label=label, color=color)
+    if fill:
+        ax.stairs(fractions, result.bin_edges, fill=True, alpha=0.5, label=label, color=color)
+    else:
+        ax.stairs(fractions, result.bin_edges, fill=False, linewidth=1.6, label=label, color=color)
     ax.axvline(0.0, color="0.5", linewidth=0.8, linestyle="--")
     ax.set_yscale("log")
     if (fractions > 0).any():
         bottom = 0.5 * fractions[fractions > 0].min()  # a bin holding a single eigenvalue stays visible
-        overlaid = len(ax.patches) > 1  # other spectra drawn before: keep theirs visible too
+        overlaid = len(ax.patches) > 1  # other spectra drawn before (as filled or outlined stairs): keep them visible
         ax.set_ylim(bottom=min(bottom, ax.get_ylim()[0]) if overlaid else bottom)
     ax.set_xlabel("Hessian eigenvalue")
     ends = "top-k and bottom-k" if np.size(result.smallest_eigenvalues) else "top-k"
     ax.set_ylabel(f"fraction of {ends} eigenvalues")
-    ax.set_title("Hessian max-eigenvalue spectrum")
+    ax.set_title("Hessian max-eigenvalue spectrum" if ends == "top-k" else "Hessian eigenvalue spectrum (both ends)")
     if label:
         ax.legend()
     return ax

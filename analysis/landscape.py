@@ -184,9 +184,10 @@ def loss_landscape(
     )
 
 
-def plot_landscape(result: LandscapeResult, ax=None, *, kind: str = "contour"):
-    """A 1-D loss curve, or for a 2-D landscape a contour map (`kind="contour"`) or a 3-D surface
-    (`kind="surface"`; a given `ax` must then be a 3-D axes)."""
+def plot_landscape(result: LandscapeResult, ax=None, *, kind: str = "contour", levels=15):
+    """A 1-D loss curve, or for a 2-D landscape a contour map (`kind="contour"`, labelled lines at `levels`: a count
+    or the loss values, e.g. shared by several models), filled contours (`kind="filled"`, on `levels`, for one
+    colour bar across models) or a 3-D surface (`kind="surface"`; a given `ax` must then be a 3-D axes)."""
     import matplotlib.pyplot as plt
 
     if result.loss.ndim == 1:
@@ -208,12 +209,18 @@ def plot_landscape(result: LandscapeResult, ax=None, *, kind: str = "contour"):
         ax.set_zlabel("loss")
     elif kind == "contour":
         ax = new_axes(ax, figsize=(4.5, 4))
-        contours = ax.contour(x, y, result.loss, levels=15, cmap="viridis")
+        contours = ax.contour(x, y, result.loss, levels=levels, cmap="viridis")
         ax.clabel(contours, fontsize=6)
         ax.plot([0], [0], marker="*", color="k")
         ax.set_aspect("equal")
+    elif kind == "filled":
+        ax = new_axes(ax, figsize=(4.5, 4))
+        ax.contourf(x, y, result.loss, levels=levels, cmap="viridis", extend="both")
+        ax.contour(x, y, result.loss, levels=levels, colors="k", linewidths=0.3, alpha=0.5)
+        ax.plot([0], [0], marker="*", color="w", markeredgecolor="k")
+        ax.set_aspect("equal")
     else:
-        raise ValueError(f"kind must be 'contour' or 'surface', not {kind!r}")
+        raise ValueError(f"kind must be 'contour', 'filled' or 'surface', not {kind!r}")
     ax.set_xlabel("direction 1")
     ax.set_ylabel("direction 2")
     ax.set_title(f"Loss landscape (NLL + L2, {result.protocol} protocol)")

@@ -509,5 +509,5 @@ def plot_frequency_noise(results: FrequencyNoiseResult | dict[str, FrequencyNois
     ax.set_ylabel("Δ accuracy (%)")
     ax.set_title("Robustness to frequency-band noise")
     if any(name is not None for name in results):
-        ax.legend()
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return ax

@@ -56,15 +56,16 @@ def rehearsal(tmp_path_factory):
     then once more (nothing left to do). Returns the folder and the outputs of the three runs."""
     cwd = tmp_path_factory.mktemp("release")
     argv = ["alternet-release", "--org", ORG, "--rehearsal", "--dry-run", "rehearsal"]  # the README's command
+    quick = [*argv, "--no-estimate"]
     out = cwd / "rehearsal"
-    first = start_command(argv, cwd=cwd, env=offline_env(), merge=True)
+    first = start_command(quick, cwd=cwd, env=offline_env(), merge=True)
     second_model = out / "work" / "train" / PRESETS[1] / "checkpoints"
     wait_for(lambda: second_model.is_dir() and any(second_model.iterdir()), first, 600, "a checkpoint of the 2nd model")
     first.send_signal(signal.SIGKILL)
     first.wait(30)
     killed = manifest(out)["steps"]
     before = {path: (out / path).stat().st_mtime_ns for step in killed.values() for path in step["outputs"]}
-    resumed = run_command(argv, cwd=cwd, env=offline_env(), timeout=900)
+    resumed = run_command(quick, cwd=cwd, env=offline_env(), timeout=900)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     again = run_command(argv, cwd=cwd, env=offline_env(), timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr
@@ -307,7 +308,10 @@ def test_refusals_come_before_any_training(tmp_path):
         "not cifar100": [*base, "--org", ORG, "--rehearsal", "--dry-run", "out", "--models", "alternet-50-cifar10"],
         "offline": [*base, "--org", ORG, "--without-cifar100c"],
     }
-    results = {name: run_command(argv, cwd=tmp_path, env=offline_env(HF_TOKEN="hf_x")) for name, argv in runs.items()}
+    tokens = {"offline": {"HF_TOKEN": "hf_x"}}  # a token, but no Hub to check it with
+    results = {
+        name: run_command(argv, cwd=tmp_path, env=offline_env(**tokens.get(name, {}))) for name, argv in runs.items()
+    }
     assert_refused(results["bad org"], "'my..org' is not a valid hugging face")
     assert_refused(results["no arrays"], "zenodo", "--cifar100c-dir", "--without-cifar100c")
     assert_refused(results["wrong arrays"], "lacks labels.npy", "gaussian_noise.npy")
