@@ -36,6 +36,8 @@ FREQUENCY_NOISE = "frequency noise"
 EXAMPLES = ("astronaut", "coffee", "chelsea", "rocket")
 MINI_ZOO = Path("outputs/mini-zoo")  # what `alternet-reproduce` writes: models/<family>/, results/<family>/
 MINI_ZOO_COMMAND = "alternet-reproduce"
+BLOCK_NAMES = {"stem": "the stem", "head": "the last", "msa": "an MSA", "mlp": "an MLP", "conv": "a Conv",
+               "pool": "a downsampling"}  # fmt: skip
 MODELS_SYNTAX = "alternet-space --models Name=folder_or_hub_id,... (or ALTERNET_SPACE_MODELS)"
 
 
@@ -111,19 +113,35 @@ def start(spec: str, results_dir: Path | None = None, *, mini_zoo: Path = MINI_Z
     return Space(load_models(fallback), results_dir or mini_zoo / "results", note=note)
 
 
-def example_files() -> list[str]:
-    """scikit-image's photographs as PNG files in a temporary folder (examples go through the upload path)."""
-    from skimage import data
-
+def example_files(kind: str = "photos") -> list[str]:
+    """Example images as PNG files in a temporary folder (examples go through the upload path): scikit-image's
+    photographs, or (`kind="digits"`) test digits of the embedded dataset, for models that know only digits."""
     folder = Path(tempfile.gettempdir()) / "alternet-space-examples"
     folder.mkdir(exist_ok=True)
+    if kind == "digits":
+        from .data import load_digits_dataset
+
+        test = load_digits_dataset("test")
+        images = {f"digit-{test[i]['label']}": test[i]["image"] for i in range(0, 40, 5)}
+    else:
+        from skimage import data
+
+        images = {name: None for name in EXAMPLES}
     paths = []
-    for name in EXAMPLES:
+    for name, image in images.items():
         path = folder / f"{name}.png"
         if not path.exists():
-            Image.fromarray(getattr(data, name)()).convert("RGB").save(path)
+            (image if image is not None else Image.fromarray(getattr(data, name)())).convert("RGB").save(path)
         paths.append(str(path))
     return paths
+
+
+def knows_only_digits(models: list) -> bool:
+    """Whether every loaded model's classes are the ten digits (the offline mini-zoo's)."""
+    digits = [str(d) for d in range(10)]
+    return bool(models) and all(
+        [m.model.config.id2label[i] for i in range(m.model.config.num_labels)] == digits for m in models
+    )
 
 
 def open_image(path: str | None) -> Image.Image:
@@ -194,6 +212,12 @@ class Space:
         text = "Models:\n" + "\n".join(lines)
         if len(self.ready) < len(self.models):
             text += f"\n\nChoose the models with `{MODELS_SYNTAX}`."
+        if knows_only_digits(self.ready):
+            text += (
+                "\n\n**These models know only handwritten digits** (scikit-learn's 8×8 scans, scaled to 32×32): the "
+                "examples are digits; a photo still gets one of the ten digits as its answer, with a confidence "
+                "that means nothing."
+            )
         return (self.note + "\n\n" + text) if self.note else text
 
     def _require_models(self) -> None:
@@ -218,18 +242,25 @@ class Space:
                     ax.axvspan(position - 0.5, position + 0.5, color="0.85", linewidth=0)
             ax.plot(positions, result.high_frequency, marker="o", markersize=3)
             ax.set_title(f"{entry.name}: ΔlogA at π (MSA shaded)", fontsize=9)
-            ax.set(xlabel="depth (block)", ylabel="ΔlogA at π")
-            run = run_blocks(entry.model, inputs)
-            index = min(int(round(depth * (len(run.states) - 1))), len(run.states) - 1)
-            feature_map = as_feature_map(run.states[index], run.num_prefix_tokens)
+            ax.set(xlabel="depth (0 = input image, then each block's output)", ylabel="ΔlogA at π")
+            # One axis for the slider, the marker and the title: position 0 is the input, position i the output
+            # of block i-1 (as in the ΔlogA curve above).
+            position = min(int(round(depth * (len(positions) - 1))), len(positions) - 1)
+            if position == 0:
+                feature_map, what = inputs, "the input image"
+            else:
+                run = run_blocks(entry.model, inputs)
+                feature_map = as_feature_map(run.states[position - 1], run.num_prefix_tokens)
+                kind = result.kinds[position]
+                what = f"output of {BLOCK_NAMES.get(kind, f'a {kind}')} block"
             spectrum = axes[1, column]
             shown = spectrum.imshow(mean_log_amplitude(feature_map).numpy(), cmap="inferno")
-            spectrum.set_title(f"{entry.name}: log |FFT| after block {index} ({run.kinds[index]})", fontsize=9)
+            spectrum.set_title(f"{entry.name}: log |FFT| at depth {position}\n({what})", fontsize=9)
             spectrum.set(xlabel="horizontal frequency (0 at centre)", ylabel="vertical frequency")
             spectrum.set_xticks([])
             spectrum.set_yticks([])
             figure.colorbar(shown, ax=spectrum, shrink=0.8, label="log amplitude")
-            ax.axvline(index + 1, color="tab:red", linewidth=0.8)  # positions count the input first
+            ax.axvline(position, color="tab:red", linewidth=0.8)
         return figure
 
     # --- robustness tab ----------------------------------------------------------------------------
@@ -237,6 +268,10 @@ class Space:
     @torch.no_grad()
     def robustness(self, path: str | None, corruption: str, severity: int, frequency: float):
         self._require_models()
+        if corruption != FREQUENCY_NOISE and (float(severity) != int(float(severity)) or int(float(severity)) not in
+                                              SEVERITIES):  # fmt: skip
+            raise gr.Error(f"The severity is an integer from {min(SEVERITIES)} to {max(SEVERITIES)}, not {severity}.")
+        severity = int(float(severity))
         image = open_image(path)
         shown, predictions = None, []
         generator = torch.Generator().manual_seed(0)
@@ -250,7 +285,7 @@ class Space:
             else:
                 if corruption not in CORRUPTIONS:
                     raise gr.Error(f"Unknown corruption {corruption!r}.")
-                corrupted = corrupt(pixels, corruption, int(severity), generator=generator.manual_seed(0))
+                corrupted = corrupt(pixels, corruption, severity, generator=generator.manual_seed(0))
                 inputs = _normalise(entry.model, corrupted)
             probabilities = entry.model(inputs).logits.softmax(-1)[0]
             top = probabilities.topk(min(5, len(probabilities)))
@@ -305,7 +340,9 @@ def _severity_or_frequency(corruption: str):
 
 
 def build_demo(space: Space) -> gr.Blocks:
-    examples = [[path] for path in example_files()]
+    digits = knows_only_digits(space.ready)
+    examples = [[path] for path in example_files("digits" if digits else "photos")]
+    examples_label = "Example digits (the embedded test split)" if digits else "Example photos (scikit-image)"
     # type="filepath" with image_mode=None: Gradio hands over the uploaded file undecoded (see open_image).
     photo = dict(type="filepath", image_mode=None, label="Photo", height=280)
     with gr.Blocks(title="How Do Vision Transformers Work?") as demo:
@@ -316,30 +353,44 @@ def build_demo(space: Space) -> gr.Blocks:
             "AlterNet alternates the two.\n\n" + space.status()
         )
         with gr.Tab("Frequency"):
+            gr.Markdown(
+                "Each model turns the image into feature maps block by block; the top row plots how much of their "
+                "amplitude sits at the highest frequency (ΔlogA at π, relative to the lowest) at each depth, and the "
+                "bottom row shows the Fourier spectrum of the feature map at the depth you choose (red line). A fall "
+                "after an MSA block (shaded) is the low-pass filtering the paper reports; convolutions raise it."
+            )
             with gr.Row():
                 image = gr.Image(**photo)
                 with gr.Column():
                     depth = gr.Slider(
-                        0, 1, value=0.5, step=0.05, label="Feature map depth (0 = stem output, 1 = head input)"
+                        0, 1, value=0.5, step=0.05, label="Depth (0 = the input image, 1 = the last block's output)"
                     )
                     analyse = gr.Button("Analyse frequencies", variant="primary")
-            gr.Examples(examples, inputs=[image], label="Example photos (scikit-image)")
+            gr.Examples(examples, inputs=[image], label=examples_label)
             gr.Markdown("**ΔlogA at π by depth (top) and the spectrum of the feature map at the chosen depth**")
             frequency_plot = gr.Plot(show_label=False)
             analyse.click(space.frequency, [image, depth], frequency_plot, api_name="frequency")
         with gr.Tab("Robustness"):
+            gr.Markdown(
+                "The image is corrupted as CIFAR-100-C corrupts its test set (one of 15 corruptions at severity 1-5), "
+                "or noise is added in a single frequency band, and each model's top-5 classes are shown for what it "
+                "sees. Below, the accuracy each model keeps under that corruption over a whole test set, from the "
+                "stored analysis results: the paper finds MSAs more robust, above all to high-frequency noise."
+            )
             with gr.Row():
                 robust_image = gr.Image(**photo)
                 with gr.Column():
                     corruption = gr.Dropdown([*CORRUPTIONS, FREQUENCY_NOISE], value="fog", label="Corruption")
-                    severity = gr.Radio(list(SEVERITIES), value=3, label="Severity (CIFAR-C)")
+                    severity = gr.Slider(
+                        min(SEVERITIES), max(SEVERITIES), value=3, step=1, label="Severity (CIFAR-C, 1-5)"
+                    )  # a number in the API, as documented: an integer 1-5
                     frequency = gr.Slider(
                         0.1, 0.9, value=0.5, step=0.1, label="Noise frequency (π), for frequency noise",
                         interactive=False,
                     )  # fmt: skip
                     run = gr.Button("Corrupt and classify", variant="primary")
             corruption.change(_severity_or_frequency, corruption, [severity, frequency])
-            gr.Examples(examples, inputs=[robust_image], label="Example photos (scikit-image)")
+            gr.Examples(examples, inputs=[robust_image], label=examples_label)
             with gr.Row():
                 corrupted = gr.Image(label="What the models see", height=256)
                 labels = [gr.Label(num_top_classes=5, label=f"{m.name} top-5") for m in space.ready]

@@ -101,6 +101,48 @@ def test_memory_stays_bounded_under_huge_uploads(space_url):
     assert _resident_mb() - before < 100, f"resident memory grew from {before:.0f} MB to {_resident_mb():.0f} MB"
 
 
+def test_the_api_takes_the_severity_as_the_documented_integer(space_url):
+    from gradio_client import Client, handle_file
+
+    url, folder = space_url
+    Image.new("RGB", (64, 64), (90, 160, 30)).save(folder / "leaf.png")
+    client = Client(url, verbose=False)
+    parameters = {
+        p["label"]: p for p in client.view_api(return_format="dict")["named_endpoints"]["/robustness"]["parameters"]
+    }
+    assert parameters["Severity (CIFAR-C, 1-5)"]["python_type"]["type"] in ("float", "int")
+    client.predict(handle_file(str(folder / "leaf.png")), "fog", 2, 0.5, api_name="/robustness")
+    with pytest.raises(Exception, match="integer from 1 to 5, not 2.5"):
+        client.predict(handle_file(str(folder / "leaf.png")), "fog", 2.5, 0.5, api_name="/robustness")
+
+
+def test_the_frequency_marker_slider_and_title_name_one_depth(space_url):
+    """Depth 0 is the input image in the slider, the marker and the spectrum's title alike; depth 1 the last block."""
+    url, folder = space_url
+    Image.new("RGB", (64, 64), (200, 30, 30)).save(folder / "red.png")
+    space = app.Space(app.load_models(f"AlterNet={folder / 'alternet-50-cifar100'}"))
+    for depth, expected in ((0.0, "(the input image)"), (1.0, "(output of the last block)")):
+        figure = space.frequency(str(folder / "red.png"), depth)
+        top, bottom = figure.axes[0], figure.axes[1]
+        marker = [line for line in top.get_lines() if line.get_color() == "tab:red"][0].get_xdata()[0]
+        positions = len(top.get_lines()[0].get_xdata())
+        assert marker == round(depth * (positions - 1))
+        assert expected in bottom.get_title() and f"at depth {marker}\n" in bottom.get_title()
+
+
+def test_models_that_know_only_digits_get_digit_examples_and_say_so(tmp_path):
+    model = alternet_hf.create_model("alternet-18-cifar10", **{**TINY["alternet-18-cifar10"], "num_labels": 10})
+    model.config.id2label = {i: str(i) for i in range(10)}
+    model.save_pretrained(tmp_path / "digits")
+    space = app.Space(app.load_models(f"Digits={tmp_path / 'digits'}"))
+    assert app.knows_only_digits(space.ready) and "know only handwritten digits" in space.status()
+    examples = app.example_files("digits")
+    assert all(Path(p).name.startswith("digit-") for p in examples) and Image.open(examples[0]).size == (32, 32)
+    photos = app.Space(app.load_models(f"AlterNet={tmp_path / 'digits'}"))
+    photos.ready[0].model.config.id2label = {i: f"class {i}" for i in range(10)}
+    assert not app.knows_only_digits(photos.ready) and "handwritten digits" not in photos.status()
+
+
 def test_sixteen_bit_images_are_scaled_not_white():
     pixels = (np.arange(64 * 64, dtype=np.uint16).reshape(64, 64) * 16).astype(np.uint16)  # 0…65520
     converted = np.asarray(app.to_8bit_rgb(Image.fromarray(pixels, mode="I;16")))
