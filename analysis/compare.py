@@ -469,20 +469,25 @@ def _landscape_figure(found: dict):
     ax.set(xlabel="step along direction 1 (solid) / 2 (dotted)", ylabel="loss − loss at the trained weights",
            title=f"Loss-landscape slices ({', '.join(protocols)} protocol)")  # fmt: skip
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    # One colour scale for every model's map (each on its own linear levels made the flattest look the sharpest).
+    # One colour scale for every model's map (each on its own linear levels made the flattest look the sharpest),
+    # logarithmic where the losses span decades (the reference protocol's edges reach thousands).
+    from matplotlib import cm, colors
+
     maps = [np.asarray(r.loss) for r in found.values() if np.asarray(r.loss).ndim == 2 and np.asarray(r.loss).size > 1]
-    levels = np.linspace(min(m.min() for m in maps), max(m.max() for m in maps), 16) if maps else 15
+    low, high = (min(m.min() for m in maps), max(m.max() for m in maps)) if maps else (0.0, 0.0)
+    shared = bool(maps) and low < high
+    logarithmic = shared and low > 0 and high / low > 10
+    levels = np.geomspace(low, high, 16) if logarithmic else np.linspace(low, high, 16) if shared else 15
+    norm = colors.LogNorm(low, high) if logarithmic else colors.Normalize(low, high) if shared else None
     for ax, (name, result) in zip(axes[0, 1:], found.items()):
-        if np.asarray(result.loss).ndim == 2 and np.asarray(result.loss).size > 1 and levels[0] < levels[-1]:
-            landscape.plot_landscape(result, ax=ax, kind="filled", levels=levels)
+        if shared and np.asarray(result.loss).ndim == 2 and np.asarray(result.loss).size > 1:
+            landscape.plot_landscape(result, ax=ax, kind="filled", levels=levels, norm=norm)
         else:
             landscape.plot_landscape(result, ax=ax)
         ax.set_title(f"{name}: NLL + L2", fontsize=9)
-    if maps and levels[0] < levels[-1]:
-        from matplotlib import cm, colors
-
-        scale = cm.ScalarMappable(norm=colors.Normalize(levels[0], levels[-1]), cmap="viridis")
-        figure.colorbar(scale, ax=list(axes[0, 1:]), label="loss (NLL + L2), one scale for all models", shrink=0.9)
+    if shared:
+        label = f"loss (NLL + L2), one {'log ' if logarithmic else ''}scale for all models"
+        figure.colorbar(cm.ScalarMappable(norm=norm, cmap="viridis"), ax=list(axes[0, 1:]), label=label, shrink=0.9)
     return figure
 
 

@@ -184,10 +184,11 @@ def loss_landscape(
     )
 
 
-def plot_landscape(result: LandscapeResult, ax=None, *, kind: str = "contour", levels=15):
+def plot_landscape(result: LandscapeResult, ax=None, *, kind: str = "contour", levels=15, norm=None):
     """A 1-D loss curve, or for a 2-D landscape a contour map (`kind="contour"`, labelled lines at `levels`: a count
     or the loss values, e.g. shared by several models), filled contours (`kind="filled"`, on `levels`, for one
-    colour bar across models) or a 3-D surface (`kind="surface"`; a given `ax` must then be a 3-D axes)."""
+    colour bar across models, with `norm`, e.g. a LogNorm) or a 3-D surface (`kind="surface"`; a given `ax` must then
+    be a 3-D axes)."""
     import matplotlib.pyplot as plt
 
     if result.loss.ndim == 1:
@@ -215,7 +216,7 @@ def plot_landscape(result: LandscapeResult, ax=None, *, kind: str = "contour", l
         ax.set_aspect("equal")
     elif kind == "filled":
         ax = new_axes(ax, figsize=(4.5, 4))
-        ax.contourf(x, y, result.loss, levels=levels, cmap="viridis", extend="both")
+        ax.contourf(x, y, result.loss, levels=levels, cmap="viridis", norm=norm, extend="both")
         ax.contour(x, y, result.loss, levels=levels, colors="k", linewidths=0.3, alpha=0.5)
         ax.plot([0], [0], marker="*", color="w", markeredgecolor="k")
         ax.set_aspect("equal")
