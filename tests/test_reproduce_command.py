@@ -63,3 +63,20 @@ def test_the_mini_zoo_at_reduced_size(tmp_path):
     refused = run("--quick", "--epochs", "2", "--out", out, "--families", "vit", cwd=tmp_path)
     assert refused.returncode == 2 and "holds a model trained with other settings (epochs 1 -> 2)" in refused.stderr
     assert (out / "models" / "vit" / "model.safetensors").read_bytes() == before
+
+
+def test_the_mini_zoo_compares_models_of_comparable_size(tmp_path):
+    """Parameters within 2x of each other (the paper compares like with like), and each family's own epochs unless
+    --epochs sets one number for all."""
+    import alternet_hf
+    from analysis import minizoo
+
+    sizes = {}
+    for family in FAMILIES:
+        config = minizoo.training_config(family, tmp_path, epochs=None, quick=False)
+        assert config.epochs == minizoo.EPOCHS[family]
+        model = alternet_hf.create_model(config.model, **config.model_overrides, num_labels=10)
+        sizes[family] = sum(p.numel() for p in model.parameters())
+        assert minizoo.training_config(family, tmp_path, epochs=3, quick=False).epochs == 3
+        assert minizoo.training_config(family, tmp_path, epochs=None, quick=True).epochs == 1
+    assert max(sizes.values()) <= 2 * min(sizes.values()), sizes
