@@ -10,7 +10,7 @@ crash or a kill and it goes on at the step it was in (training from its last che
 every repository exactly as it would be uploaded (DIR/models/<preset>/, DIR/datasets/cifar100-c/,
 DIR/spaces/how-do-vits-work/) and uploads nothing. --rehearsal runs the same path on a stand-in built offline in the
 real schemas (a 100-class dataset in uoft-cs/cifar100's columns, CIFAR-100-C arrays in the Zenodo layout), with tiny
-models and epochs, compiled with inductor in bf16 and channels-last on the CPU: about 5 minutes on 2 cores.
+models and epochs, compiled with inductor in bf16 and channels-last on the CPU: under 3 minutes on 2 cores.
 """
 
 from pathlib import Path
