@@ -645,6 +645,7 @@ def write_robustness(model_dir: Path, dataset_repo: Path, repo_id: str, *, devic
 
     model = create_model(str(model_dir))
     source = ParquetCorruptions(dataset_repo, split="test")
+    source.name = f"CIFAR-100-C ({repo_id})"  # read from the local copy of that repo
     result = evaluate_corruptions(model, source, corruptions=source.available(), device=device, progress=True)
     payload = {
         "dataset": repo_id,
@@ -661,7 +662,6 @@ def write_robustness(model_dir: Path, dataset_repo: Path, repo_id: str, *, devic
     path = model_dir / "robustness_cifar100-c.json"
     path.write_text(json.dumps(payload, indent=2))
     ax = plot_corruptions(result)
-    ax.set_title("CIFAR-100-C: " + ax.get_title())
     ax.figure.savefig(path.with_suffix(".png"), dpi=120, bbox_inches="tight")
     plt.close(ax.figure)
     say(f"{model_dir.name}: CIFAR-100-C mean accuracy {100 * result.mean_accuracy:.2f}%")

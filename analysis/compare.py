@@ -65,9 +65,15 @@ class Settings:
     # What two CPU cores do in a few minutes on a small model (the first run's AlterNet on digits: about 5
     # CPU-minutes, the Hessian half of it); a GPU does the paper's amounts.
     CPU_AMOUNTS = dict(
-        max_batches=2, train_batch_size=32, hessian_batches=2, lanczos_steps=20, hessian_tol=1e-2, density_vectors=0,
-        landscape_points=9, corruption_images=128, severities=(3,),
-    )  # fmt: skip
+        max_batches=2,
+        train_batch_size=32,
+        hessian_batches=2,
+        lanczos_steps=20,
+        hessian_tol=1e-2,
+        density_vectors=0,
+        landscape_points=9,
+        corruption_images=128,
+    )  # fmt: skip  (every severity: the robustness curve is over severities, as the paper's)
 
     @classmethod
     def for_device(cls, device: torch.device | str, **given) -> tuple["Settings", list[str]]:
@@ -391,7 +397,9 @@ def comparison_figures(results: dict[str, dict[str, AnalysisResult]]) -> dict[st
             ax.plot(result.severities, 100 * np.asarray(result.accuracy).mean(axis=0), marker="o", label=name)
         counts = {(len(r.corruptions), len(r.severities)) for r in found.values()}
         shown = ", ".join(f"{c} corruptions × {s} severit{'y' if s == 1 else 'ies'}" for c, s in sorted(counts))
-        ax.set(xlabel="severity", ylabel="mean accuracy over corruptions (%)", title=f"Corruption robustness ({shown})")
+        sources = sorted({r.source for r in found.values() if r.source})
+        ax.set(xlabel="severity", ylabel="mean accuracy over corruptions (%)")
+        ax.set_title(f"Corruption robustness: {', '.join(sources) or 'CIFAR-C'}\n({shown})", fontsize=9)
         ax.set_xticks(sorted({s for r in found.values() for s in r.severities}))
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         figures["robustness"] = ax.figure

@@ -58,6 +58,7 @@ class ZenodoArrays:
 
     def __init__(self, directory: str | Path):
         self.directory = Path(directory)
+        self.name = f"{self.directory.name} (the released arrays)"
         labels_file = self.directory / "labels.npy"
         if not labels_file.exists():
             raise FileNotFoundError(
@@ -99,6 +100,7 @@ class ParquetCorruptions:
         from alternet_hf.data import load_raw_dataset
 
         self.dataset = load_raw_dataset(str(source), split=split)
+        self.name = str(source)
         missing = [c for c in self.COLUMNS if c not in self.dataset.column_names]
         if missing:
             raise ValueError(f"{source} lacks columns {missing}; a CIFAR-C dataset has columns {self.COLUMNS}")
@@ -149,8 +151,10 @@ class GeneratedCorruptions:
         chunk_size: int = 1000,
         device=None,
         frost_dir: str | Path | None = None,
+        name: str = "corruptions generated from clean test images",
     ):
         _check_uint8_images(images)
+        self.name = name
         if len(labels) != len(images):
             raise ValueError(f"{len(images)} images but {len(labels)} labels")
         self.images, self.labels = images, torch.as_tensor(labels, dtype=torch.int64)
@@ -327,6 +331,7 @@ class CorruptionResult(AnalysisResult):
     mean_nll: float
     mean_ece: float
     clean: dict | None = None
+    source: str | None = None  # what the corrupted images were: the dataset's name, or how they were generated
 
 
 def _model_inputs(images: torch.Tensor, size: int | None, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
@@ -400,6 +405,7 @@ def evaluate_corruptions(
         float(metrics["nll"].mean()),
         float(metrics["ece"].mean()),
         clean_metrics,
+        getattr(source, "name", None),
     )
 
 
@@ -416,8 +422,9 @@ def plot_corruptions(result: CorruptionResult, ax=None):
     ax.set_xlabel("severity")
     ax.set_ylabel("accuracy (%)")
     ax.set_title(
-        f"Corruption robustness: mean accuracy {100 * result.mean_accuracy:.1f}% "
-        f"({len(result.corruptions)} corruptions × {len(result.severities)} severities)"
+        f"{result.source or 'Corruption robustness'}: mean accuracy {100 * result.mean_accuracy:.1f}%\n"
+        f"({len(result.corruptions)} corruptions × {len(result.severities)} severities)",
+        fontsize=9,
     )
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside the data
     return ax

@@ -336,7 +336,10 @@ def prepare_data(loaded, options: DataOptions, analyses, settings: Settings, cac
             clean = test_set
             if settings.corruption_images is not None:
                 clean = test_set.select(range(min(len(test_set), settings.corruption_images)))
-            data["corruptions"] = robustness.GeneratedCorruptions.from_dataset(clean, seed=options.seed, device=device)
+            data["corruptions"] = robustness.GeneratedCorruptions.from_dataset(
+                clean, seed=options.seed, device=device,
+                name=f"{options.dataset}'s {options.test_split} split, corrupted by analysis.corruptions",
+            )  # fmt: skip
     return data
 
 

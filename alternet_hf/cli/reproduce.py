@@ -34,7 +34,9 @@ QUICK_ANALYSES = dict(
 def build_parser() -> argparse.ArgumentParser:
     parser = make_parser(__doc__)
     parser.add_argument("--out", type=Path, default=Path("outputs/mini-zoo"), help="folder of the mini-zoo")
-    parser.add_argument("--epochs", type=int, help="training epochs of every model (default: 6 for the CNNs, 30 for the ViT; 1 quick)")
+    parser.add_argument(
+        "--epochs", type=int, help="training epochs of every model (default: 6 for the CNNs, 30 for the ViT; 1 quick)"
+    )
     parser.add_argument("--families", default=",".join(FAMILIES), help=f"comma-separated, from {','.join(FAMILIES)}")
     parser.add_argument("--quick", action="store_true", help="tiny models, one epoch, the smallest analyses")
     add_analysis_arguments(parser)
