@@ -64,12 +64,6 @@ REHEARSAL_TRAINING = dict(
     epochs=2, warmup_epochs=0.5, batch_size=32, eval_batch_size=100, learning_rate=2e-3, num_workers=0,
     eval_every_epochs=1, save_every_epochs=1, save_every_minutes=None, log_every_steps=10,
 )  # fmt: skip
-# The smallest analyses that still run every path (as `alternet-reproduce --quick`).
-REHEARSAL_ANALYSES = dict(
-    max_batches=1, train_batch_size=16, hessian_batches=1, top_k=1, bottom_k=1, lanczos_steps=4, density_vectors=0,
-    landscape_points=3, corruptions=("gaussian_noise", "fog"), severities=(3,),
-)  # fmt: skip
-
 # The H100 estimate: NVIDIA's dense bf16 peak of an H100 SXM, and the share of it these 32x32 models are assumed to
 # sustain: 8% is what the engine's H100 goal (8,500 AlterNet-50 training images/s, README) means in FLOPs. An
 # assumption, not a measurement: no GPU was lent to the sessions that built this.
@@ -506,7 +500,7 @@ class Release:
         from analysis.runner import DataOptions
 
         if self.options.rehearsal:
-            settings, notes = Settings(**REHEARSAL_ANALYSES), ["the rehearsal's smallest amounts"]
+            settings, notes = Settings(**Settings.QUICK_AMOUNTS), ["the rehearsal's smallest amounts"]
         else:
             settings, notes = Settings.for_device(self.device)
         data = DataOptions(
@@ -639,6 +633,7 @@ def write_robustness(model_dir: Path, dataset_repo: Path, repo_id: str, *, devic
     and its figure."""
     import matplotlib.pyplot as plt
 
+    from analysis.compare import finite
     from analysis.robustness import ParquetCorruptions, evaluate_corruptions, plot_corruptions
 
     from .presets import create_model
@@ -647,18 +642,7 @@ def write_robustness(model_dir: Path, dataset_repo: Path, repo_id: str, *, devic
     source = ParquetCorruptions(dataset_repo, split="test")
     source.name = f"CIFAR-100-C ({repo_id})"  # read from the local copy of that repo
     result = evaluate_corruptions(model, source, corruptions=source.available(), device=device, progress=True)
-    payload = {
-        "dataset": repo_id,
-        "read_from": str(dataset_repo),
-        "mean_accuracy": result.mean_accuracy,
-        "mean_nll": result.mean_nll,
-        "mean_ece": result.mean_ece,
-        "corruptions": result.corruptions,
-        "severities": result.severities,
-        "accuracy": result.accuracy.tolist(),
-        "nll": result.nll.tolist(),
-        "ece": result.ece.tolist(),
-    }
+    payload = {"dataset": repo_id, "read_from": str(dataset_repo), **finite(result.to_dict())}
     path = model_dir / "robustness_cifar100-c.json"
     path.write_text(json.dumps(payload, indent=2))
     ax = plot_corruptions(result)

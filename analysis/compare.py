@@ -75,6 +75,13 @@ class Settings:
         corruption_images=128,
     )  # fmt: skip  (every severity: the robustness curve is over severities, as the paper's)
 
+    # The smallest amounts that still run every analysis's whole path (`alternet-reproduce --quick`, the release's
+    # rehearsal): seconds per tiny model.
+    QUICK_AMOUNTS = dict(
+        max_batches=1, train_batch_size=16, hessian_batches=1, top_k=1, bottom_k=1, lanczos_steps=4, density_vectors=0,
+        landscape_points=3, corruptions=("gaussian_noise", "fog"), severities=(3,), corruption_images=32,
+    )  # fmt: skip
+
     @classmethod
     def for_device(cls, device: torch.device | str, **given) -> tuple["Settings", list[str]]:
         """The settings for `device`: the paper's amounts on a GPU, `CPU_AMOUNTS` on a CPU where not

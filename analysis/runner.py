@@ -339,7 +339,7 @@ def prepare_data(loaded, options: DataOptions, analyses, settings: Settings, cac
                 clean = test_set.select(range(min(len(test_set), settings.corruption_images)))
             data["corruptions"] = robustness.GeneratedCorruptions.from_dataset(
                 clean, seed=options.seed, device=device,
-                name=f"{options.dataset}'s {options.test_split} split, corrupted by analysis.corruptions",
+                name=f"the {options.test_split} split of {options.dataset}, corrupted by analysis.corruptions",
             )  # fmt: skip
     return data
 

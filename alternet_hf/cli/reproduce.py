@@ -24,11 +24,8 @@ from alternet_hf.cli.analyze import add_analysis_arguments
 
 # The same names as analysis.minizoo's (a test keeps them equal), read before the analyses load.
 FAMILIES = ("resnet", "vit", "alternet")
-# The smallest analyses that still exercise every path (--quick); flags given explicitly win.
-QUICK_ANALYSES = dict(
-    batch_size=64, max_batches=1, train_batch_size=16, hessian_batches=1, top_k=1, bottom_k=1, lanczos_steps=4,
-    density_vectors=0, landscape_points=3, corruptions="gaussian_noise,fog", severities="3", corruption_images=32,
-)  # fmt: skip
+# --quick: the data batch of the smallest analyses (their amounts are analysis.compare.Settings.QUICK_AMOUNTS).
+QUICK_BATCH_SIZE = 64
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,8 +76,12 @@ def main(argv: list[str] | None = None) -> None:
 
 def _apply_quick(args, argv) -> None:
     """--quick sets the smallest analyses for every analysis flag not typed."""
+    from analysis.compare import Settings
+
+    quick = {"batch_size": QUICK_BATCH_SIZE, **Settings.QUICK_AMOUNTS}
     typed = {token.split("=")[0] for token in (sys.argv[1:] if argv is None else argv) if token.startswith("--")}
-    for key, value in QUICK_ANALYSES.items():
+    for key, value in quick.items():
+        value = ",".join(map(str, value)) if isinstance(value, tuple) else value  # as the flag would be typed
         if "--" + key.replace("_", "-") not in typed:
             setattr(args, key, value)
 
