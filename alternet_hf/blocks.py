@@ -3,7 +3,8 @@
 One state per block: the stem output, every residual block's output, the head input. AlterNet and
 the CIFAR ResNet return these as `output_hidden_states` and name their kinds with `block_kinds()`;
 for transformers' ViT each layer is two blocks (the attention residual, then the MLP residual),
-read with hooks because its hidden states only hold whole layers.
+read with hooks because its hidden states only hold whole layers. PiT and Swin, timm's own modules
+(`timm_families`), are cut as the reference cuts them by `analysis.blocks`, which describes timm's families.
 """
 
 import torch
@@ -11,6 +12,7 @@ from torch import nn
 from transformers import PreTrainedModel, ViTForImageClassification, ViTModel
 
 from .modeling_common import DropPath, linear_drop_path_rates
+from .timm_families import is_timm_wrapper
 
 BLOCK_KINDS = ("stem", "conv", "msa", "mlp", "pool", "head")
 
@@ -23,6 +25,10 @@ def _vit_backbone(model: nn.Module) -> ViTModel | None:
 
 def block_kinds(model: PreTrainedModel) -> list[str]:
     """The kind of each block (one of `BLOCK_KINDS`), aligned with `block_states`."""
+    if is_timm_wrapper(model):
+        from analysis.blocks import block_kinds as timm_block_kinds
+
+        return timm_block_kinds(model)
     vit = _vit_backbone(model)
     if vit is not None:
         return ["stem"] + ["msa", "mlp"] * vit.config.num_hidden_layers + ["head"]
@@ -36,6 +42,11 @@ def block_states(model: PreTrainedModel, pixel_values: torch.Tensor) -> tuple[li
 
     ViT states keep the CLS token: `(batch, 1 + patches, hidden)`; conv models give `(batch, C, H, W)`.
     """
+    if is_timm_wrapper(model):
+        from analysis.blocks import run_blocks
+
+        run = run_blocks(model, pixel_values)
+        return run.states, run.logits
     vit = _vit_backbone(model)
     if vit is None:
         outputs = model(pixel_values, output_hidden_states=True, return_dict=True)
@@ -62,6 +73,10 @@ def residual_branches(model: PreTrainedModel) -> list[nn.Module | None]:
     block has no residual, i.e. stem and head). Zeroing one's output removes that block's branch and
     leaves the shortcut: the lesion study's "identity in place of the residual branch".
     """
+    if is_timm_wrapper(model):
+        from analysis.blocks import residual_branches as timm_residual_branches
+
+        return timm_residual_branches(model)
     vit = _vit_backbone(model)
     if vit is not None:
         # ViTAttention returns (output, weights); a lesion hook replaces only the output.

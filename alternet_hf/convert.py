@@ -1,9 +1,16 @@
 """Converters from the reference code's checkpoints (`xxxnell/how-do-vits-work`) to the zoo's models.
 
 The reference saves `{"name": ..., "state_dict": ...}` (no `module.` prefix) in `.pth.tar` files. Its
-ResNet and AlterNet keys follow `models/resnet.py` and `models/alternet.py`; its ViT is timm 0.5.4's
-`VisionTransformer`. Each key is renamed by the rules below; a key no rule claims, a model weight
-no key fills, or a shape that differs is an error, never a silent leftover.
+ResNet and AlterNet keys follow `models/resnet.py` and `models/alternet.py`; its ViT, PiT and Swin are timm
+0.5.4's `VisionTransformer`, `PoolingVisionTransformer` and `SwinTransformer`. Each key is renamed by the rules
+below; a key no rule claims, a model weight no key fills, or a shape that differs is an error, never a silent
+leftover.
+
+What timm changed since 0.5.4 for PiT and Swin: each stage's pooling (PiT) or patch merging (Swin) now opens the
+next stage instead of closing its own (`transformers.0.pool` is `transformers.1.pool`, `layers.0.downsample` is
+`layers.1.downsample`), Swin's classifier sits in a head module (`head` is `head.fc`), and Swin's relative-position
+indices and attention masks are no longer saved: the file's copies must equal the ones the model computes, and
+are then dropped. The computation is unchanged (checked against timm 0.5.4 itself in the tests).
 """
 
 import re
@@ -63,7 +70,26 @@ VIT_RULES: Rules = [
     # `.mlp.fc1.` / `.mlp.fc2.` keep their names; `attn.qkv` is split in `_split_qkv`.
 ]
 
-FAMILY_RULES = {"alternet": ALTERNET_RULES, "resnet": RESNET_RULES, "vit": VIT_RULES}
+PIT_RULES: Rules = [
+    (r"^transformers\.(\d+)\.pool\.", lambda m: f"transformers.{int(m[1]) + 1}.pool."),
+    (r"^", "timm_model."),
+]
+
+SWIN_RULES: Rules = [
+    (r"^layers\.(\d+)\.downsample\.", lambda m: f"layers.{int(m[1]) + 1}.downsample."),
+    (r"^head\.", "head.fc."),
+    (r"^", "timm_model."),
+]
+# Buffers timm 0.5.4 saved and today's timm computes (non-persistent): checked equal, then dropped.
+COMPUTED_BUFFERS = re.compile(r"\.(relative_position_index|attn_mask)$")
+
+FAMILY_RULES = {
+    "alternet": ALTERNET_RULES,
+    "resnet": RESNET_RULES,
+    "vit": VIT_RULES,
+    "pit": PIT_RULES,
+    "swin": SWIN_RULES,
+}
 
 
 def rename_keys(state_dict: dict[str, torch.Tensor], rules: Rules) -> dict[str, torch.Tensor]:
@@ -87,6 +113,27 @@ def _split_qkv(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         else:
             out[key] = value
     return out
+
+
+def _drop_computed_buffers(state_dict: dict[str, torch.Tensor], model: PreTrainedModel) -> dict[str, torch.Tensor]:
+    """Drop the buffers the model computes itself (see `COMPUTED_BUFFERS`) after checking that the file's
+    values are the model's: a file whose windows or masks differ would be another computation."""
+    buffers = dict(model.named_buffers())
+    kept = {}
+    for key, value in state_dict.items():
+        if not COMPUTED_BUFFERS.search(key) or key in model.state_dict():
+            kept[key] = value
+            continue
+        own = buffers.get(key)
+        if own is None:  # not this model's buffer: reported with the other keys that fit nothing
+            kept[key] = value
+        elif own.shape != value.shape or not torch.equal(own.to(value.dtype), value):
+            raise ValueError(
+                f"the checkpoint's {key} ({tuple(value.shape)}) is not what the model computes "
+                f"({tuple(own.shape)}, or other values): the window size or image size differs; check the preset "
+                "and its overrides"
+            )
+    return kept
 
 
 def load_original_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
@@ -130,6 +177,7 @@ def convert_state_dict(
     converted = rename_keys(state_dict, FAMILY_RULES[family])
     if family == "vit":
         converted = _split_qkv(converted)
+    converted = _drop_computed_buffers(converted, model)
     expected = model.state_dict()
     unclaimed = sorted(set(converted) - set(expected))
     missing = sorted(set(expected) - set(converted))

@@ -18,6 +18,7 @@ from .blocks import add_vit_stochastic_depth
 from .configuration_alternet import AlterNetConfig
 from .configuration_cifar_resnet import CifarResNetConfig
 from .modeling_common import ZooModelMixin, check_pixel_batch, image_classification_loss, save_image_processor
+from .timm_families import classifier_prefix, finish_timm_model, is_timm_wrapper, timm_config
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,21 @@ def vit_b(data):
     return _vit(data, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
 
 
+@register_architecture("pit-ti")
+def pit_ti(data, **overrides):
+    """timm's PiT-Ti; for 32×32 images the reference's (patch 2, stride 1: 256 tokens in the first stage)."""
+    return timm_config("pit", data, **overrides)
+
+
+@register_architecture("swin-ti")
+def swin_ti(data, **overrides):
+    """timm's Swin-T; for 32×32 images the reference's (patch 1, 4×4 windows, no qkv bias)."""
+    return timm_config("swin", data, **overrides)
+
+
+TIMM_ARCHITECTURES = ("pit-ti", "swin-ti")  # timm's modules (TimmWrapperForImageClassification), not ours
+
+
 def list_models(pattern: str | None = None) -> list[str]:
     """Every preset name, optionally only those containing `pattern` (e.g. `"cifar100"`, `"alternet"`)."""
     names = [f"{arch}-{dataset}" for arch in ARCHITECTURES for dataset in DATASETS]
@@ -197,6 +213,8 @@ def create_config(name: str, **overrides) -> PretrainedConfig:
     for dataset, spec in DATASETS.items():
         arch = name.removesuffix(f"-{dataset}")
         if arch != name and arch in ARCHITECTURES:
+            if arch in TIMM_ARCHITECTURES:  # fields and timm arguments, checked against timm's class
+                return ARCHITECTURES[arch](spec, **overrides)
             config = ARCHITECTURES[arch](spec)
             unknown = [key for key in overrides if not hasattr(config, key)]
             if unknown:
@@ -243,7 +261,7 @@ def create_model(name: str, *, num_labels: int | None = None, **overrides) -> Pr
         changed = (
             [key for key, *_ in info["mismatched_keys"]] + list(info["missing_keys"]) + list(info["unexpected_keys"])
         )
-        changed = sorted(key for key in changed if not key.startswith("classifier."))
+        changed = sorted(key for key in changed if not key.startswith(classifier_prefix(model)))
         if changed:
             asked = sorted(set(overrides) - {"id2label", "label2id", "ignore_mismatched_sizes"})
             raise ValueError(
@@ -276,7 +294,9 @@ def _check_config_fields(name: str, overrides: dict) -> None:
 
 def _finish(model: PreTrainedModel) -> PreTrainedModel:
     """What every model `create_model` returns has: the zoo's loss and input check (our classes have them; ViT
-    is transformers'), ViT's stochastic depth, image-processor saving."""
+    is transformers', PiT and Swin timm's), ViT's stochastic depth, image-processor saving."""
+    if is_timm_wrapper(model):
+        finish_timm_model(model)
     if not isinstance(model, ZooModelMixin):
         use_zoo_loss_and_input_check(model)
     return attach_image_processor_saving(add_vit_stochastic_depth(model))

@@ -13,6 +13,11 @@ same state-dict keys and shapes and the same outputs, so a folder written by `sa
 `alternet-train`) loads into timm with `pretrained=True,
 pretrained_cfg_overlay=dict(file="<folder>/model.safetensors")`. No tag has published weights.
 
+PiT-Ti and Swin-Ti are timm's own classes (`alternet_hf.timm_families`): `pit_ti` and `swin_ti` (tags
+`cifar100`, `cifar10`) build timm's `PoolingVisionTransformer` and `SwinTransformer` with the reference's CIFAR
+arguments through timm's own factories; for ImageNet they are timm's `pit_ti_224` and
+`swin_tiny_patch4_window7_224`. Their saved folders load with `timm.create_model("local-dir:<folder>")`.
+
 `TimmZooModel` gives the zoo models timm's whole model contract, checked by running timm's own
 `tests/test_models.py` on these names (`tests/test_timm_contract.py`): `forward` returns logits,
 `forward_features`, `forward_head(pre_logits=)`, `reset_classifier` (timm's pools), `num_classes` /
@@ -39,7 +44,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from .modeling_common import check_pixel_values
-from .presets import ARCHITECTURES, DATASETS, DatasetSpec, create_config, create_model
+from .presets import ARCHITECTURES, DATASETS, TIMM_ARCHITECTURES, DatasetSpec, create_config, create_model
+from .timm_families import family_of, timm_family_model
 
 # fx keeps the input check as one call in a traced graph (it cannot branch on a traced tensor's shape).
 torch.fx.wrap("check_pixel_values")
@@ -73,6 +79,8 @@ def _feature_reductions(config) -> list[int]:
 
 
 def _pretrained_cfg(config, spec: DatasetSpec) -> dict:
+    if family_of(config):  # PiT, Swin: the cfg their zoo config holds
+        return dict(num_classes=spec.num_labels, **config.pretrained_cfg)
     family = _FAMILIES[config.model_type]
     size = spec.image_size
     pool_size = None if config.model_type == "vit" else (size // _feature_reductions(config)[-1],) * 2
@@ -392,6 +400,8 @@ def _tags_by_architecture() -> dict[str, tuple[str, dict[str, str]]]:
     datasets = sorted(DATASETS, key=lambda name: name != DEFAULT_DATASET)  # timm's default tag comes first
     for architecture in ARCHITECTURES:
         for dataset in datasets:
+            if architecture in TIMM_ARCHITECTURES and not DATASETS[dataset].is_small:
+                continue  # timm's own pit_ti_224 and swin_tiny_patch4_window7_224
             arch, tag = timm_name(architecture, dataset).split(".")
             names.setdefault(arch, (architecture, {}))[1][tag] = dataset
     return names
@@ -434,8 +444,10 @@ def _entrypoint(name: str, architecture: str, datasets: dict[str, str]):
                 "alternet-train with pretrained_cfg_overlay=dict(file='<folder>/model.safetensors')"
             )
         preset = f"{architecture}-{datasets[tag]}"
-        # features_only: as timm's own families, every level of a CNN (stem and stages) and ViT's last 3 layers
         config = ARCHITECTURES[architecture](DATASETS[datasets[tag]])
+        if family_of(config):  # PiT, Swin: timm's own classes
+            return timm_family_model(config, name, pretrained, **kwargs)
+        # features_only: as timm's own families, every level of a CNN (stem and stages) and ViT's last 3 layers
         if config.model_type == "vit":
             levels = min(3, kwargs.get("num_hidden_layers", config.num_hidden_layers))
         else:

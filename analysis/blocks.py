@@ -2,10 +2,11 @@
 
 Zoo models know their blocks (`alternet_hf.block_kinds`, `block_states`, `residual_branches`). The
 families most analysed besides them are found automatically (`discover_blocks`): timm's ResNet,
-VisionTransformer (ViT, DeiT), SwinTransformer, ConvNeXt and PoolingVisionTransformer (PiT), and
-transformers' ResNet, ViT, DeiT, Swin and ConvNeXt. Any other model is described by a `BlockAdapter`
-that names the modules whose outputs (or inputs) are the block states; an unknown model gets an error
-that shows the adapter to write.
+VisionTransformer (ViT, DeiT), SwinTransformer, ConvNeXt and PoolingVisionTransformer (PiT), also inside
+transformers' `TimmWrapperForImageClassification` (as the zoo's PiT and Swin are), and transformers' ResNet,
+ViT, DeiT, Swin and ConvNeXt. PiT and Swin are cut as the reference cuts them (its README). Any other model
+is described by a `BlockAdapter` that names the modules whose outputs (or inputs) are the block states; an
+unknown model gets an error that shows the adapter to write.
 
 A block that lowers the resolution (a strided convolution or pooling inside it, a patch merging) is
 tagged `pool` whatever it computes besides: the reference notebooks shade those blocks apart from
@@ -198,6 +199,8 @@ def _timm_vit(model) -> BlockAdapter:
 
 
 def _timm_pit(model) -> BlockAdapter:
+    """The reference's decomposition (its README): the embedded patches, each layer's attention and MLP
+    residuals, the pooling layers, and the head (the normalised class token)."""
     d = _Describer(model, "timm PoolingVisionTransformer")
     d.add("stem", d.get(model, "pos_drop"))
     for stage in d.get(model, "transformers"):
@@ -205,10 +208,13 @@ def _timm_pit(model) -> BlockAdapter:
             d.add("pool", stage.pool)
         for block in d.get(stage, "blocks"):
             _timm_vit_layer(d, block)
+    d.add("head", d.get(model, "norm"))
     return d.adapter(num_prefix_tokens=model.cls_token.shape[1])
 
 
 def _timm_swin(model) -> BlockAdapter:
+    """The reference's decomposition: the embedded patches, each block's (shifted-)window attention residual
+    and MLP residual, the patch mergings as pools, and the head (the final norm)."""
     d = _Describer(model, "timm SwinTransformer")
     d.add("stem", d.get(model, "patch_embed"))
     for stage in d.get(model, "layers"):
@@ -319,8 +325,8 @@ DISCOVERERS: list[tuple[str, tuple[str, ...], Callable[[nn.Module], BlockAdapter
 ]  # fmt: skip
 
 KNOWN_FAMILIES = (
-    "the zoo's AlterNet, ResNet and ViT; timm's ResNet, VisionTransformer (ViT, DeiT), SwinTransformer, ConvNeXt "
-    "and PoolingVisionTransformer (PiT); transformers' ResNet, ViT, DeiT, Swin and ConvNext"
+    "the zoo's AlterNet, ResNet, ViT, PiT and Swin; timm's ResNet, VisionTransformer (ViT, DeiT), SwinTransformer, "
+    "ConvNeXt and PoolingVisionTransformer (PiT); transformers' ResNet, ViT, DeiT, Swin and ConvNext"
 )
 _ADAPTER_HELP = (
     "Describe its blocks in forward order and pass adapter=...:\n\n"
@@ -348,8 +354,21 @@ def _wrapped_zoo_adapter(model: nn.Module) -> BlockAdapter | None:
     return replace(_zoo_adapter(backbone), states_of=states_of)
 
 
+def _timm_wrapper_adapter(model: nn.Module) -> BlockAdapter | None:
+    """A timm model in transformers' `TimmWrapperForImageClassification` (the zoo's PiT and Swin, or any timm
+    model loaded from the Hub by transformers): the wrapped model's blocks, with their paths in the wrapper."""
+    inner = getattr(model, "timm_model", None)
+    if not isinstance(inner, nn.Module) or getattr(model.config, "model_type", None) != "timm_wrapper":
+        return None
+    adapter = discover_blocks(inner)
+    return replace(adapter, blocks=[replace(b, name=f"timm_model.{b.name}" if b.name else "") for b in adapter.blocks])
+
+
 def discover_blocks(model: nn.Module) -> BlockAdapter:
     """The blocks of a zoo, timm or transformers model of a known family; a clear error otherwise."""
+    wrapped_timm = _timm_wrapper_adapter(model)
+    if wrapped_timm is not None:
+        return wrapped_timm
     if _is_zoo_model(model):
         return _zoo_adapter(model)
     wrapped = _wrapped_zoo_adapter(model)

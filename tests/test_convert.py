@@ -107,7 +107,7 @@ def test_corrupt_and_truncated_files_fail_clearly(tmp_path):
     with pytest.raises(FileNotFoundError):
         alternet_hf.convert_original_checkpoint(tmp_path / "absent.pth.tar", "resnet-18-cifar10")
     with pytest.raises(ValueError, match="no converter"):
-        alternet_hf.convert_original_checkpoint(path, "swin-ti-cifar100")
+        alternet_hf.convert_original_checkpoint(path, "deit-s-cifar100")
 
 
 @pytest.mark.commands

@@ -1,5 +1,6 @@
 """The test files of the libraries the zoo plugs into, run against the zoo: timm's `tests/test_models.py` and
-transformers' `tests/test_modeling_common.py`.
+transformers' `tests/test_modeling_common.py`; and old releases the reference used (timm 0.5.4), installed into a
+side folder (`side_installed`) for scripts run in their own process.
 
 Neither ships its tests in its wheel. We download the source distribution of the *installed* version from the
 package registry with pip (as CI installs everything else), unpack its `tests/` once into a cache shared by the
@@ -59,6 +60,27 @@ def _download_tests(distribution: str, version: str, target: Path) -> None:
             archive.extractall(unpacked, members=members, filter="data")
         shutil.rmtree(target, ignore_errors=True)
         (unpacked / root).rename(target)
+
+
+def side_installed(distribution: str, version: str) -> Path:
+    """A folder holding `distribution==version` alone (no dependencies), installed once from the package registry
+    with pip: put it first on a subprocess's PYTHONPATH to run code against that old release."""
+    target = CACHE / f"{distribution}-{version}-site"
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{target}.lock"):
+        if not (target / distribution).is_dir():
+            with tempfile.TemporaryDirectory(dir=CACHE) as scratch:
+                command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", scratch]
+                result = subprocess.run([*command, f"{distribution}=={version}"], capture_output=True, text=True)
+                if result.returncode != 0:
+                    raise RuntimeError(
+                        f"could not install {distribution}=={version} into a side folder ({' '.join(command)}):\n"
+                        f"{result.stderr[-2000:]}\nWithout a package registry, install it into {target} by hand"
+                    )
+                shutil.rmtree(target, ignore_errors=True)
+                Path(scratch).rename(target)
+                Path(scratch).mkdir()  # for TemporaryDirectory's cleanup
+    return target
 
 
 def import_file(path: Path, module_name: str):

@@ -1,0 +1,183 @@
+"""PiT-Ti and Swin-Ti, the reference's other released CIFAR-100 models: timm's own modules in transformers'
+`TimmWrapperForImageClassification`, as timm models live on the Hub.
+
+The reference built them from timm 0.5.4 with CIFAR arguments (its README; PAPER.md §1): PiT-Ti as
+`PoolingVisionTransformer(img_size=32, patch_size=2, stride=1, base_dims=[32, 32, 32], depth=[2, 6, 4],
+heads=[2, 4, 8], mlp_ratio=4)` (4,582,436 parameters with 100 classes) and Swin-Ti as `SwinTransformer(img_size=32,
+patch_size=1, window_size=4, embed_dim=96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24), qkv_bias=False)`
+(27,562,126). A zoo config names timm's architecture (`pit_ti_224`, `swin_tiny_patch4_window7_224`) and keeps
+those arguments in `model_args`, which both timm and transformers read from `config.json`: a saved folder loads
+with `AutoModelForImageClassification`, `pipeline` and `timm.create_model("local-dir:<folder>")` (or
+`"hf-hub:<repo>"`), without `alternet_hf`. For ImageNet the presets are timm's own `pit_ti_224` and
+`swin_tiny_patch4_window7_224`.
+
+What the zoo adds, as it does to transformers' ViT (`presets._finish`): the zoo's loss, the input checks (a
+fixed-size model refuses other sizes with a message, not timm's assertion), the image processor beside the
+weights, and weights saved under timm's own names (transformers' wrapper would prefix them with `timm_model.`,
+which timm cannot load). The zoo's image fields (`image_size`, `image_mean`, `image_std`, `num_channels`) sit in
+the config beside timm's `pretrained_cfg`, both written from one `DatasetSpec`.
+"""
+
+import difflib
+import inspect
+import types
+
+import torch
+from transformers import PreTrainedModel
+
+from .modeling_common import check_pixel_values
+
+# The reference's CIFAR arguments for timm's architectures (timm's ImageNet defaults otherwise).
+FAMILIES = {
+    "pit": dict(
+        architecture="pit_ti_224",
+        module="timm.models.pit",
+        class_name="PoolingVisionTransformer",
+        factory="_create_pit",  # timm's builder for the class: its checkpoint filter and feature settings
+        cifar_args=dict(patch_size=2, stride=1, base_dims=[32, 32, 32], depth=[2, 6, 4], heads=[2, 4, 8], mlp_ratio=4),
+        first_conv="patch_embed.conv",
+        classifier="head",
+    ),
+    "swin": dict(
+        architecture="swin_tiny_patch4_window7_224",
+        module="timm.models.swin_transformer",
+        class_name="SwinTransformer",
+        factory="_create_swin_transformer",
+        cifar_args=dict(
+            patch_size=1, window_size=4, embed_dim=96, depths=[2, 2, 6, 2], num_heads=[3, 6, 12, 24], qkv_bias=False
+        ),
+        first_conv="patch_embed.proj",
+        classifier="head.fc",
+    ),
+}
+# Fields of the zoo's config that timm takes under its own names; the rest of an override goes to timm as is.
+TIMM_NAMES = {"image_size": "img_size", "num_channels": "in_chans"}
+CONFIG_FIELDS = ("num_labels", "id2label", "label2id", "problem_type", "image_mean", "image_std")
+
+
+def family_of(config) -> str | None:
+    """`"pit"` or `"swin"` for a zoo config of those families, None otherwise."""
+    if getattr(config, "model_type", None) != "timm_wrapper":
+        return None
+    return next((name for name, family in FAMILIES.items() if family["architecture"] == config.architecture), None)
+
+
+def timm_config(family: str, data, **overrides):
+    """The config of a PiT or Swin preset for `data` (a `presets.DatasetSpec`), with `overrides`: fields of the
+    zoo's configs (`num_labels`, `image_size`, ...) or arguments of timm's class (`drop_path_rate`, `depth`)."""
+    spec = FAMILIES[family]
+    fields = dict(
+        num_labels=data.num_labels,
+        image_size=data.image_size,
+        num_channels=3,
+        image_mean=list(data.image_mean),
+        image_std=list(data.image_std),
+    )
+    model_args = dict(spec["cifar_args"]) if data.is_small else {}
+    for key, value in overrides.items():
+        if key in fields or key in CONFIG_FIELDS:
+            fields[key] = value
+        else:
+            model_args[key] = value
+    _check_model_args(family, model_args)
+    model_args.update(img_size=fields["image_size"], in_chans=fields["num_channels"])
+    if "num_labels" in overrides:  # a new label count: the dataset's label names no longer apply
+        fields.pop("id2label", None), fields.pop("label2id", None)
+    size = fields["image_size"]
+    pretrained_cfg = dict(
+        input_size=(fields["num_channels"], size, size),
+        fixed_input_size=True,
+        # the saved image processor's preprocessing: resize the whole image to size×size, bilinear
+        crop_pct=1.0,
+        crop_mode="squash",
+        interpolation="bilinear",
+        mean=tuple(fields["image_mean"]),
+        std=tuple(fields["image_std"]),
+        first_conv=spec["first_conv"],
+        classifier=spec["classifier"],
+        paper_name="How Do Vision Transformers Work?",
+        paper_ids="arXiv:2202.06709",
+    )
+    from transformers import TimmWrapperConfig  # imports timm, which `import alternet_hf` does not
+
+    return TimmWrapperConfig(
+        architecture=spec["architecture"], model_args=model_args, pretrained_cfg=pretrained_cfg, **fields
+    )
+
+
+def _check_model_args(family: str, model_args: dict) -> None:
+    """Unknown arguments of timm's class are a `ValueError` naming them, before anything is built."""
+    import importlib
+
+    spec = FAMILIES[family]
+    cls = getattr(importlib.import_module(spec["module"]), spec["class_name"])
+    set_by_the_zoo = ("self", "kwargs", "num_classes", *TIMM_NAMES.values())
+    known = [name for name in inspect.signature(cls.__init__).parameters if name not in set_by_the_zoo]
+    unknown = [key for key in model_args if key not in known]
+    if unknown:
+        hints = {key: difflib.get_close_matches(key, known, n=1) for key in unknown}
+        raise ValueError(
+            f"{spec['class_name']} (timm) has no argument(s) {unknown}; a {family} preset takes the zoo's fields "
+            f"({', '.join((*TIMM_NAMES, *CONFIG_FIELDS))}) and timm's arguments ({', '.join(known)})"
+            + "".join(f"; did you mean {hint[0]!r} for {key!r}?" for key, hint in hints.items() if hint)
+        )
+
+
+def timm_family_model(config, name: str, pretrained: bool, **kwargs) -> torch.nn.Module:
+    """timm's own module for a PiT or Swin config, built by timm's factory for the class under the registered
+    `name` (its pretrained cfg), with the config's arguments under `kwargs`."""
+    import importlib
+
+    spec = FAMILIES[family_of(config)]
+    factory = getattr(importlib.import_module(spec["module"]), spec["factory"])
+    return factory(name, pretrained, **{**config.model_args, **kwargs})
+
+
+def classifier_prefix(model: PreTrainedModel) -> str:
+    """The state-dict prefix of the classifier: `classifier.` for the zoo's other families."""
+    family = family_of(model.config)
+    return f"timm_model.{FAMILIES[family]['classifier']}." if family else "classifier."
+
+
+def finish_timm_model(model: PreTrainedModel) -> PreTrainedModel:
+    """The zoo's input check and timm-named weights on a `TimmWrapperForImageClassification` of the zoo.
+    (The loss, image-processor saving and so on are added as for ViT, by `presets._finish`.)"""
+    model.register_forward_pre_hook(_check_fixed_size_pixels, with_kwargs=True)
+    save_model = model.save_pretrained
+
+    def save_pretrained(self, save_directory, *args, state_dict=None, **kwargs):
+        """transformers' `save_pretrained`, with the weights under timm's names (no `timm_model.` prefix):
+        what timm's own Hub folders hold, and what both timm and transformers load."""
+        state_dict = self.state_dict() if state_dict is None else state_dict
+        state_dict = {key.removeprefix("timm_model."): value for key, value in state_dict.items()}
+        save_model(save_directory, *args, state_dict=state_dict, **kwargs)
+
+    model.save_pretrained = types.MethodType(save_pretrained, model)
+    return model
+
+
+def _check_fixed_size_pixels(module, args, kwargs):
+    """The zoo's input checks, then the images in the model's dtype (floating inputs are cast, as by the zoo's
+    other models)."""
+    config = module.config
+    size = config.image_size
+    pixel_values = check_pixel_values(
+        args[0] if args else kwargs.get("pixel_values"),
+        num_channels=config.num_channels,
+        image_size=size,
+        min_size=1,
+        dtype=next(module.parameters()).dtype,
+    )
+    if tuple(pixel_values.shape[-2:]) != (size, size):
+        height, width = pixel_values.shape[-2:]
+        raise ValueError(
+            f"pixel_values of size {height}×{width}: this {config.architecture} model takes {size}×{size} images "
+            "only (its position embeddings and windows are fixed): resize them, as the saved image processor does"
+        )
+    if args:
+        return (pixel_values, *args[1:]), kwargs
+    return args, {**kwargs, "pixel_values": pixel_values}
+
+
+def is_timm_wrapper(model) -> bool:
+    return isinstance(getattr(model, "timm_model", None), torch.nn.Module) and family_of(model.config) is not None
