@@ -202,6 +202,18 @@ def swin_ti(data, **overrides):
 TIMM_ARCHITECTURES = ("pit-ti", "swin-ti")  # timm's modules (TimmWrapperForImageClassification), not ours
 
 
+# The models the paper compares (its Fig. 1 and the reference's released CIFAR-100 checkpoints, with AlterNet).
+PAPER_MODELS = ("resnet-50-cifar100", "vit-ti-cifar100", "pit-ti-cifar100", "swin-ti-cifar100", "alternet-50-cifar100")
+HUB_ORGANISATION = "alternet-hf"  # where the zoo publishes its models
+FAMILY_NAMES = {"alternet": "AlterNet", "resnet": "ResNet", "vit": "ViT", "pit": "PiT", "swin": "Swin"}
+
+
+def display_name(preset: str) -> str:
+    """`alternet-50-cifar100` -> `AlterNet-50`, `vit-ti-cifar100` -> `ViT-Ti`: the names of the Space and reports."""
+    family, size = preset.split("-")[:2]
+    return f"{FAMILY_NAMES.get(family, family)}-{size.title()}"
+
+
 def list_models(pattern: str | None = None) -> list[str]:
     """Every preset name, optionally only those containing `pattern` (e.g. `"cifar100"`, `"alternet"`)."""
     names = [f"{arch}-{dataset}" for arch in ARCHITECTURES for dataset in DATASETS]
@@ -256,14 +268,19 @@ def create_model(name: str, *, num_labels: int | None = None, **overrides) -> Pr
         if num_labels is None:
             return _finish(AutoModelForImageClassification.from_pretrained(name, **overrides))
         labels = {i: f"LABEL_{i}" for i in range(num_labels)}
-        overrides.update(id2label=labels, label2id={v: k for k, v in labels.items()}, ignore_mismatched_sizes=True)
+        overrides.update(
+            num_labels=num_labels,  # read before id2label by timm configs
+            id2label=labels,
+            label2id={v: k for k, v in labels.items()},
+            ignore_mismatched_sizes=True,
+        )
         model, info = AutoModelForImageClassification.from_pretrained(name, output_loading_info=True, **overrides)
         changed = (
             [key for key, *_ in info["mismatched_keys"]] + list(info["missing_keys"]) + list(info["unexpected_keys"])
         )
         changed = sorted(key for key in changed if not key.startswith(classifier_prefix(model)))
         if changed:
-            asked = sorted(set(overrides) - {"id2label", "label2id", "ignore_mismatched_sizes"})
+            asked = sorted(set(overrides) - {"num_labels", "id2label", "label2id", "ignore_mismatched_sizes"})
             raise ValueError(
                 f"{name}: with the overrides {asked}, pretrained weights no longer fit the model "
                 f"({', '.join(changed[:5])}...); a loaded model keeps its architecture: drop those overrides"
@@ -294,11 +311,12 @@ def _check_config_fields(name: str, overrides: dict) -> None:
 
 def _finish(model: PreTrainedModel) -> PreTrainedModel:
     """What every model `create_model` returns has: the zoo's loss and input check (our classes have them; ViT
-    is transformers', PiT and Swin timm's), ViT's stochastic depth, image-processor saving."""
-    if is_timm_wrapper(model):
-        finish_timm_model(model)
+    is transformers', PiT and Swin timm's), ViT's stochastic depth, image-processor saving (PiT and Swin: timm's
+    names for their weights and its `pretrained_cfg`, from which transformers makes their image processor)."""
     if not isinstance(model, ZooModelMixin):
         use_zoo_loss_and_input_check(model)
+    if is_timm_wrapper(model):  # transformers builds a timm model's image processor from its pretrained_cfg
+        return finish_timm_model(model)
     return attach_image_processor_saving(add_vit_stochastic_depth(model))
 
 

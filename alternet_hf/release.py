@@ -35,6 +35,7 @@ import torch
 
 from .data import KNOWN_COLUMNS
 from .hub import write_release
+from .presets import display_name
 from .recipe import recipe_config
 
 DATASET = "uoft-cs/cifar100"
@@ -42,7 +43,6 @@ COLUMNS = KNOWN_COLUMNS[DATASET]
 RELEASE_MODELS = ("resnet-50-cifar100", "vit-ti-cifar100", "alternet-50-cifar100")
 CIFAR100C_REPO = "cifar100-c"
 SPACE_REPO = "how-do-vits-work"
-FAMILY_NAMES = {"alternet": "AlterNet", "resnet": "ResNet", "vit": "ViT"}
 MANIFEST = "release.json"
 MANIFEST_VERSION = 1
 
@@ -97,12 +97,6 @@ class ReleaseOptions:
         return dict(
             org=self.org, models=list(self.models), rehearsal=self.rehearsal, cifar100c=not self.without_cifar100c
         )
-
-
-def display_name(preset: str) -> str:
-    """`alternet-50-cifar100` -> `AlterNet-50`, `vit-ti-cifar100` -> `ViT-Ti`: the names of the Space and report."""
-    family, size = preset.split("-")[:2]
-    return f"{FAMILY_NAMES.get(family, family)}-{size.title()}"
 
 
 def architecture_of(preset: str) -> str:

@@ -11,11 +11,16 @@ with `AutoModelForImageClassification`, `pipeline` and `timm.create_model("local
 `"hf-hub:<repo>"`), without `alternet_hf`. For ImageNet the presets are timm's own `pit_ti_224` and
 `swin_tiny_patch4_window7_224`.
 
-What the zoo adds, as it does to transformers' ViT (`presets._finish`): the zoo's loss, the input checks (a
-fixed-size model refuses other sizes with a message, not timm's assertion), the image processor beside the
-weights, and weights saved under timm's own names (transformers' wrapper would prefix them with `timm_model.`,
-which timm cannot load). The zoo's image fields (`image_size`, `image_mean`, `image_std`, `num_channels`) sit in
-the config beside timm's `pretrained_cfg`, both written from one `DatasetSpec`.
+What the zoo adds, as it does to transformers' ViT (`presets._finish`): the zoo's loss and input checks (a
+fixed-size model refuses other sizes with a message, not timm's assertion), and weights saved under timm's own
+names (transformers' wrapper would prefix them with `timm_model.`, which timm cannot load). The image processor
+is the one transformers makes for every timm folder (`TimmWrapperImageProcessor`, from `pretrained_cfg`: the
+zoo's resize to 32×32 and normalisation), so no `preprocessor_config.json` is written. The zoo's image fields
+(`image_size`, `image_mean`, `image_std`, `num_channels`) sit in the config beside timm's `pretrained_cfg`, both
+written from one `DatasetSpec`.
+
+timm's PiT has no gradient checkpointing (`set_grad_checkpointing` refuses it), so the zoo's PiT has none
+either; Swin has timm's.
 """
 
 import difflib
@@ -84,15 +89,21 @@ def timm_config(family: str, data, **overrides):
     if "num_labels" in overrides:  # a new label count: the dataset's label names no longer apply
         fields.pop("id2label", None), fields.pop("label2id", None)
     size = fields["image_size"]
+    if family == "swin":  # the feature map the head pools: patches, halved by each stage's merging
+        stride = model_args.get("patch_size", 4) * 2 ** (len(model_args.get("depths", (2, 2, 6, 2))) - 1)
+        pool_size = [size // stride] * 2
+    else:
+        pool_size = None  # PiT pools its class token
     pretrained_cfg = dict(
-        input_size=(fields["num_channels"], size, size),
+        input_size=[fields["num_channels"], size, size],  # lists, as config.json gives them back
+        pool_size=pool_size,
         fixed_input_size=True,
         # the saved image processor's preprocessing: resize the whole image to size×size, bilinear
         crop_pct=1.0,
         crop_mode="squash",
         interpolation="bilinear",
-        mean=tuple(fields["image_mean"]),
-        std=tuple(fields["image_std"]),
+        mean=list(fields["image_mean"]),
+        std=list(fields["image_std"]),
         first_conv=spec["first_conv"],
         classifier=spec["classifier"],
         paper_name="How Do Vision Transformers Work?",
@@ -140,8 +151,8 @@ def classifier_prefix(model: PreTrainedModel) -> str:
 
 
 def finish_timm_model(model: PreTrainedModel) -> PreTrainedModel:
-    """The zoo's input check and timm-named weights on a `TimmWrapperForImageClassification` of the zoo.
-    (The loss, image-processor saving and so on are added as for ViT, by `presets._finish`.)"""
+    """The zoo's input check and timm-named weights on a `TimmWrapperForImageClassification` of the zoo (the loss
+    is added as for ViT, by `presets._finish`)."""
     model.register_forward_pre_hook(_check_fixed_size_pixels, with_kwargs=True)
     save_model = model.save_pretrained
 

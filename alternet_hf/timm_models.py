@@ -79,8 +79,10 @@ def _feature_reductions(config) -> list[int]:
 
 
 def _pretrained_cfg(config, spec: DatasetSpec) -> dict:
-    if family_of(config):  # PiT, Swin: the cfg their zoo config holds
-        return dict(num_classes=spec.num_labels, **config.pretrained_cfg)
+    if family_of(config):  # PiT, Swin: the cfg their zoo config holds, with timm's tuples
+        cfg = config.pretrained_cfg
+        tuples = {key: tuple(cfg[key]) for key in ("input_size", "pool_size", "mean", "std") if cfg[key]}
+        return {**cfg, **tuples, "num_classes": spec.num_labels}
     family = _FAMILIES[config.model_type]
     size = spec.image_size
     pool_size = None if config.model_type == "vit" else (size // _feature_reductions(config)[-1],) * 2

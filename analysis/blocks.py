@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 import alternet_hf
-from alternet_hf.blocks import BLOCK_KINDS
+from alternet_hf.blocks import BLOCK_KINDS, timm_cut
 
 from . import _common
 from ._common import analysis_mode, logits_of, resolve_device
@@ -198,33 +198,21 @@ def _timm_vit(model) -> BlockAdapter:
     return d.adapter(num_prefix_tokens=model.num_prefix_tokens)
 
 
-def _timm_pit(model) -> BlockAdapter:
-    """The reference's decomposition (its README): the embedded patches, each layer's attention and MLP
-    residuals, the pooling layers, and the head (the normalised class token)."""
-    d = _Describer(model, "timm PoolingVisionTransformer")
-    d.add("stem", d.get(model, "pos_drop"))
-    for stage in d.get(model, "transformers"):
-        if getattr(stage, "pool", None) is not None:
-            d.add("pool", stage.pool)
-        for block in d.get(stage, "blocks"):
-            _timm_vit_layer(d, block)
-    d.add("head", d.get(model, "norm"))
-    return d.adapter(num_prefix_tokens=model.cls_token.shape[1])
-
-
-def _timm_swin(model) -> BlockAdapter:
-    """The reference's decomposition: the embedded patches, each block's (shifted-)window attention residual
-    and MLP residual, the patch mergings as pools, and the head (the final norm)."""
-    d = _Describer(model, "timm SwinTransformer")
-    d.add("stem", d.get(model, "patch_embed"))
-    for stage in d.get(model, "layers"):
-        d.add("pool", d.get(stage, "downsample"))
-        for block in d.get(stage, "blocks"):
-            d.require(block, "SwinTransformerBlock")
-            d.add("msa", d.get(block, "norm2"), d.get(block, "drop_path1"), read="input", named=d.get(block, "attn"))
-            d.add("mlp", block, d.get(block, "drop_path2"), named=d.get(block, "mlp"))
-    d.add("head", d.get(model, "norm"))
-    return d.adapter(num_prefix_tokens=0, channels_last=True)
+def _timm_cut(model, family: str) -> BlockAdapter:
+    """timm's PiT and Swin, cut as the reference cuts them (`alternet_hf.blocks.timm_cut`, the zoo's PiT and Swin
+    being these modules)."""
+    try:
+        cut = timm_cut(model)
+    except AttributeError as error:
+        raise UndescribedModelError(
+            f"this {family} lacks what its blocks are read from ({error}): analysis.blocks cannot describe this "
+            f"variant. {_ADAPTER_HELP}"
+        ) from error
+    paths = {module: name for name, module in model.named_modules()}
+    blocks = [
+        Block(b.kind, b.module, paths.get(b.named or b.module, ""), b.branch, b.read) for b in cut.blocks
+    ]  # fmt: skip
+    return BlockAdapter(blocks, num_prefix_tokens=cut.num_prefix_tokens, channels_last=cut.channels_last)
 
 
 def _timm_convnext(model) -> BlockAdapter:
@@ -312,8 +300,8 @@ def _hf_resnet(model) -> BlockAdapter:
 DISCOVERERS: list[tuple[str, tuple[str, ...], Callable[[nn.Module], BlockAdapter]]] = [
     ("timm.models.vision_transformer", ("VisionTransformer", "VisionTransformerDistilled"), _timm_vit),
     ("timm.models.deit", ("VisionTransformerDistilled",), _timm_vit),
-    ("timm.models.pit", ("PoolingVisionTransformer",), _timm_pit),
-    ("timm.models.swin_transformer", ("SwinTransformer",), _timm_swin),
+    ("timm.models.pit", ("PoolingVisionTransformer",), lambda m: _timm_cut(m, "timm PoolingVisionTransformer")),
+    ("timm.models.swin_transformer", ("SwinTransformer",), lambda m: _timm_cut(m, "timm SwinTransformer")),
     ("timm.models.convnext", ("ConvNeXt",), _timm_convnext),
     ("timm.models.resnet", ("ResNet",), _timm_resnet),
     ("transformers.models.deit", ("DeiTModel", "DeiTForImageClassification",

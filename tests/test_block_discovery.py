@@ -57,7 +57,7 @@ TIMM_EXPECTED = {
     "deit-distilled": (["stem", "msa", "mlp", "msa", "mlp", "head"], 2),
     "swin": (["stem", "msa", "mlp", "pool", "msa", "mlp", "msa", "mlp", "head"], 0),
     "convnext": (["stem", "conv", "pool", "conv", "pool", "conv", "conv", "pool", "conv"], 0),
-    "pit": (["stem", "msa", "mlp", "pool", "msa", "mlp", "msa", "mlp"], 1),
+    "pit": (["stem", "msa", "mlp", "pool", "msa", "mlp", "msa", "mlp", "head"], 1),  # the reference's cut
 }
 TRANSFORMERS_EXPECTED = {
     "resnet": (["stem", "conv", "pool", "conv"], 0),
@@ -80,6 +80,9 @@ def check_family(model: nn.Module, kinds: list[str], prefix: int):
     logits = logits if isinstance(logits, torch.Tensor) else logits.logits
     torch.testing.assert_close(run.logits, logits)  # the hooks change nothing
     maps = [as_feature_map(s, run.num_prefix_tokens, channels_last=run.channels_last) for s in run.states]
+    if type(model).__name__ == "PoolingVisionTransformer":  # PiT's head is its class token alone: no map
+        assert maps[-1] is None
+        maps, kinds = maps[:-1], kinds[:-1]
     assert all(m is not None and m.ndim == 4 and m.shape[0] == 2 for m in maps)
     sides = [m.shape[-1] for m in maps]
     for index, kind in enumerate(kinds[1:], start=1):  # `pool` exactly where the map shrinks

@@ -23,6 +23,7 @@ from alternet_hf.timm_models import register_models  # noqa: E402
 ALL_NAMES = register_models()  # with tags: alternet_18.cifar100, alternet_18_224.in1k, ...
 COMPUTE_NAMES = ["alternet_18", "alternet_18_224", "resnet_18", "resnet_18_224", "vit_ti", "vit_ti_224"]
 CNN_NAMES = [name for name in COMPUTE_NAMES if not name.startswith("vit")]
+NON_STD = ("vit", "pit")  # names timm's NON_STD_FILTERS match ('vit_*', 'pit_*'): its "non-standard" models
 
 # timm's test -> (our names, extra arguments after model_name). timm selects the names of the first group by its
 # own filters (ViT names are its "non-standard" models); the feature-API and pruning tests it runs on the model
@@ -33,8 +34,8 @@ SELECTED_BY_TIMM = {
     "test_model_forward_features": (CNN_NAMES, (1,)),
     "test_model_forward_fx": (COMPUTE_NAMES, (1,)),
     "test_model_backward_fx": (COMPUTE_NAMES, (2,)),
-    "test_model_default_cfgs": ([name for name in ALL_NAMES if not name.startswith("vit")], (1, "meta")),
-    "test_model_default_cfgs_non_std": ([name for name in ALL_NAMES if name.startswith("vit")], (1, "meta")),
+    "test_model_default_cfgs": ([name for name in ALL_NAMES if not name.startswith(NON_STD)], (1, "meta")),
+    "test_model_default_cfgs_non_std": ([name for name in ALL_NAMES if name.startswith(NON_STD)], (1, "meta")),
 }
 OPTED_IN = {
     "test_model_forward_intermediates_features": (COMPUTE_NAMES, (1,)),

@@ -10,7 +10,7 @@ import torch
 from conftest import TINY
 
 import alternet_hf
-from alternet_hf.presets import ARCHITECTURES, DATASETS
+from alternet_hf.presets import ARCHITECTURES, DATASETS, TIMM_ARCHITECTURES
 from alternet_hf.timm_models import register_models, timm_name
 
 timm = pytest.importorskip("timm")
@@ -42,16 +42,21 @@ def images(batch=3, channels=3, size=16):
 
 def test_every_preset_has_a_timm_name_with_its_data_config():
     names = timm.list_models(module="timm_models", include_tags=True)
-    expected = {timm_name(arch, dataset) for arch in ARCHITECTURES for dataset in DATASETS}
-    assert set(names) == expected and len(expected) == len(alternet_hf.list_models())
+    # PiT and Swin for ImageNet are timm's own pit_ti_224 and swin_tiny_patch4_window7_224
+    presets = [(a, d) for a in ARCHITECTURES for d in DATASETS if a not in TIMM_ARCHITECTURES or d != "imagenet"]
+    expected = {timm_name(arch, dataset) for arch, dataset in presets}
+    assert set(names) == expected and len(expected) == len(alternet_hf.list_models()) - len(TIMM_ARCHITECTURES)
     assert {"alternet_50.cifar100", "alternet_50.cifar10", "alternet_50_224.in1k", "vit_ti.cifar100"} <= expected
-    assert not set(names) & set(timm.list_models(module="resnet") + timm.list_models(module="vision_transformer"))
-    for arch in ARCHITECTURES:
-        for dataset, spec in DATASETS.items():
-            cfg = timm.get_pretrained_cfg(timm_name(arch, dataset))
-            assert cfg.num_classes == spec.num_labels and cfg.input_size == (3, spec.image_size, spec.image_size)
-            assert cfg.mean == spec.image_mean and cfg.std == spec.image_std and cfg.classifier == "classifier"
-            assert not cfg.has_weights
+    assert {"pit_ti.cifar100", "swin_ti.cifar10"} <= expected
+    timm_own = ("resnet", "vision_transformer", "pit", "swin_transformer")
+    assert not set(names) & {name for module in timm_own for name in timm.list_models(module=module)}
+    for arch, dataset in presets:
+        spec = DATASETS[dataset]
+        cfg = timm.get_pretrained_cfg(timm_name(arch, dataset))
+        assert cfg.num_classes == spec.num_labels and cfg.input_size == (3, spec.image_size, spec.image_size)
+        assert cfg.mean == spec.image_mean and cfg.std == spec.image_std and not cfg.has_weights
+        head = {"pit-ti": "head", "swin-ti": "head.fc"}.get(arch, "classifier")
+        assert cfg.classifier == head
     # a bare CIFAR name is CIFAR-100, timm's default tag
     assert timm.get_pretrained_cfg("alternet_50").tag == "cifar100"
 

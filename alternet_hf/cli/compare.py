@@ -2,6 +2,13 @@
 in one plot, one JSON with every number, and a report that decides each claim of the paper on these models.
 
     alternet-compare --models alternet=outputs/alternet-digits,resnet=resnet-18-cifar10 --analyses fourier,variance
+    alternet-compare --paper                  # the paper's line-up from the zoo's Hub repos, on CIFAR-100
+    alternet-compare --paper converted/       # ... from folders named by preset (converted/pit-ti-cifar100, ...)
+
+--paper (the default without --models) compares the paper's models: ResNet-50, ViT-Ti, PiT-Ti, Swin-Ti and
+AlterNet-50 for CIFAR-100, from the Hub repos of an organisation (default alternet-hf) or from a folder holding
+one folder per preset (what alternet-convert, alternet-train --recipe paper or alternet-release --dry-run write),
+on uoft-cs/cifar100 unless --dataset says otherwise.
 
 A model is a zoo preset or folder, a transformers model (folder or Hub id) or a timm model `timm:<name>`,
 optionally named (`name=source`). timm models are created without weights and loaded from --weights
@@ -79,9 +86,41 @@ def assign_weights(specs: list[tuple[str, str]], weights: list[tuple[str | None,
     return assigned
 
 
+def paper_models(source: str) -> list[tuple[str, str]]:
+    """The paper's line-up (`alternet_hf.presets.PAPER_MODELS`) as (name, source): from a folder of preset-named
+    folders (also under its `models/`, as alternet-release lays them out), else from a Hub organisation."""
+    from alternet_hf.presets import PAPER_MODELS, display_name
+
+    folder = Path(source)
+    if folder.is_dir():
+        roots = [folder, folder / "models"]
+        found = {p: next((r / p for r in roots if (r / p / "config.json").is_file()), None) for p in PAPER_MODELS}
+        missing = [preset for preset, path in found.items() if path is None]
+        if missing:
+            raise CommandError(
+                f"{folder} lacks the paper's {', '.join(missing)}: put one folder per model there, named by preset "
+                "(alternet-convert <reference .pth.tar> <preset> <folder>/<preset>, or alternet-train --recipe paper "
+                "--model <preset> --output-dir <folder>/<preset>), or name the models with --models"
+            )
+        return [(display_name(preset), str(path)) for preset, path in found.items()]
+    if not re.fullmatch(r"[\w.-]+", source):
+        raise CommandError(f"--paper takes a Hub organisation or a folder of model folders; {source!r} is neither")
+    return [(display_name(preset), f"{source}/{preset}") for preset in PAPER_MODELS]
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from alternet_hf.presets import HUB_ORGANISATION
+
     parser = make_parser(__doc__)
-    parser.add_argument("--models", required=True, type=model_specs, help="[name=]source,... (see above)")
+    chosen = parser.add_mutually_exclusive_group()
+    chosen.add_argument("--models", type=model_specs, help="[name=]source,... (see above)")
+    chosen.add_argument(
+        "--paper",
+        nargs="?",
+        const=HUB_ORGANISATION,
+        metavar="ORG_OR_FOLDER",
+        help=f"the paper's five models from a Hub organisation (default {HUB_ORGANISATION}) or a folder (see above)",
+    )
     parser.add_argument("--weights", type=weight_paths, help="weights of timm models: [name=]file-or-folder,...")
     parser.add_argument("--image-size", type=int, help="resize inputs to this size for every model")
     parser.add_argument("--out", type=Path, default=Path("comparison"), help="folder for results, figures, report")
@@ -92,13 +131,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="name models whose accuracy is below this multiple of chance as near chance in the report",
     )
     add_analysis_arguments(parser)
-    parser.set_defaults(landscape_protocol="reference")
+    parser.set_defaults(landscape_protocol="reference", dataset=None)  # dataset: digits, or CIFAR-100 for --paper
     return parser
 
 
 @command
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    from alternet_hf.presets import HUB_ORGANISATION
+
+    paper = args.models is None
+    if paper:
+        args.models = paper_models(args.paper or HUB_ORGANISATION)
+    if args.dataset is None:
+        args.dataset = "uoft-cs/cifar100" if paper else "digits"
     import matplotlib
 
     matplotlib.use("Agg")
