@@ -33,6 +33,14 @@ KNOWN_COLUMNS = {
 DEFAULT_COLUMNS = Columns("image", "label")
 
 
+def _schema_of(column_names: list[str]) -> Columns:
+    """The known schema whose columns `column_names` has (image/label first), else image/label."""
+    for columns in (DEFAULT_COLUMNS, *KNOWN_COLUMNS.values()):
+        if columns.image in column_names and columns.label in column_names:
+            return columns
+    return DEFAULT_COLUMNS
+
+
 def load_digits_dataset(split: str, *, image_size: int = 32, test_fraction: float = 0.2) -> datasets.Dataset:
     """scikit-learn's digits as 32×32 RGB images, with a fixed stratified train/test split."""
     from sklearn.datasets import load_digits
@@ -184,16 +192,17 @@ def load_image_classification(
     class_names: list[str] | None = None,
 ) -> datasets.Dataset:
     """A split of `source` (the embedded `"digits"`, a Hub id, or a local folder or parquet file) as
-    columns `image` and `label`. Column names default to the known ones of the source, else image/label.
+    columns `image` and `label`. Column names default to the known ones of the source, else to those of a known
+    schema the columns match (a local copy of uoft-cs/cifar100: img, fine_label), else image/label.
 
     `class_names` (e.g. the training split's) fixes which index each class gets, so that every split of
     a dataset whose labels are strings or plain integers is encoded alike; see `encode_labels`.
     """
     if source == DIGITS:
         return encode_labels(load_digits_dataset(split), class_names)
-    known = KNOWN_COLUMNS.get(source, DEFAULT_COLUMNS)
-    columns = Columns(image_column or known.image, label_column or known.label)
     dataset = load_raw_dataset(source, split=split)
+    known = KNOWN_COLUMNS.get(source) or _schema_of(dataset.column_names)
+    columns = Columns(image_column or known.image, label_column or known.label)
     missing = [name for name in (columns.image, columns.label) if name not in dataset.column_names]
     if missing:
         raise ValueError(

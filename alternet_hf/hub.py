@@ -20,6 +20,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from .metrics import METRIC_NAMES
 from .modeling_common import ZooModelMixin
 from .presets import create_model, list_models
+from .timm_families import is_timm_wrapper
 from .timm_models import timm_name
 
 PAPER = "https://arxiv.org/abs/2202.06709"
@@ -121,8 +122,9 @@ def build_model_card(
                 metric_value=float(robustness["mean_accuracy"]),
             )
         )
+    timm_family = is_timm_wrapper(model)  # PiT, Swin: a timm repo, which transformers loads too
     data = ModelCardData(
-        library_name="transformers",
+        library_name="timm" if timm_family else "transformers",
         license="apache-2.0",
         pipeline_tag="image-classification",
         tags=["image-classification", "vision", "how-do-vits-work", model.config.model_type],
@@ -131,12 +133,13 @@ def build_model_card(
         eval_results=results or None,
     )
     remote = isinstance(model, ZooModelMixin)
+    architecture = f"timm's {type(model.timm_model).__name__}" if timm_family else type(model).__name__
     clean = [r for r in results if r.dataset_name == dataset]
     table = "\n".join(f"| {METRIC_LABELS[r.metric_type]} | {r.metric_value:.4f} |" for r in clean)
     body = f"""
 # {name}
 
-{type(model).__name__} ({model.num_parameters():,} parameters) from ["How Do Vision Transformers Work?"]({PAPER})
+{architecture} ({model.num_parameters():,} parameters) from ["How Do Vision Transformers Work?"]({PAPER})
 (Park & Kim, ICLR 2022), trained on `{dataset}`. Released with alternet-hf.
 
 ## Usage
@@ -151,7 +154,7 @@ classifier = pipeline("image-classification", model="{repo_id}")
 ```
 {"Without `alternet_hf`, pass `trust_remote_code=True`: the repo carries its own modeling code." if remote else ""}
 
-{_timm_usage(repo_id, model_dir)}
+{_timm_native_usage(repo_id) if timm_family else _timm_usage(repo_id, model_dir)}
 
 Fine-tune with the HF `Trainer` (`forward(pixel_values, labels)` returns the loss), e.g.
 `alternet-finetune --model {repo_id} --dataset <your dataset>` from alternet-hf.
@@ -243,6 +246,17 @@ from huggingface_hub import hf_hub_download
 weights = hf_hub_download("{repo_id}", "model.safetensors")
 model = timm.create_model("{timm_name(architecture, dataset)}", pretrained=True,
                           pretrained_cfg_overlay=dict(file=weights){extra})
+```"""
+
+
+def _timm_native_usage(repo_id: str) -> str:
+    """timm's own Hub loading, for the families that are timm's modules (PiT, Swin)."""
+    return f"""In timm (the repo is a timm model: no `alternet_hf` needed):
+
+```python
+import timm
+
+model = timm.create_model("hf-hub:{repo_id}", pretrained=True)
 ```"""
 
 

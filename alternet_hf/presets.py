@@ -199,7 +199,7 @@ def swin_ti(data, **overrides):
     return timm_config("swin", data, **overrides)
 
 
-TIMM_ARCHITECTURES = ("pit-ti", "swin-ti")  # timm's modules (TimmWrapperForImageClassification), not ours
+TIMM_ARCHITECTURES = {"pit-ti": "pit", "swin-ti": "swin"}  # timm's modules (timm_families), not ours
 
 
 # The models the paper compares (its Fig. 1 and the reference's released CIFAR-100 checkpoints, with AlterNet).

@@ -67,9 +67,11 @@ def family_of(config) -> str | None:
     return next((name for name, family in FAMILIES.items() if family["architecture"] == config.architecture), None)
 
 
-def timm_config(family: str, data, **overrides):
-    """The config of a PiT or Swin preset for `data` (a `presets.DatasetSpec`), with `overrides`: fields of the
-    zoo's configs (`num_labels`, `image_size`, ...) or arguments of timm's class (`drop_path_rate`, `depth`)."""
+def timm_settings(family: str, data, **overrides) -> dict:
+    """The fields of a PiT or Swin preset's config for `data` (a `presets.DatasetSpec`), as plain values:
+    `architecture`, `model_args` (timm's arguments), `pretrained_cfg` and the zoo's fields. `overrides`: fields of
+    the zoo's configs (`num_labels`, `image_size`, ...) or arguments of timm's class (`drop_path_rate`, `depth`).
+    Plain values, so that registering the timm names (which runs while timm imports) needs no config class."""
     spec = FAMILIES[family]
     fields = dict(
         num_labels=data.num_labels,
@@ -86,8 +88,6 @@ def timm_config(family: str, data, **overrides):
             model_args[key] = value
     _check_model_args(family, model_args)
     model_args.update(img_size=fields["image_size"], in_chans=fields["num_channels"])
-    if "num_labels" in overrides:  # a new label count: the dataset's label names no longer apply
-        fields.pop("id2label", None), fields.pop("label2id", None)
     size = fields["image_size"]
     if family == "swin":  # the feature map the head pools: patches, halved by each stage's merging
         stride = model_args.get("patch_size", 4) * 2 ** (len(model_args.get("depths", (2, 2, 6, 2))) - 1)
@@ -98,7 +98,7 @@ def timm_config(family: str, data, **overrides):
         input_size=[fields["num_channels"], size, size],  # lists, as config.json gives them back
         pool_size=pool_size,
         fixed_input_size=True,
-        # the saved image processor's preprocessing: resize the whole image to size×size, bilinear
+        # the zoo's preprocessing: resize the whole image to size×size, bilinear
         crop_pct=1.0,
         crop_mode="squash",
         interpolation="bilinear",
@@ -109,11 +109,14 @@ def timm_config(family: str, data, **overrides):
         paper_name="How Do Vision Transformers Work?",
         paper_ids="arXiv:2202.06709",
     )
+    return dict(architecture=spec["architecture"], model_args=model_args, pretrained_cfg=pretrained_cfg, **fields)
+
+
+def timm_config(family: str, data, **overrides):
+    """The `TimmWrapperConfig` of a PiT or Swin preset (see `timm_settings`)."""
     from transformers import TimmWrapperConfig  # imports timm, which `import alternet_hf` does not
 
-    return TimmWrapperConfig(
-        architecture=spec["architecture"], model_args=model_args, pretrained_cfg=pretrained_cfg, **fields
-    )
+    return TimmWrapperConfig(**timm_settings(family, data, **overrides))
 
 
 def _check_model_args(family: str, model_args: dict) -> None:
@@ -134,14 +137,14 @@ def _check_model_args(family: str, model_args: dict) -> None:
         )
 
 
-def timm_family_model(config, name: str, pretrained: bool, **kwargs) -> torch.nn.Module:
-    """timm's own module for a PiT or Swin config, built by timm's factory for the class under the registered
-    `name` (its pretrained cfg), with the config's arguments under `kwargs`."""
+def timm_family_model(family: str, data, name: str, pretrained: bool, **kwargs) -> torch.nn.Module:
+    """timm's own PiT or Swin module for `data`, built by timm's factory for the class under the registered
+    `name` (its pretrained cfg), with the reference's arguments under `kwargs`."""
     import importlib
 
-    spec = FAMILIES[family_of(config)]
+    spec = FAMILIES[family]
     factory = getattr(importlib.import_module(spec["module"]), spec["factory"])
-    return factory(name, pretrained, **{**config.model_args, **kwargs})
+    return factory(name, pretrained, **{**timm_settings(family, data)["model_args"], **kwargs})
 
 
 def classifier_prefix(model: PreTrainedModel) -> str:

@@ -45,7 +45,7 @@ from torch.nn import functional as F
 
 from .modeling_common import check_pixel_values
 from .presets import ARCHITECTURES, DATASETS, TIMM_ARCHITECTURES, DatasetSpec, create_config, create_model
-from .timm_families import family_of, timm_family_model
+from .timm_families import timm_family_model, timm_settings
 
 # fx keeps the input check as one call in a traced graph (it cannot branch on a traced tensor's shape).
 torch.fx.wrap("check_pixel_values")
@@ -78,11 +78,14 @@ def _feature_reductions(config) -> list[int]:
     return [stem] + [stem * 2**i for i in range(len(config.hidden_sizes))]
 
 
+def _timm_family_cfg(family: str, spec: DatasetSpec) -> dict:
+    """PiT, Swin: the pretrained cfg their zoo config holds, with timm's tuples."""
+    cfg = timm_settings(family, spec)["pretrained_cfg"]
+    tuples = {key: tuple(cfg[key]) for key in ("input_size", "pool_size", "mean", "std") if cfg[key]}
+    return {**cfg, **tuples, "num_classes": spec.num_labels}
+
+
 def _pretrained_cfg(config, spec: DatasetSpec) -> dict:
-    if family_of(config):  # PiT, Swin: the cfg their zoo config holds, with timm's tuples
-        cfg = config.pretrained_cfg
-        tuples = {key: tuple(cfg[key]) for key in ("input_size", "pool_size", "mean", "std") if cfg[key]}
-        return {**cfg, **tuples, "num_classes": spec.num_labels}
     family = _FAMILIES[config.model_type]
     size = spec.image_size
     pool_size = None if config.model_type == "vit" else (size // _feature_reductions(config)[-1],) * 2
@@ -446,9 +449,11 @@ def _entrypoint(name: str, architecture: str, datasets: dict[str, str]):
                 "alternet-train with pretrained_cfg_overlay=dict(file='<folder>/model.safetensors')"
             )
         preset = f"{architecture}-{datasets[tag]}"
+        if architecture in TIMM_ARCHITECTURES:  # PiT, Swin: timm's own classes
+            return timm_family_model(
+                TIMM_ARCHITECTURES[architecture], DATASETS[datasets[tag]], name, pretrained, **kwargs
+            )
         config = ARCHITECTURES[architecture](DATASETS[datasets[tag]])
-        if family_of(config):  # PiT, Swin: timm's own classes
-            return timm_family_model(config, name, pretrained, **kwargs)
         # features_only: as timm's own families, every level of a CNN (stem and stages) and ViT's last 3 layers
         if config.model_type == "vit":
             levels = min(3, kwargs.get("num_hidden_layers", config.num_hidden_layers))
@@ -487,7 +492,10 @@ def register_models() -> list[str]:
         for arch, (architecture, datasets) in _tags_by_architecture().items():
             for tag, dataset in datasets.items():
                 spec = DATASETS[dataset]
-                cfgs[f"{arch}.{tag}"] = _pretrained_cfg(ARCHITECTURES[architecture](spec), spec)
+                if architecture in TIMM_ARCHITECTURES:
+                    cfgs[f"{arch}.{tag}"] = _timm_family_cfg(TIMM_ARCHITECTURES[architecture], spec)
+                else:
+                    cfgs[f"{arch}.{tag}"] = _pretrained_cfg(ARCHITECTURES[architecture](spec), spec)
             _ENTRYPOINTS[arch] = (architecture, datasets)
         default_cfgs.update(generate_default_cfgs(cfgs))
         for arch, (architecture, datasets) in _ENTRYPOINTS.items():

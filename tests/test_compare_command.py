@@ -137,3 +137,35 @@ def test_a_transformers_model_takes_its_size_and_normalisation_from_its_image_pr
     assert loaded.num_labels == 3 and block_kinds(loaded.model) == ["stem", "conv", "pool"]
     with pytest.raises(ValueError, match="--weights applies to timm models"):
         load_model(str(tmp_path / "resnet"), weights=tmp_path)
+
+
+@pytest.mark.commands
+def test_the_papers_lineup_from_a_folder_of_preset_folders(tmp_path):
+    """`alternet-compare --paper <folder>`: the five models of the paper (tiny, untrained), found by preset name in
+    the layout alternet-release writes (<folder>/models/<preset>), on a dataset in uoft-cs/cifar100's schema."""
+    from alternet_hf.presets import PAPER_MODELS
+    from alternet_hf.release import write_stand_in_dataset
+
+    for preset in PAPER_MODELS:
+        alternet_hf.create_model(preset, **{**TINY[preset], "num_labels": 100}).save_pretrained(
+            tmp_path / "zoo" / "models" / preset
+        )
+    data = write_stand_in_dataset(tmp_path / "cifar100-stand-in")
+    out = tmp_path / "cmp"
+    completed = run(
+        "--paper", tmp_path / "zoo", "--dataset", data, "--analyses", "fourier,variance", "--max-batches", "1",
+        "--batch-size", "8", "--out", out, cwd=tmp_path,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    models = json.loads((out / "comparison.json").read_text())["models"]
+    assert list(models) == ["ResNet-50", "ViT-Ti", "PiT-Ti", "Swin-Ti", "AlterNet-50"]
+    roles = {name: model["role"] for name, model in models.items()}
+    assert roles == {"ResNet-50": "cnn", "ViT-Ti": "transformer", "PiT-Ti": "transformer", "Swin-Ti": "transformer",
+                     "AlterNet-50": "hybrid"}  # fmt: skip
+    assert models["PiT-Ti"]["kinds"].count("pool") == 1 and models["Swin-Ti"]["kinds"].count("pool") == 1
+    fourier = json.loads((out / "PiT-Ti" / "fourier.json").read_text())["result"]
+    assert len(fourier["kinds"]) == 1 + len(models["PiT-Ti"]["kinds"])  # the input, then every block
+    assert {"fourier_by_depth.png", "variance_by_depth.png"} <= {p.name for p in out.iterdir()}
+
+    missing = run("--paper", tmp_path / "cifar100-stand-in", cwd=tmp_path)
+    assert missing.returncode != 0 and "lacks the paper's resnet-50-cifar100" in missing.stderr

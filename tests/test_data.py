@@ -47,8 +47,12 @@ def test_save_to_disk_folder_with_cifar100_columns(tmp_path):
     )
     assert data.column_names == ["image", "label"] and len(data) == 4
     assert data.features["label"].names == [f"fine{i}" for i in range(4)]
+    # without column names, a local copy in uoft-cs/cifar100's schema reads as that dataset (img, fine_label)
+    assert load_image_classification(str(tmp_path / "c100"), split="test")["label"] == data["label"]
+    renamed = _cifar100_like(4).rename_column("img", "picture")
+    renamed.to_parquet(str(tmp_path / "other.parquet"))
     with pytest.raises(ValueError, match="no column"):
-        load_image_classification(str(tmp_path / "c100"), split="test")  # default names don't fit
+        load_image_classification(str(tmp_path / "other.parquet"), split="train")  # no known schema fits
 
 
 def test_parquet_file_and_folder(tmp_path):
