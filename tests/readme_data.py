@@ -3,6 +3,7 @@ reference's released checkpoints. `build(folder)` writes them and `placeholders.
 README placeholder to its stand-in (used by test_readme.py)."""
 
 import json
+import re
 from pathlib import Path
 
 import torch
@@ -43,14 +44,37 @@ def reference_checkpoints(root: Path) -> dict[str, str]:
     alternet = reference_alternet_state_dict(
         (3, 4, 6, 4), (64, 128, 256, 512), 4, (0, 1, 1, 2), heads=(3, 6, 12, 24), num_classes=100
     )
+    pit = timm054_layout(timm.create_model("pit_ti_224", num_classes=100, img_size=32, patch_size=2, stride=1))
+    swin = timm054_layout(
+        timm.create_model(
+            "swin_tiny_patch4_window7_224", num_classes=100, img_size=32, patch_size=1, window_size=4, qkv_bias=False
+        )
+    )
     files = {
         "resnet_50_cifar100_691cc9a9e4.pth.tar": resnet,
         "vit_ti_cifar100_9857b21357.pth.tar": vit,
+        "pit_ti_cifar100_0645889efb.pth.tar": pit,
+        "swin_ti_cifar100_ec2894492b.pth.tar": swin,
         "my_alternet.pth.tar": alternet,
     }
     for name, state_dict in files.items():
         torch.save({"state_dict": state_dict}, root / name)
     return {name: str(root / name) for name in files}
+
+
+def timm054_layout(model) -> dict:
+    """A PiT or Swin of today's timm in the layout timm 0.5.4 saved (the reference's files): pools and patch
+    mergings closing their stage, Swin's `head` and its computed buffers saved. Stand-ins for the README's
+    commands; tests/test_convert_timm054.py converts files written by timm 0.5.4 itself."""
+    state = {}
+    for key, value in model.state_dict().items():
+        key = re.sub(r"^transformers\.(\d+)\.pool\.", lambda m: f"transformers.{int(m[1]) - 1}.pool.", key)
+        key = re.sub(r"^layers\.(\d+)\.downsample\.", lambda m: f"layers.{int(m[1]) - 1}.downsample.", key)
+        state[re.sub(r"^head\.fc\.", "head.", key)] = value
+    for key, value in model.named_buffers():
+        if key.endswith(("relative_position_index", "attn_mask")):
+            state[key] = value
+    return state
 
 
 def build(folder: str) -> None:

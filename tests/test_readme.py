@@ -48,10 +48,12 @@ RULES = [
     (r"--config my_run\.json", CLEAR_ERROR, "my_run.json: a run on the Hub's CIFAR-10"),
     (r"^alternet-(push|publish-cifar100c)(?!.*--dry-run)", CLEAR_ERROR, "uploads to the Hub"),
     (r"^alternet-benchmark|scripts/benchmark\.py", PARSE_ONLY, "minutes of timing on a CPU"),
+    (r"--paper", CLEAR_ERROR, "the paper's five models (AlterNet-50: no released weights) and CIFAR-100, from the Hub"),
     (r"^alternet-space", SERVER, "a web server: it must come up and serve the page"),
 ]
 CLEAR_MESSAGES = (
-    r"error: .*(cannot be reached|from the Hugging Face Hub|no Hugging Face token|there is no folder|is not a folder)"
+    r"error: .*(cannot be reached|from the Hugging Face Hub|no Hugging Face token|there is no folder|is not a folder"
+    r"|lacks the paper's)"
 )
 
 
