@@ -61,8 +61,9 @@ CONFIG_FIELDS = ("num_labels", "id2label", "label2id", "problem_type", "image_me
 
 
 def family_of(config) -> str | None:
-    """`"pit"` or `"swin"` for a zoo config of those families, None otherwise."""
-    if getattr(config, "model_type", None) != "timm_wrapper":
+    """`"pit"` or `"swin"` for a zoo config of those families, None otherwise (also for a timm model from the Hub
+    that lacks the zoo's image fields)."""
+    if getattr(config, "model_type", None) != "timm_wrapper" or not hasattr(config, "image_size"):
         return None
     return next((name for name, family in FAMILIES.items() if family["architecture"] == config.architecture), None)
 
@@ -186,7 +187,7 @@ def _check_fixed_size_pixels(module, args, kwargs):
         height, width = pixel_values.shape[-2:]
         raise ValueError(
             f"pixel_values of size {height}×{width}: this {config.architecture} model takes {size}×{size} images "
-            "only (its position embeddings and windows are fixed): resize them, as the saved image processor does"
+            "only (its position embeddings and windows are fixed): resize them, as its image processor does"
         )
     if args:
         return (pixel_values, *args[1:]), kwargs
@@ -194,4 +195,5 @@ def _check_fixed_size_pixels(module, args, kwargs):
 
 
 def is_timm_wrapper(model) -> bool:
+    """Whether `model` is a zoo PiT or Swin: timm's module in transformers' TimmWrapper, with the zoo's config."""
     return isinstance(getattr(model, "timm_model", None), torch.nn.Module) and family_of(model.config) is not None
