@@ -51,6 +51,8 @@ STAND_IN_IMAGES_PER_CLASS = {"train": 10, "test": 2}
 REHEARSAL_MODELS = {
     "resnet-50": dict(hidden_sizes=[8, 16, 16, 32], embedding_size=8, depths=[1, 1, 1, 1]),
     "vit-ti": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, patch_size=4),
+    "pit-ti": dict(base_dims=[16, 16], depth=[1, 1], heads=[1, 2], patch_size=4, stride=2),
+    "swin-ti": dict(embed_dim=16, depths=[1, 2], num_heads=[1, 2], window_size=4, patch_size=2),
     "alternet-50": dict(
         hidden_sizes=[8, 16, 16, 32],
         embedding_size=8,

@@ -478,12 +478,18 @@ def summary_line(name: str, result) -> str:
     """One line per analysis for the terminal."""
     import numpy as np
 
+    def last(values) -> tuple[float, str]:
+        """The last block with a feature map (PiT's head is its class token alone: no map, NaN)."""
+        values = np.asarray(values, dtype=float)
+        index = max(i for i in range(len(values)) if np.isfinite(values[i]) or i == 1)
+        return values[index], result.kinds[index]
+
     if name == "fourier":
-        return (
-            f"fourier: ΔlogA at π from {result.high_frequency[1]:.2f} (stem) to {result.high_frequency[-1]:.2f} (last)"
-        )
+        value, kind = last(result.high_frequency)
+        return f"fourier: ΔlogA at π from {result.high_frequency[1]:.2f} (stem) to {value:.2f} (last {kind})"
     if name == "variance":
-        return f"variance: {result.variance[1]:.3g} (stem) to {result.variance[-1]:.3g} (last)"
+        value, kind = last(result.variance)
+        return f"variance: {result.variance[1]:.3g} (stem) to {value:.3g} (last {kind})"
     if name == "hessian":
         top = np.median(result.eigenvalues[:, 0])
         text = f"hessian: top eigenvalue per minibatch {top:.4g} (median of {len(result.eigenvalues)})"

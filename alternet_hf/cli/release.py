@@ -23,7 +23,8 @@ def build_parser():
     parser.add_argument("--org", required=True, help="the Hub user or organisation that will own the repos")
     parser.add_argument(
         "--models", nargs="+", metavar="PRESET",
-        help="CIFAR-100 presets (default: resnet-50-cifar100 vit-ti-cifar100 alternet-50-cifar100)",
+        help="CIFAR-100 presets (default: resnet-50-cifar100 vit-ti-cifar100 alternet-50-cifar100; the paper's PiT "
+        "and Swin: add pit-ti-cifar100 swin-ti-cifar100)",
     )  # fmt: skip
     parser.add_argument(
         "--cifar100c-dir", type=Path,
