@@ -246,13 +246,14 @@ class Space:
             # One axis for the slider, the marker and the title: position 0 is the input, position i the output
             # of block i-1 (as in the ΔlogA curve above).
             position = min(int(round(depth * (len(positions) - 1))), len(positions) - 1)
-            if position == 0:
-                feature_map, what = inputs, "the input image"
-            else:
-                run = run_blocks(entry.model, inputs)
-                feature_map = as_feature_map(run.states[position - 1], run.num_prefix_tokens)
-                kind = result.kinds[position]
-                what = f"output of {BLOCK_NAMES.get(kind, f'a {kind}')} block"
+            run = run_blocks(entry.model, inputs)
+            maps = [inputs] + [
+                as_feature_map(s, run.num_prefix_tokens, channels_last=run.channels_last) for s in run.states
+            ]
+            while maps[position] is None:  # PiT's head is its class token alone: the last block with a map
+                position -= 1
+            feature_map, kind = maps[position], result.kinds[position]
+            what = "the input image" if position == 0 else f"output of {BLOCK_NAMES.get(kind, f'a {kind}')} block"
             spectrum = axes[1, column]
             shown = spectrum.imshow(mean_log_amplitude(feature_map).numpy(), cmap="inferno")
             spectrum.set_title(f"{entry.name}: log |FFT| at depth {position}\n({what})", fontsize=9)

@@ -130,6 +130,23 @@ def test_the_frequency_marker_slider_and_title_name_one_depth(space_url):
         assert expected in bottom.get_title() and f"at depth {marker}\n" in bottom.get_title()
 
 
+def test_pit_and_swin_spectra_at_every_depth(tmp_path):
+    """The reference's PiT and Swin in the Space: Swin's (B, H, W, C) states are read as maps, and at the last depth
+    PiT (whose head is its class token alone) shows its last block with a map, named as the marker names it."""
+    Image.new("RGB", (64, 64), (200, 30, 30)).save(tmp_path / "red.png")
+    for preset in ("pit-ti-cifar100", "swin-ti-cifar100"):
+        alternet_hf.create_model(preset, **TINY[preset]).save_pretrained(tmp_path / preset)
+    space = app.Space(app.load_models(f"PiT={tmp_path / 'pit-ti-cifar100'},Swin={tmp_path / 'swin-ti-cifar100'}"))
+    assert len(space.ready) == 2
+    for depth in (0.0, 0.5, 1.0):
+        figure = space.frequency(str(tmp_path / "red.png"), depth)
+        spectra = [axes for axes in figure.axes if "log |FFT|" in axes.get_title()]
+        for top, bottom in zip(figure.axes[:2], spectra):  # the ΔlogA curves first, one per model
+            marker = [line for line in top.get_lines() if line.get_color() == "tab:red"][0].get_xdata()[0]
+            assert f"at depth {marker}\n" in bottom.get_title()
+            assert bottom.get_images()[0].get_array().ndim == 2
+
+
 def test_models_that_know_only_digits_get_digit_examples_and_say_so(tmp_path):
     model = alternet_hf.create_model("alternet-18-cifar10", **{**TINY["alternet-18-cifar10"], "num_labels": 10})
     model.config.id2label = {i: str(i) for i in range(10)}
