@@ -4,10 +4,11 @@ that decide them.
 Each claim is checked on every model (or pair of models) it speaks about and reads `holds`, `does not
 hold`, `mixed` (some checks hold, some do not), `undecided — the difference is within the noise` or
 `not decidable` (an analysis or a kind of model it needs is missing). A check is decided only when its
-difference exceeds twice its standard error (`NOISE_MULTIPLE`): over blocks for the per-block statistics, over
-minibatches for the Hessian, over images (binomial) for accuracies and lesions, over noise bands and corruptions
-for robustness; the loss landscape is one surface, with no spread to judge by. A single block or minibatch has
-no spread either: its check is decided by sign, and the evidence says so. A model whose accuracy is below
+difference exceeds twice its standard error (`NOISE_MULTIPLE`): for the per-block statistics the larger of the
+spread over blocks and over test images (`larger_error`; one block has only the latter), over minibatches for the
+Hessian, over images (binomial) for accuracies and lesions, over noise bands and corruptions for robustness; the
+loss landscape is one surface, with no spread to judge by. A single minibatch has no spread either: its check is
+decided by sign, and the evidence says so. A model whose accuracy is below
 `competence` × chance (default twice chance) is named with every verdict that rests on it.
 
 A model's role comes from its block kinds: MSAs and convs (AlterNet) is `hybrid`, MSAs without convs (ViT)
@@ -43,6 +44,21 @@ def mean_and_error(values) -> tuple[float, float]:
     if values.size < 2:
         return (float(values.mean()) if values.size else float("nan")), 0.0
     return float(values.mean()), float(values.std(ddof=1) / np.sqrt(values.size))
+
+
+def larger_error(over_blocks: float, over_images: float | None, blocks: int) -> tuple[float, str]:
+    """The standard error a per-block statistic is judged by: the larger of its spread over the blocks (how much
+    blocks of one kind differ; none for a single block) and over the images (how much the mean would move on
+    other test images; none for results written before it was measured, or from one image), and what it is."""
+    candidates = {}
+    if blocks > 1:
+        candidates["over blocks"] = over_blocks
+    if over_images is not None and np.isfinite(over_images):
+        candidates["over images"] = over_images
+    if not candidates:
+        return 0.0, "no spread: decided by sign"
+    source = max(candidates, key=candidates.get)
+    return float(candidates[source]), source
 
 
 def binomial_error(accuracy: float, samples: int) -> float:
@@ -181,8 +197,8 @@ def _filter_claim(results, kinds, *, low_pass: bool) -> Claim:
         source="Fig. 2 and 8; PAPER.md §6 (Fourier ΔlogA)",
         rule=(
             f"the mean change of ΔlogA at π over a model's {'/'.join(kinds)} blocks is "
-            f"{'below' if low_pass else 'above'} 0 by more than {NOISE_MULTIPLE:g} standard errors over its blocks "
-            "(downsampling blocks apart)"
+            f"{'below' if low_pass else 'above'} 0 by more than {NOISE_MULTIPLE:g} standard errors (over its blocks or "
+            "over the test images, whichever is larger; downsampling blocks apart)"
         ),
     )  # fmt: skip
     for name, found in results.items():
@@ -192,15 +208,18 @@ def _filter_claim(results, kinds, *, low_pass: bool) -> Claim:
             changes = block_changes(found["fourier"], kind)
             if not changes.size:
                 continue
-            mean, error = mean_and_error(changes)
+            mean, over_blocks = mean_and_error(changes)
+            over_images = getattr(found["fourier"], "kind_change_error", {}).get(kind)
+            error, spread_of = larger_error(over_blocks, over_images, changes.size)
             claim.checks[f"{name} {kind}"] = decide(-mean if low_pass else mean, error)
             claim.numbers.setdefault(name, {})[kind] = {
-                "mean": mean, "standard_error": error, "blocks": int(changes.size), "values": changes.tolist()
+                "mean": mean, "standard_error": error, "standard_error_over_blocks": over_blocks,
+                "standard_error_over_images": over_images, "blocks": int(changes.size), "values": changes.tolist(),
             }  # fmt: skip
             spread = _range(changes)
             claim.evidence.append(
-                f"{name}: {kind.upper() if kind == 'msa' else kind} {mean:+.3f} ± {error:.3f} on average over "
-                f"{changes.size} block{'s' if changes.size > 1 else ' (no spread: decided by sign)'}"
+                f"{name}: {kind.upper() if kind == 'msa' else kind} {mean:+.3f} ± {error:.3f} ({spread_of}) on "
+                f"average over {changes.size} block{'s' if changes.size > 1 else ''}"
                 + (f" ({spread})" if spread else "")
             )
         pools = block_changes(found["fourier"], "pool")
@@ -220,8 +239,8 @@ def _variance_claim(results, kinds, *, reduces: bool) -> Claim:
         source="Fig. 9; PAPER.md §6 (feature-map variance)",
         rule=(
             f"the geometric mean of variance after / before a model's {'/'.join(kinds)} blocks is "
-            f"{'below' if reduces else 'above'} 1 by more than {NOISE_MULTIPLE:g} standard errors of its log over the "
-            "blocks (our definition; the reference notebook's in brackets)"
+            f"{'below' if reduces else 'above'} 1 by more than {NOISE_MULTIPLE:g} standard errors of its log (over the "
+            "blocks or the test images, whichever is larger; our definition, the reference notebook's in brackets)"
         ),
     )  # fmt: skip
     for name, found in results.items():
@@ -238,15 +257,18 @@ def _variance_claim(results, kinds, *, reduces: bool) -> Claim:
                 if result.reference_variance is not None else float("nan")
             )  # fmt: skip
             logs = np.log(ratios[np.isfinite(ratios) & (ratios > 0)])
-            mean_log, error = mean_and_error(logs)
+            mean_log, over_blocks = mean_and_error(logs)
+            over_images = getattr(result, "kind_log_ratio_error", {}).get(kind)
+            error, spread_of = larger_error(over_blocks, over_images, logs.size)
             claim.checks[f"{name} {kind}"] = decide(-mean_log if reduces else mean_log, error)
             claim.numbers.setdefault(name, {})[kind] = {
-                "ratio": ours, "reference_ratio": reference, "log_standard_error": error, "ratios": ratios.tolist()
+                "ratio": ours, "reference_ratio": reference, "log_standard_error": error,
+                "log_standard_error_over_blocks": over_blocks, "log_standard_error_over_images": over_images,
+                "ratios": ratios.tolist(),
             }  # fmt: skip
             claim.evidence.append(
-                f"{name}: {kind.upper() if kind == 'msa' else kind} ×{ours:.4g} (×/÷{np.exp(error):.3g}; reference "
-                f"definition ×{reference:.4g}) over {ratios.size} "
-                f"block{'s' if ratios.size > 1 else ' (no spread: decided by sign)'}"
+                f"{name}: {kind.upper() if kind == 'msa' else kind} ×{ours:.4g} (×/÷{np.exp(error):.3g}, {spread_of}; "
+                f"reference definition ×{reference:.4g}) over {ratios.size} block{'s' if ratios.size > 1 else ''}"
                 + (f", ×{ratios.min():.4g} … ×{ratios.max():.4g}" if ratios.size > 1 else "")
             )
     return claim

@@ -12,7 +12,7 @@ sizes are put on one frequency grid by linear interpolation, and each block's ow
 as the change from its input state (`delta_log_amplitude`), so an identity block reads 0.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -33,6 +33,9 @@ class FourierResult(AnalysisResult):
     relative_log_amplitude: np.ndarray
     delta_log_amplitude: np.ndarray
     kinds: list[str]
+    # Over images: {block kind: standard error of the mean change of ΔlogA at π over that kind's blocks}, from
+    # each image's own value (they average to `delta_log_amplitude[:, -1]`); empty where not measured.
+    kind_change_error: dict[str, float] = field(default_factory=dict)
 
     @property
     def high_frequency(self) -> np.ndarray:
@@ -63,12 +66,50 @@ def half_diagonal(log_amplitude: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     return 2.0 * np.arange(len(values)) / side, values - values[0]
 
 
+def high_frequency_per_image(feature_map: torch.Tensor) -> torch.Tensor:
+    """Each image's ΔlogA at π (the last point of `half_diagonal`, channels averaged): (B,). Their mean over the
+    batch is the batch's ΔlogA at π."""
+    spectrum = torch.fft.fftshift(torch.log(torch.fft.fft2(feature_map.double()).abs() + 1e-6), dim=(-2, -1))
+    side = spectrum.shape[-1]
+    last = 0 if side % 2 == 0 else side - 1  # the corner, π (index 0 after the shift is -π ≡ π)
+    return (spectrum[..., last, last] - spectrum[..., side // 2, side // 2]).mean(dim=1)
+
+
+class ImageSpread:
+    """Per block kind, the mean and standard error over images of a per-image statistic averaged over the blocks
+    of that kind (each block's value: a state's minus the state before it)."""
+
+    def __init__(self):
+        self.sums: dict[str, np.ndarray] = {}
+
+    def update(self, kinds: list[str], per_state: np.ndarray) -> None:
+        """`per_state`: (states, images), states aligned with `kinds` (the input first); NaN where no map."""
+        changes = np.diff(per_state, axis=0)
+        block_kinds = np.asarray(kinds[1:])
+        for kind in set(block_kinds):
+            chosen = changes[block_kinds == kind]
+            chosen = chosen[np.isfinite(chosen).all(axis=1)]
+            if len(chosen):
+                values = chosen.mean(axis=0)
+                total = np.array([values.size, values.sum(), (values**2).sum()])
+                self.sums[kind] = self.sums.get(kind, 0) + total
+
+    def errors(self) -> dict[str, float]:
+        errors = {}
+        for kind, (count, total, squares) in self.sums.items():
+            if count > 1:
+                variance = max(squares - total**2 / count, 0.0) / (count - 1)
+                errors[kind] = float(np.sqrt(variance / count))
+        return errors
+
+
 class FourierAccumulator:
     """ΔlogA of every state, accumulated over the batches of `analysis.blocks.block_batches`."""
 
     def __init__(self, num_frequencies: int | None = None):
         self.num_frequencies = num_frequencies
         self.sums, self.count, self.kinds = None, 0, None
+        self.spread = ImageSpread()
 
     def update(self, batch) -> None:
         self.kinds = batch.kinds
@@ -79,6 +120,10 @@ class FourierAccumulator:
         else:
             self.sums = [None if s is None else s + a for s, a in zip(self.sums, amplitudes)]
         self.count += size
+        per_image = [
+            np.full(size, np.nan) if m is None else high_frequency_per_image(m).cpu().numpy() for m in batch.maps
+        ]
+        self.spread.update(batch.kinds, np.stack(per_image))
 
     def result(self) -> FourierResult:
         if self.sums is None:
@@ -89,7 +134,7 @@ class FourierAccumulator:
         relative = np.stack(
             [np.full_like(frequencies, np.nan) if c is None else np.interp(frequencies, *c) for c in curves]
         )
-        return FourierResult(frequencies, relative, np.diff(relative, axis=0), self.kinds)
+        return FourierResult(frequencies, relative, np.diff(relative, axis=0), self.kinds, self.spread.errors())
 
 
 def fourier_log_amplitude(

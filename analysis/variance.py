@@ -11,7 +11,7 @@ here the variance is divided by H·W. The notebook's number (float32, H·W − 1
 maps alongside (`reference_variance`), so the two definitions can be compared (`alternet-compare`).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -20,6 +20,7 @@ from torch import nn
 from . import _common
 from ._common import AnalysisResult
 from .blocks import BlockAdapter, accumulate
+from .fourier import ImageSpread
 
 
 @dataclass
@@ -30,6 +31,9 @@ class VarianceResult(AnalysisResult):
     variance: np.ndarray
     kinds: list[str]
     reference_variance: np.ndarray | None = None
+    # Over images: {block kind: standard error of the mean log variance ratio (after / before) over that kind's
+    # blocks}, from each image's own variances; empty where not measured.
+    kind_log_ratio_error: dict[str, float] = field(default_factory=dict)
 
 
 def spatial_variance(feature_map: torch.Tensor, definition: str = "population") -> torch.Tensor:
@@ -50,6 +54,7 @@ class VarianceAccumulator:
 
     def __init__(self):
         self.sums, self.reference_sums, self.count, self.kinds = None, None, 0, None
+        self.spread = ImageSpread()
 
     def update(self, batch) -> None:
         self.kinds = batch.kinds
@@ -59,12 +64,22 @@ class VarianceAccumulator:
         )
         self.sums = sums if self.sums is None else self.sums + sums
         self.reference_sums = reference if self.reference_sums is None else self.reference_sums + reference
-        self.count += len(batch.maps[0])
+        size = len(batch.maps[0])
+        self.count += size
+        per_image = [  # each image's log variance (positions, channels averaged)
+            np.full(size, np.nan)
+            if m is None
+            else m.double().flatten(2).var(dim=-1, correction=0).mean(dim=1).log().cpu().numpy()
+            for m in batch.maps
+        ]
+        self.spread.update(batch.kinds, np.stack(per_image))
 
     def result(self) -> VarianceResult:
         if self.sums is None:
             raise ValueError("no images were given")
-        return VarianceResult(self.sums / self.count, self.kinds, self.reference_sums / self.count)
+        return VarianceResult(
+            self.sums / self.count, self.kinds, self.reference_sums / self.count, self.spread.errors()
+        )
 
 
 def feature_map_variance(

@@ -132,6 +132,40 @@ def test_a_difference_inside_the_noise_is_undecided_and_a_near_chance_model_is_n
     assert low_pass.checks == {"alternet msa": None} and low_pass.verdict == claims.WITHIN_NOISE
 
 
+def test_one_block_is_judged_by_its_spread_over_images_not_by_its_sign():
+    """A single MSA block has no spread over blocks: its check weighs the change against the spread over the test
+    images, and a change inside that noise is undecided, not decided by its sign."""
+    kinds = ["input", "stem", "msa", "head"]
+    curves = np.stack([np.linspace(0, value, 3) for value in (0.0, -1.0, -1.3, -1.3)])
+    for image_error, verdict in ((0.05, claims.HOLDS), (0.5, claims.WITHIN_NOISE)):
+        result = FourierResult(np.linspace(0, 1, 3), curves, np.diff(curves, axis=0), kinds, {"msa": image_error})
+        low_pass = claims.evaluate_claims({"vit": {"fourier": result}})[0]
+        assert low_pass.verdict == verdict and low_pass.numbers["vit"]["msa"]["standard_error"] == image_error
+        assert "(over images)" in low_pass.evidence[0] and "by sign" not in low_pass.evidence[0]
+    # two blocks that disagree: their spread over blocks, the larger, decides
+    assert claims.larger_error(0.5, 0.05, 2) == (0.5, "over blocks")
+    assert claims.larger_error(0.0, None, 1) == (0.0, "no spread: decided by sign")  # results from before
+
+
+def test_image_spreads_average_to_the_batch_statistics():
+    """Each image's ΔlogA at π averages to the batch's (the spread is of the statistic the claims use), and the
+    spread over images of a known per-image difference is its textbook standard error."""
+    from analysis import fourier
+
+    maps = torch.randn(6, 4, 8, 8) * torch.linspace(0.5, 2.0, 6).view(6, 1, 1, 1)
+    frequencies, values = fourier.half_diagonal(fourier.mean_log_amplitude(maps))
+    assert fourier.high_frequency_per_image(maps).mean().item() == pytest.approx(values[-1])
+    odd = torch.randn(5, 3, 7, 7)
+    assert fourier.high_frequency_per_image(odd).mean().item() == pytest.approx(
+        fourier.half_diagonal(fourier.mean_log_amplitude(odd))[1][-1]
+    )
+    spread = fourier.ImageSpread()
+    before, after = np.zeros(10), np.arange(10.0)
+    spread.update(["input", "msa"], np.stack([before[:4], after[:4]]))  # two batches
+    spread.update(["input", "msa"], np.stack([before[4:], after[4:]]))
+    assert spread.errors()["msa"] == pytest.approx(np.std(after, ddof=1) / np.sqrt(10))
+
+
 def test_per_block_analyses_share_one_pass_and_match_the_single_analyses():
     from analysis import cka, fourier, variance
 
