@@ -486,10 +486,11 @@ def summary_line(name: str, result) -> str:
 
     if name == "fourier":
         value, kind = last(result.high_frequency)
-        return f"fourier: ΔlogA at π from {result.high_frequency[1]:.2f} (stem) to {value:.2f} (last {kind})"
+        start = result.high_frequency[1]
+        return f"fourier: ΔlogA at π from {start:.2f} (stem) to {value:.2f} ({kind}, the last with a map)"
     if name == "variance":
         value, kind = last(result.variance)
-        return f"variance: {result.variance[1]:.3g} (stem) to {value:.3g} (last {kind})"
+        return f"variance: {result.variance[1]:.3g} (stem) to {value:.3g} ({kind}, the last with a map)"
     if name == "hessian":
         top = np.median(result.eigenvalues[:, 0])
         text = f"hessian: top eigenvalue per minibatch {top:.4g} (median of {len(result.eigenvalues)})"
