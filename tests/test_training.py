@@ -244,6 +244,14 @@ def test_the_small_default_widths_belong_to_the_default_model_only():
         config = recipe_config(name)
         config.validate()
         assert alternet_hf.create_config(name, **config.model_overrides).drop_path_rate == 0.1
+    # PiT and Swin are timm's modules: the rate is timm's argument, rising over the blocks in timm's own way
+    for name in ("pit-ti-cifar100", "swin-ti-cifar100"):
+        config = recipe_config(name)
+        config.validate()
+        model = alternet_hf.create_model(name, **config.model_overrides)
+        assert model.config.model_args["drop_path_rate"] == 0.1
+        rates = [m.drop_prob for m in model.modules() if type(m).__name__ == "DropPath"]
+        assert rates and max(rates) == pytest.approx(0.1)
 
 
 def test_a_loaded_model_keeps_its_architecture(tmp_path):

@@ -2,8 +2,8 @@
 in one plot, one JSON with every number, and a report that decides each claim of the paper on these models.
 
     alternet-compare --models alternet=outputs/alternet-digits,resnet=resnet-18-cifar10 --analyses fourier,variance
-    alternet-compare --paper                  # the paper's line-up from the zoo's Hub repos, on CIFAR-100
-    alternet-compare --paper converted/       # ... from folders named by preset (converted/pit-ti-cifar100, ...)
+    alternet-compare --paper --out paper-comparison/   # the paper's line-up from the zoo's Hub repos, on CIFAR-100
+    alternet-compare --paper converted/ --out paper-comparison/   # from folders named by preset (converted/<preset>)
 
 --paper (the default without --models) compares the paper's models: ResNet-50, ViT-Ti, PiT-Ti, Swin-Ti and
 AlterNet-50 for CIFAR-100, from the Hub repos of an organisation (default alternet-hf) or from a folder holding

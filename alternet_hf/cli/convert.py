@@ -1,7 +1,10 @@
 """Convert a checkpoint of the reference code (xxxnell/how-do-vits-work) into a zoo model folder.
 
-alternet-convert resnet_50_cifar100_691cc9a9e4.pth.tar resnet-50-cifar100 out/resnet-50-cifar100
+alternet-convert resnet_50_cifar100_691cc9a9e4.pth.tar resnet-50-cifar100 converted/resnet-50-cifar100
+alternet-convert swin_ti_cifar100_ec2894492b.pth.tar swin-ti-cifar100 converted/swin-ti-cifar100
 alternet-convert my_alternet.pth.tar alternet-50-cifar100 out/alternet --remote-code
+
+ViT, PiT and Swin files were written by timm 0.5.4; their keys are mapped to today's timm (see alternet_hf.convert).
 """
 
 from pathlib import Path
