@@ -170,6 +170,24 @@ def _infer_alternet_overrides(state_dict: dict[str, torch.Tensor]) -> dict:
     return overrides
 
 
+# A key only each family's reference checkpoints hold.
+FAMILY_SIGNATURES = {
+    "alternet": r"^layer0\.layer0\.0\.weight$",
+    "resnet": r"^layer0\.0\.weight$",
+    "vit": r"^blocks\.0\.attn\.qkv\.weight$",
+    "pit": r"^transformers\.0\.blocks\.0\.attn\.qkv\.weight$",
+    "swin": r"^layers\.0\.blocks\.0\.attn\.relative_position_bias_table$",
+}
+
+
+def guess_family(state_dict: dict[str, torch.Tensor]) -> str | None:
+    """The zoo family whose reference checkpoints have this file's keys, for the error a wrong preset gets."""
+    for family, signature in FAMILY_SIGNATURES.items():
+        if any(re.match(signature, key) for key in state_dict):
+            return family
+    return None
+
+
 def convert_state_dict(
     state_dict: dict[str, torch.Tensor], model: PreTrainedModel, family: str
 ) -> dict[str, torch.Tensor]:
@@ -194,11 +212,13 @@ def convert_state_dict(
     if wrong_shape:
         problems.append(f"{len(wrong_shape)} shapes differ, e.g. {wrong_shape[:3]}")
     if problems:
-        raise ValueError(
-            "the checkpoint does not match the model: "
-            + "; ".join(problems)
-            + ". Check the preset (size, dataset) and pass config overrides such as num_labels."
+        found = guess_family(state_dict)
+        hint = (
+            f" The file looks like a reference {found} checkpoint: convert it with a {found}-* preset."
+            if found not in (None, family)
+            else " Check the preset (size, dataset) and pass config overrides such as num_labels."
         )
+        raise ValueError("the checkpoint does not match the model: " + "; ".join(problems) + "." + hint)
     return converted
 
 

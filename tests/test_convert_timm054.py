@@ -81,7 +81,7 @@ def test_command_writes_a_folder_timm_and_transformers_load(reference_files, tmp
 
 def test_mismatched_files_are_refused_clearly(reference_files):
     swin = reference_files / "swin_ti.pth.tar"
-    with pytest.raises(ValueError, match="fit no model weight"):
+    with pytest.raises(ValueError, match="fit no model weight.*looks like a reference swin checkpoint"):
         alternet_hf.convert_original_checkpoint(swin, "pit-ti-cifar100")
     # Another window size: the file's relative-position indices and masks are not what the model computes.
     with pytest.raises(ValueError, match="relative_position_index.*window size or image size differs"):
