@@ -189,7 +189,7 @@ def vit_b(data):
 
 @register_architecture("pit-ti")
 def pit_ti(data, **overrides):
-    """timm's PiT-Ti; for 32×32 images the reference's (patch 2, stride 1: 256 tokens in the first stage)."""
+    """timm's PiT-Ti; for 32×32 images the reference's (2×2 patches at stride 1: 31×31 tokens in the first stage)."""
     return timm_config("pit", data, **overrides)
 
 
