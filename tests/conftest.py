@@ -61,6 +61,17 @@ TINY = {
 }  # fmt: skip
 
 
+# Files of minutes each (the README's commands, the release rehearsal): collected first, so that pytest-xdist's
+# `--dist loadfile` starts them at once and the other worker runs the many short files beside them, instead of one
+# long file starting late and the other worker idling until it ends.
+SLOWEST_FILES = ("test_readme.py", "test_release.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    first = {name: rank for rank, name in enumerate(SLOWEST_FILES)}
+    items.sort(key=lambda item: first.get(item.path.name, len(first)))  # stable: the rest keep their order
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
