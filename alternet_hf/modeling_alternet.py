@@ -15,7 +15,8 @@ Deliberate differences from the reference:
   that both export (`torch.export`, ONNX);
 - `output_hidden_states` returns one state per block and `output_attentions` the attention weights;
 - in training, stochastic depth and the residual sum are one fused multiply-add (`add_residual`) and the
-  ReLUs run in place: the same function in fewer passes over the maps (about a tenth of a training step).
+  ReLUs run in place: the same function in fewer passes over the maps (about a tenth of a training step);
+- on the CPU the maps are channels-last whatever the input's layout (`compute_layout`), oneDNN's direct layout.
 
 This file must stay self-contained apart from its configuration and `modeling_common` (they are
 copied next to the weights for `trust_remote_code=True` loading).
@@ -34,6 +35,7 @@ from .modeling_common import (
     ZooModelMixin,
     add_residual,
     check_pixel_values,
+    compute_layout,
     linear_drop_path_rates,
     reset_parameters,
 )
@@ -131,7 +133,9 @@ class AlterNetWindowAttention(nn.Module):
 
         # (B·rows·cols, heads, p², d) -> (B, heads·d, rows·p, cols·p)
         context = context.view(batch, rows, cols, heads, p, p, head_dim)
-        context = context.permute(0, 3, 6, 1, 4, 2, 5).reshape(batch, heads * head_dim, rows * p, cols * p)
+        # an explicit copy, not `reshape`: exporters would turn a reshape into a view where tracing saw strides that
+        # allowed one, and a channels-last run hands them others
+        context = context.permute(0, 3, 6, 1, 4, 2, 5).contiguous().view(batch, heads * head_dim, rows * p, cols * p)
         context = context[:, :, :height, :width]
         return self.output(context), attention_weights
 
@@ -342,6 +346,7 @@ class AlterNetModel(AlterNetPreTrainedModel):
             min_size=self.total_stride,
             dtype=self.embedder.convolution.weight.dtype,
         )
+        pixel_values = compute_layout(pixel_values)
         # Attention weights come from the eager path only; SDPA computes the same output without them.
         attn_implementation = "eager" if output_attentions else self.config._attn_implementation
 

@@ -6,8 +6,9 @@ reference code `xxxnell/how-do-vits-work` trained and released (`resnet_50_cifar
 conv, projection shortcuts (1×1 conv + BN) where the shape changes, global average pooling, one
 linear layer. With 100 labels ResNet-50 has 23,705,252 parameters, as the reference.
 
-Differences from the reference: optional stochastic depth (off by default, as there), and
-`output_hidden_states` returns one state per block for the paper's analyses.
+Differences from the reference: optional stochastic depth (off by default, as there),
+`output_hidden_states` returns one state per block for the paper's analyses, and on the CPU the maps are
+channels-last whatever the input's layout (`modeling_common.compute_layout`).
 
 This file must stay self-contained apart from its configuration (it is copied next to the weights
 for `trust_remote_code=True` loading).
@@ -25,6 +26,7 @@ from .modeling_common import (
     ZooModelMixin,
     add_residual,
     check_pixel_values,
+    compute_layout,
     linear_drop_path_rates,
     reset_parameters,
 )
@@ -172,6 +174,7 @@ class CifarResNetModel(CifarResNetPreTrainedModel):
             min_size=1,
             dtype=self.embedder.embedder.convolution.weight.dtype,
         )
+        pixel_values = compute_layout(pixel_values)
 
         hidden_state = self.embedder(pixel_values)
         hidden_states = [hidden_state]

@@ -99,6 +99,19 @@ def check_pixel_values(
     return pixel_values.to(dtype)
 
 
+def compute_layout(pixel_values: torch.Tensor) -> torch.Tensor:
+    """The images in the memory layout the convolutions run fastest in: channels-last on the CPU, where oneDNN reads
+    and writes NHWC directly but reorders every NCHW input and output into its own blocked layout (two extra passes
+    per convolution; `alternet-benchmark --reference-dir` measures the gain). Every later map follows the first
+    convolution's layout, so contiguous images get the speed of channels-last ones: the same function, float32's
+    summation order aside, and feature maps (`hidden_states`) that are channels-last tensors (`.reshape` them, not
+    `.view`). Elsewhere the caller's layout is kept: on CUDA the training engine passes channels-last itself, and
+    cuDNN's best layout depends on the dtype."""
+    if pixel_values.device.type != "cpu":
+        return pixel_values
+    return pixel_values.contiguous(memory_format=torch.channels_last)
+
+
 def check_pixel_batch(pixel_values: torch.Tensor) -> None:
     """A batch of no images, or of raw pixels (uint8 0-255, any integer type), is not what a zoo model takes."""
     if pixel_values.shape[0] == 0:

@@ -43,12 +43,14 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .modeling_common import check_pixel_values
+from .modeling_common import check_pixel_values, compute_layout
 from .presets import ARCHITECTURES, DATASETS, TIMM_ARCHITECTURES, DatasetSpec, create_config, create_model
 from .timm_families import timm_family_model, timm_settings
 
-# fx keeps the input check as one call in a traced graph (it cannot branch on a traced tensor's shape).
+# fx keeps the input check and the layout choice as one call each in a traced graph (it cannot branch on a traced
+# tensor's shape or device).
 torch.fx.wrap("check_pixel_values")
+torch.fx.wrap("compute_layout")
 
 DEFAULT_DATASET = "cifar100"  # the tag a bare CIFAR name (`alternet_50`) resolves to
 TIMM_TAGS = {"imagenet": "in1k"}  # timm's own tag for ImageNet-1k; other datasets keep their names
@@ -263,7 +265,7 @@ class TimmZooModel(nn.Module):
             min_size=self.config.patch_size if self.is_vit else getattr(self.backbone, "total_stride", 1),
             dtype=self.get_submodule(self.first_conv).weight.dtype,
         )
-        return self.vit.embeddings(x) if self.is_vit else self.backbone.embedder(x)
+        return self.vit.embeddings(x) if self.is_vit else self.backbone.embedder(compute_layout(x))  # as the zoo model
 
     def _stages(self) -> list:
         """The blocks between feature levels: after level 0 (the stem) for the CNNs, from the start for ViT."""
