@@ -43,11 +43,25 @@ class FourierResult(AnalysisResult):
         return self.relative_log_amplitude[:, -1]
 
 
+def half_log_amplitude(feature_map: torch.Tensor) -> torch.Tensor:
+    """log(|fft2| + 1e-6) of every image and channel over the non-negative column frequencies: (B, C, H, W//2 + 1).
+
+    A real map's spectrum is conjugate-symmetric (|F(k)| = |F(-k)|), so `rfft2`'s half holds every amplitude in half
+    the work of `fft2`; `full_plane` rebuilds the whole plane."""
+    return torch.log(torch.fft.rfft2(feature_map.double()).abs() + 1e-6)
+
+
+def full_plane(half: torch.Tensor, width: int) -> torch.Tensor:
+    """The (H, W) plane of a real map's amplitudes from its (H, W//2 + 1) half, zero frequency at the centre."""
+    height = half.shape[-2]
+    # columns W//2+1 … W-1 mirror columns W//2 … 1 (odd W: (W-1)/2 … 1) of the negated rows: |F(r, c)| = |F(-r, -c)|
+    mirrored = half[(-torch.arange(height)) % height][:, torch.arange(width - width // 2 - 1, 0, -1)]
+    return torch.fft.fftshift(torch.cat([half, mirrored], dim=-1), dim=(-2, -1))
+
+
 def mean_log_amplitude(feature_map: torch.Tensor) -> torch.Tensor:
     """log(|fft2| + 1e-6) with zero frequency at the centre, averaged over batch and channels: (H, W)."""
-    spectrum = torch.fft.fft2(feature_map.double())
-    log_amplitude = torch.log(spectrum.abs() + 1e-6)
-    return torch.fft.fftshift(log_amplitude, dim=(-2, -1)).mean(dim=(0, 1))
+    return full_plane(half_log_amplitude(feature_map).mean(dim=(0, 1)), feature_map.shape[-1])
 
 
 def half_diagonal(log_amplitude: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -69,10 +83,14 @@ def half_diagonal(log_amplitude: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
 def high_frequency_per_image(feature_map: torch.Tensor) -> torch.Tensor:
     """Each image's ΔlogA at π (the last point of `half_diagonal`, channels averaged): (B,). Their mean over the
     batch is the batch's ΔlogA at π."""
-    spectrum = torch.fft.fftshift(torch.log(torch.fft.fft2(feature_map.double()).abs() + 1e-6), dim=(-2, -1))
-    side = spectrum.shape[-1]
-    last = 0 if side % 2 == 0 else side - 1  # the corner, π (index 0 after the shift is -π ≡ π)
-    return (spectrum[..., last, last] - spectrum[..., side // 2, side // 2]).mean(dim=1)
+    return high_frequency_of(half_log_amplitude(feature_map))
+
+
+def high_frequency_of(half: torch.Tensor) -> torch.Tensor:
+    """`high_frequency_per_image` from a map's `half_log_amplitude`."""
+    side = half.shape[-2]
+    # the corner of the shifted plane, π (or (n-1)/n·π on an odd side), is the unshifted bin (n//2, n//2)
+    return (half[..., side // 2, side // 2] - half[..., 0, 0]).mean(dim=1)
 
 
 class ImageSpread:
@@ -114,15 +132,16 @@ class FourierAccumulator:
     def update(self, batch) -> None:
         self.kinds = batch.kinds
         size = len(batch.maps[0])
-        amplitudes = [None if m is None else mean_log_amplitude(m) * size for m in batch.maps]
+        halves = [None if m is None else half_log_amplitude(m) for m in batch.maps]  # one FFT per map serves both
+        amplitudes = [
+            None if h is None else full_plane(h.mean(dim=(0, 1)), m.shape[-1]) * size for m, h in zip(batch.maps, halves)
+        ]
         if self.sums is None:
             self.sums = amplitudes
         else:
             self.sums = [None if s is None else s + a for s, a in zip(self.sums, amplitudes)]
         self.count += size
-        per_image = [
-            np.full(size, np.nan) if m is None else high_frequency_per_image(m).cpu().numpy() for m in batch.maps
-        ]
+        per_image = [np.full(size, np.nan) if h is None else high_frequency_of(h).cpu().numpy() for h in halves]
         self.spread.update(batch.kinds, np.stack(per_image))
 
     def result(self) -> FourierResult:
