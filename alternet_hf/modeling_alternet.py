@@ -100,6 +100,7 @@ class AlterNetWindowAttention(nn.Module):
         """The attended map, and with `attn_implementation="eager"` the weights `(batch, windows, heads, p², p²)`."""
         batch, _, height, width = hidden_states.shape
         p, heads, head_dim = self.window_size, self.num_heads, self.head_dim
+        channels_last = hidden_states.is_contiguous(memory_format=torch.channels_last)
         pad_h, pad_w = -height % p, -width % p
         if pad_h or pad_w:
             hidden_states = F.pad(hidden_states, (0, pad_w, 0, pad_h))
@@ -131,11 +132,15 @@ class AlterNetWindowAttention(nn.Module):
         else:
             raise ValueError(f'attn_implementation must be "eager" or "sdpa", got {attn_implementation!r}')
 
-        # (B·rows·cols, heads, p², d) -> (B, heads·d, rows·p, cols·p)
+        # (B·rows·cols, heads, p², d) -> (B, heads·d, rows·p, cols·p), laid out in memory as the input map was (a
+        # channels-last map mixed with a contiguous one costs a slow strided pass in the residual sum). An explicit
+        # copy, not `reshape`: exporters turn a reshape into a view where the strides seen while tracing allow one.
         context = context.view(batch, rows, cols, heads, p, p, head_dim)
-        # an explicit copy, not `reshape`: exporters would turn a reshape into a view where tracing saw strides that
-        # allowed one, and a channels-last run hands them others
-        context = context.permute(0, 3, 6, 1, 4, 2, 5).contiguous().view(batch, heads * head_dim, rows * p, cols * p)
+        if channels_last:
+            context = context.permute(0, 1, 4, 2, 5, 3, 6).contiguous().view(batch, rows * p, cols * p, heads * head_dim)
+            context = context.permute(0, 3, 1, 2)
+        else:
+            context = context.permute(0, 3, 6, 1, 4, 2, 5).contiguous().view(batch, heads * head_dim, rows * p, cols * p)
         context = context[:, :, :height, :width]
         return self.output(context), attention_weights
 

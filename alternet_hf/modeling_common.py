@@ -106,8 +106,8 @@ def compute_layout(pixel_values: torch.Tensor) -> torch.Tensor:
     convolution's layout, so contiguous images get the speed of channels-last ones: the same function, float32's
     summation order aside, and feature maps (`hidden_states`) that are channels-last tensors (`.reshape` them, not
     `.view`). Elsewhere the caller's layout is kept: on CUDA the training engine passes channels-last itself, and
-    cuDNN's best layout depends on the dtype."""
-    if pixel_values.device.type != "cpu":
+    cuDNN's best layout depends on the dtype; an exported graph (`torch.export`, ONNX) leaves layouts to its runtime."""
+    if pixel_values.device.type != "cpu" or torch.compiler.is_exporting():
         return pixel_values
     return pixel_values.contiguous(memory_format=torch.channels_last)
 
