@@ -197,6 +197,26 @@ def check_hub(options: ReleaseOptions) -> str:
         raise
 
 
+def check_training_data(options: ReleaseOptions) -> None:
+    """The training set loads (from the Hub, or offline from its cache) before any step writes a file: a dry run
+    would otherwise convert CIFAR-100-C into its folder and only then stop, at training."""
+    if options.rehearsal:
+        return
+    from .data import DatasetUnavailableError, load_raw_dataset
+
+    try:
+        load_raw_dataset(DATASET, split="test")
+        return
+    except DatasetUnavailableError as error:
+        cause = error.__cause__ or error
+    # raised outside the handler: the release has no --model or --dataset for the generic offline hint to name
+    raise ReleaseError(
+        f"the training set {DATASET} could not be loaded from the Hugging Face Hub or its cache ({cause}): nothing "
+        "was written. Run once where the Hub is reachable (the dataset is then cached for offline runs), or rehearse "
+        "the whole release offline with --rehearsal"
+    )
+
+
 def inductor_available() -> bool:
     """Whether torch.compile can run here: on a GPU always, on a CPU where inductor finds a C++ compiler."""
     if torch.cuda.is_available():

@@ -307,16 +307,22 @@ def test_refusals_come_before_any_training(tmp_path):
         "wrong arrays": [*base, "--org", ORG, "--dry-run", "out", "--cifar100c-dir", "."],
         "not cifar100": [*base, "--org", ORG, "--rehearsal", "--dry-run", "out", "--models", "alternet-50-cifar10"],
         "offline": [*base, "--org", ORG, "--without-cifar100c"],
+        "no training set": [*base, "--org", ORG, "--without-cifar100c", "--dry-run", "out"],
     }
-    tokens = {"offline": {"HF_TOKEN": "hf_x"}}  # a token, but no Hub to check it with
+    empty_cache = {"HF_HOME": str(tmp_path / "empty-home"), "HF_DATASETS_CACHE": str(tmp_path / "empty-cache")}
+    envs = {
+        "offline": {"HF_TOKEN": "hf_x"},  # a token, but no Hub to check it with
+        "no training set": empty_cache,  # offline with nothing cached: the dry run stops before writing
+    }
     results = {
-        name: run_command(argv, cwd=tmp_path, env=offline_env(**tokens.get(name, {}))) for name, argv in runs.items()
+        name: run_command(argv, cwd=tmp_path, env=offline_env(**envs.get(name, {}))) for name, argv in runs.items()
     }
     assert_refused(results["bad org"], "'my..org' is not a valid hugging face")
     assert_refused(results["no arrays"], "zenodo", "--cifar100c-dir", "--without-cifar100c")
     assert_refused(results["wrong arrays"], "lacks labels.npy", "gaussian_noise.npy")
     assert_refused(results["not cifar100"], "not a cifar-100 preset")
     assert_refused(results["offline"], "cannot be reached", "nothing was trained", "--dry-run")
+    assert_refused(results["no training set"], "uoft-cs/cifar100 could not be loaded", "nothing was written", "--rehearsal")
     no_token = run_command(runs["offline"], cwd=tmp_path, env=offline_env(HF_HOME=str(tmp_path / "empty-home")))
     assert_refused(no_token, "no hugging face token", "hf auth login")
     assert not (tmp_path / "out").exists() and not (tmp_path / "outputs").exists()  # nothing written

@@ -52,7 +52,15 @@ def main(argv: list[str] | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    from alternet_hf.release import RELEASE_MODELS, Release, ReleaseOptions, check_hub, check_options, h100_estimate
+    from alternet_hf.release import (
+        RELEASE_MODELS,
+        Release,
+        ReleaseOptions,
+        check_hub,
+        check_options,
+        check_training_data,
+        h100_estimate,
+    )
 
     if args.cifar100c_dir is not None and args.without_cifar100c:
         raise CommandError("--cifar100c-dir and --without-cifar100c exclude each other: choose one")
@@ -66,6 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     check_options(options)
     if not options.dry_run:
         print(f"Hub: logged in as {check_hub(options)}")
+    check_training_data(options)
     if not args.no_estimate:
         _, lines = h100_estimate(RELEASE_MODELS if options.rehearsal else options.models)
         print(f"the real release on one H100 (paper recipe, full-size models):\n{lines}")
