@@ -136,11 +136,12 @@ class AlterNetWindowAttention(nn.Module):
         # channels-last map mixed with a contiguous one costs a slow strided pass in the residual sum). An explicit
         # copy, not `reshape`: exporters turn a reshape into a view where the strides seen while tracing allow one.
         context = context.view(batch, rows, cols, heads, p, p, head_dim)
+        channels = heads * head_dim
         if channels_last:
-            context = context.permute(0, 1, 4, 2, 5, 3, 6).contiguous().view(batch, rows * p, cols * p, heads * head_dim)
+            context = context.permute(0, 1, 4, 2, 5, 3, 6).contiguous().view(batch, rows * p, cols * p, channels)
             context = context.permute(0, 3, 1, 2)
         else:
-            context = context.permute(0, 3, 6, 1, 4, 2, 5).contiguous().view(batch, heads * head_dim, rows * p, cols * p)
+            context = context.permute(0, 3, 6, 1, 4, 2, 5).contiguous().view(batch, channels, rows * p, cols * p)
         context = context[:, :, :height, :width]
         return self.output(context), attention_weights
 

@@ -134,7 +134,8 @@ class FourierAccumulator:
         size = len(batch.maps[0])
         halves = [None if m is None else half_log_amplitude(m) for m in batch.maps]  # one FFT per map serves both
         amplitudes = [
-            None if h is None else full_plane(h.mean(dim=(0, 1)), m.shape[-1]) * size for m, h in zip(batch.maps, halves)
+            None if h is None else full_plane(h.mean(dim=(0, 1)), m.shape[-1]) * size
+            for m, h in zip(batch.maps, halves)
         ]
         if self.sums is None:
             self.sums = amplitudes

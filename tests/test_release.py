@@ -322,7 +322,7 @@ def test_refusals_come_before_any_training(tmp_path):
     assert_refused(results["wrong arrays"], "lacks labels.npy", "gaussian_noise.npy")
     assert_refused(results["not cifar100"], "not a cifar-100 preset")
     assert_refused(results["offline"], "cannot be reached", "nothing was trained", "--dry-run")
-    assert_refused(results["no training set"], "uoft-cs/cifar100 could not be loaded", "nothing was written", "--rehearsal")
+    assert_refused(results["no training set"], "cifar100 could not be loaded", "nothing was written", "--rehearsal")
     no_token = run_command(runs["offline"], cwd=tmp_path, env=offline_env(HF_HOME=str(tmp_path / "empty-home")))
     assert_refused(no_token, "no hugging face token", "hf auth login")
     assert not (tmp_path / "out").exists() and not (tmp_path / "outputs").exists()  # nothing written
