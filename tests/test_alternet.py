@@ -99,6 +99,21 @@ def test_padding_equals_cropping_when_the_map_is_divisible():
     assert full.shape == (1, 8, 4, 4)
 
 
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_attention_hands_back_the_layout_it_was_given(attn_implementation):
+    """The context comes back in the input map's layout (the residual sum then adds like to like), and both layouts
+    compute the same thing, padded windows included."""
+    attention = AlterNetWindowAttention(8, 8, num_heads=2, head_dim=4, window_size=4).eval()
+    torch.nn.init.normal_(attention.relative_position_bias_table, std=0.5)
+    x = torch.randn(2, 8, 6, 7, dtype=torch.float64)  # 2×2 windows, both sides padded
+    attention.double()
+    with torch.no_grad():
+        contiguous, _ = attention(x, attn_implementation)
+        channels_last, _ = attention(x.contiguous(memory_format=torch.channels_last), attn_implementation)
+    assert contiguous.is_contiguous() and channels_last.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(channels_last, contiguous)
+
+
 def test_relative_position_index_is_rebuilt_after_from_pretrained(tmp_path):
     model = tiny_alternet()
     model.save_pretrained(tmp_path)
