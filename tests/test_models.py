@@ -126,3 +126,17 @@ def test_overrides_of_a_loaded_model_are_config_fields_only(tmp_path):
     with pytest.raises(ValueError, match="not fields"):
         alternet_hf.create_model(str(tmp_path), num_labels=3, device_map="auto")
     assert alternet_hf.create_model(str(tmp_path), drop_path_rate=0.1).config.drop_path_rate == 0.1
+
+
+@pytest.mark.parametrize("preset", ["alternet-50-cifar100", "resnet-50-cifar100"])
+def test_cnns_compute_in_channels_last_on_the_cpu_whatever_the_input(preset):
+    """oneDNN's direct layout: contiguous images are computed as channels-last ones (`modeling_common.compute_layout`),
+    to the same logits, and the feature maps say so; in float64, where summation order leaves no trace."""
+    model = alternet_hf.create_model(preset, **TINY[preset]).double().eval()
+    images, _ = tiny_batch(model)
+    images = images.double()
+    with torch.no_grad():
+        contiguous = model(images, output_hidden_states=True)
+        channels_last = model(images.contiguous(memory_format=torch.channels_last))
+    assert all(state.is_contiguous(memory_format=torch.channels_last) for state in contiguous.hidden_states)
+    torch.testing.assert_close(contiguous.logits, channels_last.logits)
