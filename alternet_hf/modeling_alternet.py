@@ -16,7 +16,8 @@ Deliberate differences from the reference:
 - `output_hidden_states` returns one state per block and `output_attentions` the attention weights;
 - in training, stochastic depth and the residual sum are one fused multiply-add (`add_residual`) and the
   ReLUs run in place: the same function in fewer passes over the maps (about a tenth of a training step);
-- on the CPU the maps are channels-last whatever the input's layout (`compute_layout`), oneDNN's direct layout.
+- on the CPU, batches of 8 or more are computed in channels-last, oneDNN's direct layout, whatever the input's
+  (`compute_layout`).
 
 This file must stay self-contained apart from its configuration and `modeling_common` (they are
 copied next to the weights for `trust_remote_code=True` loading).

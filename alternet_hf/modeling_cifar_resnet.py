@@ -7,8 +7,8 @@ conv, projection shortcuts (1×1 conv + BN) where the shape changes, global aver
 linear layer. With 100 labels ResNet-50 has 23,705,252 parameters, as the reference.
 
 Differences from the reference: optional stochastic depth (off by default, as there),
-`output_hidden_states` returns one state per block for the paper's analyses, and on the CPU the maps are
-channels-last whatever the input's layout (`modeling_common.compute_layout`).
+`output_hidden_states` returns one state per block for the paper's analyses, and on the CPU batches of 8 or
+more are computed in channels-last whatever the input's layout (`modeling_common.compute_layout`).
 
 This file must stay self-contained apart from its configuration (it is copied next to the weights
 for `trust_remote_code=True` loading).

@@ -130,13 +130,19 @@ def test_overrides_of_a_loaded_model_are_config_fields_only(tmp_path):
 
 @pytest.mark.parametrize("preset", ["alternet-50-cifar100", "resnet-50-cifar100"])
 def test_cnns_compute_in_channels_last_on_the_cpu_whatever_the_input(preset):
-    """oneDNN's direct layout: contiguous images are computed as channels-last ones (`modeling_common.compute_layout`),
-    to the same logits, and the feature maps say so; in float64, where summation order leaves no trace."""
+    """oneDNN's direct layout: a batch of contiguous images is computed as channels-last (`compute_layout`), to the
+    same logits, and the feature maps say so; a batch too small to gain keeps its layout. In float64, where the
+    summation order leaves no trace."""
+    from alternet_hf.modeling_common import CHANNELS_LAST_MIN_BATCH
+
     model = alternet_hf.create_model(preset, **TINY[preset]).double().eval()
-    images, _ = tiny_batch(model)
+    images, _ = tiny_batch(model, batch_size=CHANNELS_LAST_MIN_BATCH)
     images = images.double()
     with torch.no_grad():
         contiguous = model(images, output_hidden_states=True)
         channels_last = model(images.contiguous(memory_format=torch.channels_last))
+        small = model(images[:1], output_hidden_states=True)
     assert all(state.is_contiguous(memory_format=torch.channels_last) for state in contiguous.hidden_states)
     torch.testing.assert_close(contiguous.logits, channels_last.logits)
+    assert all(state.is_contiguous() for state in small.hidden_states)
+    torch.testing.assert_close(small.logits, contiguous.logits[:1])
