@@ -169,11 +169,15 @@ def _load_hub(name: str, split: str | None) -> datasets.Dataset:
         available = list(datasets.get_dataset_split_names(name))
         raise ValueError(_missing_split_message(name, split, available, "a Hub dataset")) from None
     except (ConnectionError, OSError) as error:
-        raise DatasetUnavailableError(
-            f"could not load the dataset {name!r} from the Hugging Face Hub ({type(error).__name__}: {error}). "
-            f"Offline, use a local copy instead: a folder written by `Dataset.save_to_disk`, a folder or file "
-            f"of parquet, an image folder (one sub-folder per class), or the embedded {DIGITS!r} dataset."
-        ) from error
+        raise _unavailable(f"the dataset {name!r}", error) from error
+
+
+def _unavailable(what: str, error: BaseException) -> DatasetUnavailableError:
+    return DatasetUnavailableError(
+        f"could not load {what} from the Hugging Face Hub ({type(error).__name__}: {error}). Offline, use a local "
+        f"copy instead: a folder written by `Dataset.save_to_disk`, a folder or file of parquet, an image folder "
+        f"(one sub-folder per class), or the embedded {DIGITS!r} dataset."
+    )
 
 
 def load_raw_dataset(source: str, *, split: str | None = "train") -> datasets.Dataset:
@@ -181,6 +185,33 @@ def load_raw_dataset(source: str, *, split: str | None = "train") -> datasets.Da
     takes the source's only split (an error where it has several)."""
     path = Path(source)
     return _load_local(path, split) if path.exists() else _load_hub(source, split)
+
+
+def config_names(source: str) -> list[str]:
+    """The configs a local folder's or a Hub dataset's card declares (`["default"]` where it declares none)."""
+    try:
+        return list(datasets.get_dataset_config_names(source))
+    except (ConnectionError, OSError) as error:
+        raise _unavailable(f"the configs of {source!r}", error) from error
+
+
+def load_config_split(source: str, config: str, split: str) -> datasets.Dataset:
+    """One split of one config of a local folder or Hub dataset, reading that split's files only (`load_dataset`
+    would fetch and prepare every split of the config first): the file patterns the card gives it, resolved, then
+    loaded as parquet."""
+    try:
+        data_files = datasets.load_dataset_builder(source, config).config.data_files
+    except (ConnectionError, OSError) as error:
+        raise _unavailable(f"the config {config!r} of {source!r}", error) from error
+    if split not in data_files:
+        raise ValueError(_missing_split_message(source, split, sorted(data_files), f"config {config!r}"))
+    files = [str(file) for file in data_files[split]]
+    local = Path(source).exists()
+    cache = _local_cache_dir(Path(files[0])) if local and len(files) == 1 else None
+    try:
+        return datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=cache)
+    except (ConnectionError, OSError) as error:
+        raise _unavailable(f"split {split!r} of the config {config!r} of {source!r}", error) from error
 
 
 def load_image_classification(

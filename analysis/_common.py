@@ -102,6 +102,12 @@ def logits_of(outputs) -> torch.Tensor:
     return logits
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (a CUDA device runs asynchronously): before reading a clock."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def resolve_device(model: nn.Module, device: str | torch.device | None) -> torch.device:
     """`device` if given (the model is moved there by the caller's context), else where the model lives."""
     if device is not None:

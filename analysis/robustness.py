@@ -8,12 +8,15 @@ for each corruption and severity:
   (5·N × 32 × 32 × 3 uint8, severity s at rows N·(s−1) … N·s) and `labels.npy`, memory-mapped.
 - `ParquetCorruptions`: a parquet / `save_to_disk` dataset or Hub id with columns image, label,
   corruption, severity — the schema `alternet-publish-cifar100c` writes, since the Hub copies that
-  exist are loading-script datasets current `datasets` refuses.
+  exist are loading-script datasets current `datasets` refuses. Where the card declares one config per
+  corruption with one split per severity (as `write_hub_dataset` does), only the sets evaluated are read.
 - `GeneratedCorruptions`: any clean test set corrupted on the fly with `analysis.corruptions`, on the
   evaluation device, seeded by (seed, corruption, severity, chunk): reproducible whatever the batch size.
 
 `write_hub_dataset` turns the Zenodo arrays into that parquet dataset with its card (`alternet-publish-cifar100c`).
-`evaluate_corruptions` reports accuracy, NLL and ECE per corruption × severity and their means.
+`evaluate_corruptions` reports accuracy, NLL and ECE per corruption × severity and their means, on every image of
+each set or on the same seeded, class-stratified subset of each (`stratified_subset`), with the standard error that
+subset leaves on the mean accuracy.
 `frequency_noise` measures Δaccuracy under noise restricted to one frequency band at a time.
 """
 
@@ -46,6 +49,21 @@ def _check(corruption: str, severity: int) -> None:
         raise ValueError(f"severity must be one of {SEVERITIES}, not {severity!r}")
 
 
+def severity_split(severity: int) -> str:
+    """The split of a corruption's config that holds `severity` (`write_hub_dataset`'s layout)."""
+    return f"severity_{severity}"
+
+
+def _positions(count: int, rows: Sequence[int] | None) -> np.ndarray:
+    """The positions within a set of `count` images to read: all, or `rows` (checked)."""
+    if rows is None:
+        return np.arange(count)
+    rows = np.asarray(rows, dtype=np.int64)
+    if len(rows) and (rows.min() < 0 or rows.max() >= count):
+        raise IndexError(f"rows must lie within 0…{count - 1}: a set holds {count} images")
+    return rows
+
+
 def _images_to_tensor(images: np.ndarray) -> torch.Tensor:
     """(B, H, W, 3) uint8 array -> (B, 3, H, W) uint8 tensor."""
     return (
@@ -65,58 +83,112 @@ class ZenodoArrays:
                 f"{labels_file} not found: a CIFAR-C directory holds labels.npy and one <corruption>.npy per "
                 f"corruption (download CIFAR-100-C.tar from Zenodo record 3555552, {ZENODO_URL}, and unpack it)"
             )
-        self.labels = np.load(labels_file, mmap_mode="r")
-        if len(self.labels) % len(SEVERITIES):
-            raise ValueError(f"{labels_file} has {len(self.labels)} labels, not a multiple of {len(SEVERITIES)}")
-        self.per_severity = len(self.labels) // len(SEVERITIES)
+        self.labels_all = np.load(labels_file, mmap_mode="r")
+        if len(self.labels_all) % len(SEVERITIES):
+            raise ValueError(f"{labels_file} has {len(self.labels_all)} labels, not a multiple of {len(SEVERITIES)}")
+        self.per_severity = len(self.labels_all) // len(SEVERITIES)
 
     def available(self) -> list[str]:
         return [c for c in CORRUPTIONS if (self.directory / f"{c}.npy").exists()]
 
-    def batches(self, corruption: str, severity: int, *, batch_size: int = 256) -> Batches:
+    def set_labels(self, corruption: str, severity: int) -> np.ndarray:
+        """The labels of one set, in the order `batches` yields its images."""
+        _check(corruption, severity)
+        start = self.per_severity * (severity - 1)
+        return np.array(self.labels_all[start : start + self.per_severity], dtype=np.int64)
+
+    def batches(
+        self, corruption: str, severity: int, *, batch_size: int = 256, rows: Sequence[int] | None = None
+    ) -> Batches:
+        """`rows`: positions within the set to read (default: all of it, in order)."""
         _check(corruption, severity)
         path = self.directory / f"{corruption}.npy"
         if not path.exists():
             raise FileNotFoundError(f"{path} not found; {self.directory} has {self.available()}")
         images = np.load(path, mmap_mode="r")
-        if images.ndim != 4 or images.shape[-1] != 3 or len(images) != len(self.labels):
+        if images.ndim != 4 or images.shape[-1] != 3 or len(images) != len(self.labels_all):
             raise ValueError(
-                f"{path} has shape {images.shape}; expected ({len(self.labels)}, H, W, 3) uint8 like labels.npy"
+                f"{path} has shape {images.shape}; expected ({len(self.labels_all)}, H, W, 3) uint8 like labels.npy"
             )
-        start = self.per_severity * (severity - 1)
-        for offset in range(0, self.per_severity, batch_size):
-            rows = slice(start + offset, start + min(offset + batch_size, self.per_severity))
-            yield _images_to_tensor(images[rows]), torch.from_numpy(np.array(self.labels[rows], dtype=np.int64))
+        positions = self.per_severity * (severity - 1) + _positions(self.per_severity, rows)
+        contiguous = rows is None  # slices read the memory map in one sweep
+        for offset in range(0, len(positions), batch_size):
+            chunk = positions[offset : offset + batch_size]
+            index = slice(chunk[0], chunk[-1] + 1) if contiguous else chunk
+            labels = torch.from_numpy(np.array(self.labels_all[index], dtype=np.int64))
+            yield _images_to_tensor(images[index]), labels
 
 
 class ParquetCorruptions:
     """A dataset with columns image, label, corruption, severity: a parquet file or folder, a
-    `save_to_disk` folder, or a Hub id."""
+    `save_to_disk` folder, or a Hub id.
+
+    Where the source's card declares a config per corruption with a split per severity (`write_hub_dataset`), each
+    set is read on its own when first asked for (a Hub repo: that set's file alone is fetched); otherwise the whole
+    `split` is loaded once and grouped by corruption and severity."""
 
     COLUMNS = ("image", "label", "corruption", "severity")
 
     def __init__(self, source: str | Path, *, split: str | None = None):
-        """`split`: by default the source's only split (a single parquet file has no split name)."""
-        from alternet_hf.data import load_raw_dataset
+        """`split`: of a source without per-corruption configs; by default its only split (a single parquet file
+        has no split name)."""
+        from alternet_hf.data import config_names, load_raw_dataset
 
-        self.dataset = load_raw_dataset(str(source), split=split)
-        self.name = str(source)
-        missing = [c for c in self.COLUMNS if c not in self.dataset.column_names]
-        if missing:
-            raise ValueError(f"{source} lacks columns {missing}; a CIFAR-C dataset has columns {self.COLUMNS}")
+        self.source = self.name = str(source)
+        self.dataset, self.rows, self.sets, self._open = None, {}, {}, {}
+        is_file = Path(source).is_file()
+        configs = [c for c in CORRUPTIONS if c in config_names(self.source)] if not is_file else []
+        if configs:
+            from datasets import get_dataset_split_names
+
+            for corruption in configs:
+                splits = set(get_dataset_split_names(self.source, corruption))
+                self.sets[corruption] = [s for s in SEVERITIES if severity_split(s) in splits]
+            return
+        self.dataset = load_raw_dataset(self.source, split=split)
+        self._check_columns(self.dataset)
         keys = self.dataset.select_columns(["corruption", "severity"]).to_pandas()
         self.rows = {key: np.asarray(group) for key, group in keys.groupby(["corruption", "severity"]).indices.items()}
+        for corruption, severity in sorted(self.rows):
+            self.sets.setdefault(corruption, []).append(int(severity))
+
+    def _check_columns(self, dataset) -> None:
+        missing = [c for c in self.COLUMNS if c not in dataset.column_names]
+        if missing:
+            raise ValueError(f"{self.source} lacks columns {missing}; a CIFAR-C dataset has columns {self.COLUMNS}")
 
     def available(self) -> list[str]:
-        return [c for c in CORRUPTIONS if any(key[0] == c for key in self.rows)]
+        return [c for c in CORRUPTIONS if c in self.sets]
 
-    def batches(self, corruption: str, severity: int, *, batch_size: int = 256) -> Batches:
+    def _rows_of(self, corruption: str, severity: int):
+        """(dataset, its rows that hold the set, in order)."""
         _check(corruption, severity)
-        rows = self.rows.get((corruption, severity))
-        if rows is None:
+        if severity not in self.sets.get(corruption, ()):
             raise KeyError(f"no rows with corruption={corruption!r}, severity={severity}; it has {self.available()}")
-        for offset in range(0, len(rows), batch_size):
-            batch = self.dataset[rows[offset : offset + batch_size]]
+        if self.dataset is not None:
+            return self.dataset, self.rows[(corruption, severity)]
+        if (corruption, severity) not in self._open:
+            from alternet_hf.data import load_config_split
+
+            dataset = load_config_split(self.source, corruption, severity_split(severity))
+            self._check_columns(dataset)
+            self._open = {(corruption, severity): dataset}  # one set open at a time: sets are read one by one
+        dataset = self._open[(corruption, severity)]
+        return dataset, np.arange(len(dataset))
+
+    def set_labels(self, corruption: str, severity: int) -> np.ndarray:
+        """The labels of one set, in the order `batches` yields its images."""
+        dataset, rows = self._rows_of(corruption, severity)
+        return np.asarray(dataset.select_columns(["label"])[rows]["label"], dtype=np.int64)
+
+    def batches(
+        self, corruption: str, severity: int, *, batch_size: int = 256, rows: Sequence[int] | None = None
+    ) -> Batches:
+        """`rows`: positions within the set to read (default: all of it, in order)."""
+        dataset, set_rows = self._rows_of(corruption, severity)
+        chosen = set_rows[_positions(len(set_rows), rows)]
+        for offset in range(0, len(chosen), batch_size):
+            batch = dataset[chosen[offset : offset + batch_size]]
             images = np.stack([np.asarray(image.convert("RGB")) for image in batch["image"]])
             yield _images_to_tensor(images), torch.tensor(batch["label"], dtype=torch.int64)
 
@@ -173,14 +245,24 @@ class GeneratedCorruptions:
     def available(self) -> list[str]:
         return list(CORRUPTIONS)
 
-    def batches(self, corruption: str, severity: int, *, batch_size: int = 256) -> Batches:
+    def set_labels(self, corruption: str, severity: int) -> np.ndarray:
         _check(corruption, severity)
-        for chunk in range(0, len(self.images), self.chunk_size):
+        return self.labels.numpy().copy()
+
+    def batches(
+        self, corruption: str, severity: int, *, batch_size: int = 256, rows: Sequence[int] | None = None
+    ) -> Batches:
+        """`rows`: the clean images to corrupt (default: all). The noise of a subset is drawn for the subset, so
+        its images are not those of the full set at the same positions."""
+        _check(corruption, severity)
+        positions = torch.from_numpy(_positions(len(self.images), rows))
+        for chunk in range(0, len(positions), self.chunk_size):
             key = f"{self.seed}/{corruption}/{severity}/{chunk}".encode()
             generator = torch.Generator(device=self.device).manual_seed(zlib.crc32(key))
-            clean = self.images[chunk : chunk + self.chunk_size].to(self.device, non_blocking=True)
+            chosen = positions[chunk : chunk + self.chunk_size]
+            clean = self.images[chosen].to(self.device, non_blocking=True)
             corrupted = corrupt(clean, corruption, severity, generator=generator, frost_dir=self.frost_dir or "")
-            labels = self.labels[chunk : chunk + self.chunk_size]
+            labels = self.labels[chosen]
             for start in range(0, len(corrupted), batch_size):
                 yield corrupted[start : start + batch_size], labels[start : start + batch_size]
 
@@ -207,14 +289,16 @@ def save_as_arrays(source, directory: str | Path, *, corruptions: Sequence[str] 
     return directory
 
 
-def save_as_parquet(source, path: str | Path, *, corruptions: Sequence[str] = CORRUPTIONS, rows_per_file=None):
+def save_as_parquet(
+    source, path: str | Path, *, corruptions: Sequence[str] = CORRUPTIONS, severities: Sequence[int] = SEVERITIES
+):
     """Write `source` as a parquet dataset with columns image (PNG), label, corruption, severity."""
     import datasets
     from PIL import Image
 
     def examples():
         for corruption in corruptions:
-            for severity in SEVERITIES:
+            for severity in severities:
                 for images, labels in source.batches(corruption, severity):
                     for image, label in zip(images.permute(0, 2, 3, 1).cpu().numpy(), labels.tolist()):
                         yield {"image": Image.fromarray(image), "label": label, "corruption": corruption,
@@ -252,8 +336,27 @@ CIFAR_C_CITATION = """@inproceedings{hendrycks2019benchmarking,
 }"""
 
 
+def set_file(corruption: str, severity: int) -> str:
+    """Where `write_hub_dataset` puts one set, relative to the repo."""
+    return f"data/{corruption}/{severity_split(severity)}-00000-of-00001.parquet"
+
+
+def hub_dataset_configs(corruptions: Sequence[str]) -> list[dict]:
+    """The card's configs: `default`, every set in one split `test`; then one config per corruption whose splits
+    are its severities, so that one set is one file to fetch."""
+    configs = [{"config_name": "default", "data_files": [{"split": "test", "path": "data/*/*.parquet"}]}]
+    for corruption in corruptions:
+        files = [
+            {"split": severity_split(s), "path": set_file(corruption, s).replace("00000-of-00001", "*")}
+            for s in SEVERITIES
+        ]
+        configs.append({"config_name": corruption, "data_files": files})
+    return configs
+
+
 def hub_dataset_card(repo_id: str, corruptions: Sequence[str], images_per_set: int):
-    """The dataset card of CIFAR-C published as parquet: schema, how to read it, the severities, the citation."""
+    """The dataset card of CIFAR-C published as parquet: schema, configs, how to read it, the severities, the
+    citation."""
     from huggingface_hub import DatasetCard, DatasetCardData
 
     from .corruptions import SEVERITY_PARAMETERS
@@ -264,21 +367,32 @@ def hub_dataset_card(repo_id: str, corruptions: Sequence[str], images_per_set: i
         task_categories=["image-classification"],
         size_categories=["100K<n<1M"] if images_per_set * 5 * len(corruptions) >= 100_000 else ["n<100K"],
         source_datasets=["uoft-cs/cifar100"],
-        configs=[{"config_name": "default", "data_files": [{"split": "test", "path": "data/test-*.parquet"}]}],
+        configs=hub_dataset_configs(corruptions),
     )
     table = "\n".join(f"| {name} | {SEVERITY_PARAMETERS[name]} |" for name in corruptions)
+    example = "fog" if "fog" in corruptions else corruptions[0]
     body = f"""
 # CIFAR-100-C
 
 The CIFAR-100 test set under {len(corruptions)} common corruptions at 5 severities (Hendrycks & Dietterich,
 ICLR 2019), converted from the released arrays (Zenodo record 3555552) to parquet, one row per image:
 `image` (PNG, 32×32 RGB), `label` (CIFAR-100 fine label), `corruption`, `severity` (1–5);
-{images_per_set:,} images per corruption and severity.
+{images_per_set:,} images per corruption and severity, in the order of the CIFAR-100 test set.
+
+One config per corruption, one split per severity (`severity_1` … `severity_5`), each a file of its own; the
+`default` config holds every set in one split, `test`:
 
 ```python
 from datasets import load_dataset
-fog = load_dataset("{repo_id}", split="test").filter(lambda row: row["corruption"] == "fog" and row["severity"] == 3)
-# or, for evaluation by corruption and severity:
+
+# {images_per_set:,} images; `datasets` fetches the config's 5 files, one per severity
+{example}_3 = load_dataset("{repo_id}", "{example}", split="severity_3")
+# the same rows, reading that one file
+{example}_3 = load_dataset("{repo_id}", "{example}", split="severity_3", streaming=True)
+# all {len(corruptions) * 5 * images_per_set:,} images
+everything = load_dataset("{repo_id}", split="test")
+
+# evaluation by corruption and severity, reading only the sets it evaluates:
 from analysis.robustness import ParquetCorruptions, evaluate_corruptions
 evaluate_corruptions(model, ParquetCorruptions("{repo_id}"))
 ```
@@ -300,7 +414,8 @@ def write_hub_dataset(
     zenodo_dir: str | Path, folder: str | Path, repo_id: str, corruptions: Sequence[str] = CORRUPTIONS
 ) -> Path:
     """The Hub dataset repo of the Zenodo arrays in `zenodo_dir`, written into `folder`: one parquet file per
-    corruption (image, label, corruption, severity; split "test") under data/, and the card as README.md."""
+    corruption and severity (image, label, corruption, severity) at `set_file`, and the card (`hub_dataset_card`)
+    as README.md."""
     from tqdm import tqdm
 
     folder = Path(folder)
@@ -311,16 +426,64 @@ def write_hub_dataset(
             f"{zenodo_dir} lacks {', '.join(f'{name}.npy' for name in missing)} (it has {source.available()}): "
             f"CIFAR-100-C's arrays are Zenodo record 3555552 ({ZENODO_URL}); unpack CIFAR-100-C.tar there"
         )
-    for corruption in tqdm(corruptions, desc="parquet", unit="corruption"):
-        save_as_parquet(source, folder / "data" / f"test-{corruption}.parquet", corruptions=[corruption])
+    sets = [(corruption, severity) for corruption in corruptions for severity in SEVERITIES]
+    for corruption, severity in tqdm(sets, desc="parquet", unit="set"):
+        save_as_parquet(
+            source, folder / set_file(corruption, severity), corruptions=[corruption], severities=[severity]
+        )
     hub_dataset_card(repo_id, corruptions, source.per_severity).save(folder / "README.md")
     return folder
+
+
+def stratified_subset(labels: Sequence[int], per_class: int, *, seed: int = 0) -> np.ndarray:
+    """Sorted positions of `per_class` images of each class (all of a class that has fewer), drawn with `seed`:
+    the same positions serve every corruption and severity, since CIFAR-C's sets are the same test images in the
+    same order."""
+    if per_class < 1:
+        raise ValueError(f"per_class must be at least 1, not {per_class}")
+    labels = np.asarray(labels)
+    generator = np.random.default_rng(seed)
+    chosen = [
+        generator.choice(np.flatnonzero(labels == label), size=min(per_class, int((labels == label).sum())),
+                         replace=False)
+        for label in np.unique(labels)
+    ]  # fmt: skip
+    return np.sort(np.concatenate(chosen))
+
+
+def subset_standard_error(correct: np.ndarray, subset_labels: Sequence[int], set_labels: Sequence[int]) -> float:
+    """Standard error of the mean accuracy over sets measured on one class-stratified subset of each.
+
+    `correct` is (sets, images of the subset): whether each subset image was classified right in each set. Every
+    set uses the same images, so their errors are not independent: the estimate is the stratified mean of each
+    image's accuracy over the sets, whose variance is Σ_h W_h² (1 − n_h/N_h) s_h² / n_h over classes h (weight
+    W_h = N_h/N of the full set, n_h of N_h images drawn, s_h² the variance of the per-image accuracies within
+    the class; a class with one image drawn takes the pooled within-class variance, or the spread over every drawn
+    image where no class has two)."""
+    per_image = np.asarray(correct, dtype=np.float64).mean(axis=0)
+    subset_labels, set_labels = np.asarray(subset_labels), np.asarray(set_labels)
+    classes = np.unique(set_labels)
+    within = [per_image[subset_labels == h] for h in classes]
+    pooled = [values - values.mean() for values in within if len(values) > 1]
+    if pooled:
+        pooled_variance = float(np.concatenate(pooled).var(ddof=len(pooled)))
+    else:  # one image per class: the spread over all of them, which counts the spread between classes too
+        pooled_variance = float(per_image.var(ddof=1)) if len(per_image) > 1 else 0.0
+    variance = 0.0
+    for h, values in zip(classes, within):
+        population, drawn = int((set_labels == h).sum()), len(values)
+        if drawn == 0 or drawn == population:
+            continue
+        spread = values.var(ddof=1) if drawn > 1 else pooled_variance
+        variance += (population / len(set_labels)) ** 2 * (1 - drawn / population) * spread / drawn
+    return float(np.sqrt(variance))
 
 
 @dataclass
 class CorruptionResult(AnalysisResult):
     """Metrics per corruption (rows, in `corruptions` order) × severity (columns); `clean` holds the
-    metrics of the uncorrupted source images if they were given."""
+    metrics of the uncorrupted source images if they were given. Where a subset of each set was evaluated,
+    `images_per_set` of `set_size` images, `mean_accuracy_standard_error` says what that subset leaves uncertain."""
 
     corruptions: list[str]
     severities: list[int]
@@ -332,6 +495,9 @@ class CorruptionResult(AnalysisResult):
     mean_ece: float
     clean: dict | None = None
     source: str | None = None  # what the corrupted images were: the dataset's name, or how they were generated
+    images_per_set: int | None = None
+    set_size: int | None = None
+    mean_accuracy_standard_error: float | None = None  # None: every image of every set
 
 
 def _model_inputs(images: torch.Tensor, size: int | None, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
@@ -344,13 +510,59 @@ def _model_inputs(images: torch.Tensor, size: int | None, mean: torch.Tensor, st
 
 
 @torch.no_grad()
-def _predict(model, batches: Batches, device, size, mean, std) -> tuple[np.ndarray, np.ndarray]:
+def _predict(forward, batches: Batches, device, size, mean, std) -> tuple[np.ndarray, np.ndarray]:
     logits, labels = [], []
     for images, targets in batches:
         inputs = _model_inputs(images.to(device, non_blocking=True), size, mean, std)
-        logits.append(logits_of(model(inputs)).float().cpu())
+        logits.append(logits_of(forward(inputs)).float().cpu())
         labels.append(targets)
     return torch.cat(logits).numpy(), torch.cat(labels).numpy()
+
+
+def _compiled(model: nn.Module, mode: str):
+    """`model` under `torch.compile`, every batch padded to the size of the first: a set's smaller last batch
+    compiles no second graph."""
+    compiled, full_size = torch.compile(model, mode=mode), None
+
+    def forward(inputs: torch.Tensor):
+        nonlocal full_size
+        full_size = full_size or len(inputs)
+        missing = full_size - len(inputs)
+        if missing <= 0:
+            return logits_of(compiled(inputs))
+        padded = torch.cat([inputs, inputs.new_zeros((missing, *inputs.shape[1:]))])
+        return logits_of(compiled(padded))[:-missing]
+
+    return forward
+
+
+def images_per_second(
+    model: nn.Module,
+    *,
+    batch_size: int = 256,
+    image_size: int | None = None,
+    compile_mode: str | None = None,
+    device: str | torch.device | None = None,
+    repeats: int = 3,
+) -> float:
+    """Images per second of `evaluate_corruptions`'s pass over batches of `batch_size` uint8 images, timed over
+    `repeats` batches after two untimed ones (which compile, with `compile_mode`): what a budget is weighed by."""
+    import time
+
+    device = resolve_device(model, device)
+    mean, std = model_normalization(model)
+    size = image_size or getattr(getattr(model, "config", None), "image_size", None) or 32
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (batch_size, 3, size, size), dtype=torch.uint8, generator=generator)
+    with analysis_mode(model, device=device):
+        forward = _compiled(model, compile_mode) if compile_mode else model
+        for index in range(2 + repeats):
+            if index == 2:
+                _common.synchronize(device)
+                started = time.perf_counter()
+            _predict(forward, [(images, torch.zeros(batch_size))], device, size, mean, std)
+        _common.synchronize(device)
+    return repeats * batch_size / (time.perf_counter() - started)
 
 
 def evaluate_corruptions(
@@ -364,6 +576,8 @@ def evaluate_corruptions(
     image_size: int | None = None,
     image_mean: Sequence[float] | None = None,
     image_std: Sequence[float] | None = None,
+    rows: Sequence[int] | None = None,
+    compile_mode: str | None = None,
     device: str | torch.device | None = None,
     progress: bool = False,
 ) -> CorruptionResult:
@@ -372,6 +586,10 @@ def evaluate_corruptions(
     Images are scaled to [0, 1], resized to `image_size` if they differ, and normalised with
     `image_mean`/`image_std` (by default the model config's, as zoo models have them; a timm model
     names its own). `clean`: optional uint8 (N, 3, H, W) images and labels to report too.
+
+    `rows`: evaluate these positions of every set only (e.g. `stratified_subset` of the set's labels); the result
+    then carries the standard error of its mean accuracy (`subset_standard_error`). `compile_mode` (e.g.
+    "default") runs the model under `torch.compile`.
     """
     device = resolve_device(model, device)
     mean, std = model_normalization(model)
@@ -383,18 +601,25 @@ def evaluate_corruptions(
     shape = (len(corruptions), len(severities))
     metrics = {name: np.full(shape, np.nan) for name in ("accuracy", "nll", "ece")}
     sets = [(i, c, j, s) for i, c in enumerate(corruptions) for j, s in enumerate(severities)]
+    correct = []  # per set, whether each image of the subset was classified right
     with analysis_mode(model, device=device):
+        forward = _compiled(model, compile_mode) if compile_mode else model
         clean_metrics = None
         if clean is not None:
             logits, labels = _predict(model, [clean], device, size, mean, std)
             clean_metrics = classification_metrics(logits, labels)
         for i, corruption, j, severity in _common.progress(sets, enabled=progress, desc="CIFAR-C", unit="set"):
-            logits, labels = _predict(
-                model, source.batches(corruption, severity, batch_size=batch_size), device, size, mean, std
-            )
+            batches = source.batches(corruption, severity, batch_size=batch_size, rows=rows)
+            logits, labels = _predict(forward, batches, device, size, mean, std)
             values = classification_metrics(logits, labels)
             for name in metrics:
                 metrics[name][i, j] = values[name]
+            correct.append(logits.argmax(-1) == labels)
+    subset = {}
+    if rows is not None and sets:
+        set_labels = source.set_labels(corruptions[0], severities[0])
+        standard_error = subset_standard_error(np.stack(correct), set_labels[np.asarray(rows)], set_labels)
+        subset = dict(images_per_set=len(rows), set_size=len(set_labels), mean_accuracy_standard_error=standard_error)
     return CorruptionResult(
         list(corruptions),
         list(severities),
@@ -406,6 +631,7 @@ def evaluate_corruptions(
         float(metrics["ece"].mean()),
         clean_metrics,
         getattr(source, "name", None),
+        **subset,
     )
 
 

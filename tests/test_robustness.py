@@ -89,6 +89,63 @@ def test_evaluate_corruptions_is_the_same_from_every_source(generated, tmp_path,
         robustness.evaluate_corruptions(model, arrays, corruptions=SOME[:1], clean=(images / 255.0, labels))
 
 
+def test_a_stratified_subset_takes_as_many_of_each_class():
+    labels = np.repeat(np.arange(10), 30)[np.random.default_rng(0).permutation(300)]
+    rows = robustness.stratified_subset(labels, 4, seed=1)
+    assert np.all(np.diff(rows) > 0) and np.bincount(labels[rows]).tolist() == [4] * 10
+    assert np.array_equal(rows, robustness.stratified_subset(labels, 4, seed=1))  # same seed, same images
+    assert not np.array_equal(rows, robustness.stratified_subset(labels, 4, seed=2))
+    assert len(robustness.stratified_subset(labels[:12], 5)) == 12  # a class with fewer images gives all it has
+    with pytest.raises(ValueError, match="at least 1"):
+        robustness.stratified_subset(labels, 0)
+
+
+def test_the_subset_standard_error_is_the_spread_of_subset_means():
+    """Over many draws of the subset, the mean accuracy's standard deviation is what the formula says of one draw:
+    checked against the draws themselves (sets share their images, so their errors are correlated)."""
+    generator = np.random.default_rng(0)
+    labels = np.repeat(np.arange(20), 50)  # one set: 1,000 images, 20 balanced classes
+    difficulty = generator.uniform(0.1, 0.95, len(labels)) * np.repeat(generator.uniform(0.5, 1, 20), 50)
+    correct = generator.random((12, len(labels))) < difficulty  # 12 sets of the same images
+    truth = correct.mean()
+    means, errors = [], []
+    for seed in range(1500):
+        rows = robustness.stratified_subset(labels, 5, seed=seed)
+        means.append(correct[:, rows].mean())
+        errors.append(robustness.subset_standard_error(correct[:, rows], labels[rows], labels))
+    assert np.mean(means) == pytest.approx(truth, abs=0.003)  # unbiased
+    assert np.mean(errors) == pytest.approx(np.std(means), rel=0.08)
+    every = np.arange(len(labels))
+    assert robustness.subset_standard_error(correct, labels, labels) == 0.0  # the whole set: no sampling error
+    assert robustness.subset_standard_error(correct[:, every[::50]], labels[::50], labels) > 0  # one per class
+
+
+def test_a_subset_of_every_set_is_evaluated_with_its_standard_error(generated, tmp_path):
+    model = alternet_hf.create_model("resnet-50-cifar100", **{**TINY["resnet-50-cifar100"], "image_size": 32}).eval()
+    arrays = robustness.ZenodoArrays(robustness.save_as_arrays(generated, tmp_path, corruptions=SOME))
+    full = robustness.evaluate_corruptions(model, arrays, corruptions=SOME, batch_size=4)
+    rows = [0, 2, 5]
+    subset = robustness.evaluate_corruptions(model, arrays, corruptions=SOME, rows=rows, batch_size=2)
+    assert full.images_per_set is None and full.mean_accuracy_standard_error is None
+    assert (subset.images_per_set, subset.set_size) == (3, 6) and subset.mean_accuracy_standard_error >= 0
+    with torch.no_grad():  # each set's accuracy is that of the model on those three images
+        for i, corruption in enumerate(SOME):
+            images, labels = _all(arrays, corruption, 2)
+            inputs = robustness._model_inputs(images[rows], 32, *analysis_normalization(model))
+            expected = (model(inputs).logits.argmax(-1) == labels[rows]).float().mean().item()
+            assert subset.accuracy[i, 1] == pytest.approx(expected)
+    compiled = robustness.evaluate_corruptions(
+        model, arrays, corruptions=SOME[:1], severities=(2,), rows=rows, batch_size=2, compile_mode="default"
+    )  # the last batch of each set is padded to the first's size: one graph
+    assert compiled.accuracy[0, 0] == pytest.approx(subset.accuracy[0, 1])
+
+
+def analysis_normalization(model):
+    from analysis._common import model_normalization
+
+    return model_normalization(model)
+
+
 def test_band_pass_noise_lives_in_its_band():
     generator = torch.Generator().manual_seed(0)
     noise = robustness.band_pass_noise((2, 3, 32, 32), 0.5, bandwidth=0.2, generator=generator)
