@@ -92,6 +92,43 @@ FAMILY_RULES = {
 }
 
 
+# The way back, zoo key -> reference key (`reference_state_dict`): each family's rules above undone, in reverse order.
+TO_REFERENCE_RULES: dict[str, Rules] = {
+    "resnet": [
+        (
+            r"\.layer\.([012])\.(convolution|normalization)\.",
+            lambda m: f".conv{int(m[1]) + 1}.{0 if m[2] == 'convolution' else 1}.",
+        ),
+        (r"\.shortcut\.convolution\.", ".shortcut.0."),
+        (r"\.shortcut\.normalization\.", ".shortcut.1."),
+        (r"^resnet\.encoder\.stages\.(\d+)\.layers\.(\d+)\.", lambda m: f"layer{int(m[1]) + 1}.{m[2]}."),
+        (r"^classifier\.", "classifier.0.dense."),
+        (r"^resnet\.embedder\.embedder\.convolution\.", "layer0.0."),
+        (r"^resnet\.embedder\.embedder\.normalization\.", "layer0.1."),
+    ],
+    "vit": [
+        (r"\.attention\.o_proj\.", ".attn.proj."),
+        (r"\.layernorm_after\.", ".norm2."),
+        (r"\.layernorm_before\.", ".norm1."),
+        (r"^vit\.layers\.(\d+)\.", lambda m: f"blocks.{m[1]}."),
+        (r"^classifier\.", "head."),
+        (r"^vit\.layernorm\.", "norm."),
+        (r"^vit\.embeddings\.patch_embeddings\.projection\.", "patch_embed.proj."),
+        (r"^vit\.embeddings\.position_embeddings$", "pos_embed"),
+        (r"^vit\.embeddings\.cls_token$", "cls_token"),
+    ],
+    "pit": [
+        (r"^timm_model\.", ""),
+        (r"^transformers\.(\d+)\.pool\.", lambda m: f"transformers.{int(m[1]) - 1}.pool."),
+    ],
+    "swin": [
+        (r"^timm_model\.", ""),
+        (r"^head\.fc\.", "head."),
+        (r"^layers\.(\d+)\.downsample\.", lambda m: f"layers.{int(m[1]) - 1}.downsample."),
+    ],
+}
+
+
 def rename_keys(state_dict: dict[str, torch.Tensor], rules: Rules) -> dict[str, torch.Tensor]:
     """Apply every matching rule to every key, in order."""
     renamed = {}
@@ -111,6 +148,18 @@ def _split_qkv(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             for name, part in zip(("q_proj", "k_proj", "v_proj"), value.chunk(3, dim=0)):
                 out[key.replace(".attn.qkv.", f".attention.{name}.")] = part
         else:
+            out[key] = value
+    return out
+
+
+def _merge_qkv(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """transformers' three q, k, v projections fused back into timm's one (`_split_qkv` undone)."""
+    out = {}
+    for key, value in state_dict.items():
+        if ".attention.q_proj." in key:
+            parts = [state_dict[key.replace(".q_proj.", f".{name}.")] for name in ("q_proj", "k_proj", "v_proj")]
+            out[key.replace(".attention.q_proj.", ".attn.qkv.")] = torch.cat(parts, dim=0)
+        elif ".attention.k_proj." not in key and ".attention.v_proj." not in key:
             out[key] = value
     return out
 
@@ -220,6 +269,30 @@ def convert_state_dict(
         )
         raise ValueError("the checkpoint does not match the model: " + "; ".join(problems) + "." + hint)
     return converted
+
+
+def reference_state_dict(model: PreTrainedModel, family: str) -> dict[str, torch.Tensor]:
+    """The state dict the reference code would save for `model` (a zoo ResNet, ViT, PiT or Swin): the converters
+    run backwards, with the buffers timm 0.5.4 saved and today's timm computes put back for Swin. Used to write the
+    release rehearsal's stand-ins for the reference's files; `convert_state_dict` of the result is `model`'s own
+    state dict (tested, as are the files against timm 0.5.4 itself)."""
+    if family not in TO_REFERENCE_RULES:
+        raise ValueError(f"no reference layout for {family!r}: one of {sorted(TO_REFERENCE_RULES)}")
+    state_dict = {key: value.detach().cpu().clone() for key, value in model.state_dict().items()}
+    if family == "vit":
+        state_dict = _merge_qkv(state_dict)
+    if family == "swin":  # non-persistent today: the module's own values, as the file of timm 0.5.4 held them
+        computed = {k: v for k, v in model.named_buffers() if COMPUTED_BUFFERS.search(k) and k not in state_dict}
+        state_dict |= {key: value.detach().cpu().clone() for key, value in computed.items()}
+    return rename_keys(state_dict, TO_REFERENCE_RULES[family])
+
+
+def save_reference_checkpoint(model: PreTrainedModel, family: str, path: str | Path, name: str) -> Path:
+    """`model` written as the reference saves checkpoints: `{"name": name, "state_dict": ...}` in a `.pth.tar`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"name": name, "state_dict": reference_state_dict(model, family)}, path)
+    return path
 
 
 def convert_original_checkpoint(path: str | Path, preset: str, **config_overrides) -> PreTrainedModel:

@@ -14,6 +14,7 @@ from reference_forward import (
 from transformers import AutoModelForImageClassification
 
 import alternet_hf
+from alternet_hf.convert import reference_state_dict, save_reference_checkpoint
 
 
 def _save(tmp_path, state_dict, name="model.pth.tar"):
@@ -83,6 +84,30 @@ def test_vit_matches_timm(tmp_path):
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         torch.testing.assert_close(model(x).logits, reference(x), rtol=1e-5, atol=1e-5)
+
+
+def _equal_state_dicts(ours: dict, theirs: dict) -> None:
+    assert sorted(ours) == sorted(theirs)
+    for key, value in theirs.items():
+        assert torch.equal(ours[key], value), key
+
+
+def test_the_way_back_writes_the_reference_layouts(tmp_path):
+    """`reference_state_dict` of a converted model is the file it came from, key for key and bit for bit: the
+    ResNet in the reference code's layout (as `reference_forward` writes it, independently of the zoo) and the ViT
+    in timm's."""
+    resnet = reference_resnet_state_dict((3, 4, 6, 3), (64, 128, 256, 512), expansion=4, num_classes=100)
+    model = alternet_hf.convert_original_checkpoint(_save(tmp_path, resnet), "resnet-50-cifar100")
+    _equal_state_dicts(reference_state_dict(model, "resnet"), resnet)
+    vit = timm.create_model(
+        "vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=2, num_classes=100, qkv_bias=False
+    ).state_dict()
+    model = alternet_hf.convert_original_checkpoint(_save(tmp_path, vit, "vit.pth.tar"), "vit-ti-cifar100")
+    _equal_state_dicts(reference_state_dict(model, "vit"), vit)
+    path = save_reference_checkpoint(model, "vit", tmp_path / "again.pth.tar", name="vit_ti")
+    assert torch.load(path, weights_only=True)["name"] == "vit_ti"
+    with pytest.raises(ValueError, match="no reference layout"):
+        reference_state_dict(model, "alternet")
 
 
 def test_leftover_and_missing_keys_are_errors(tmp_path):

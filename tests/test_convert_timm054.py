@@ -18,6 +18,7 @@ from conftest import installed_command
 from upstream import side_installed
 
 import alternet_hf
+from alternet_hf.convert import save_reference_checkpoint
 from analysis.blocks import as_feature_map, run_blocks
 
 PRESETS = {"pit_ti": "pit-ti-cifar100", "swin_ti": "swin-ti-cifar100"}
@@ -52,6 +53,22 @@ def test_converted_model_computes_the_reference_block_by_block(reference_files, 
         ours = as_feature_map(ours, run.num_prefix_tokens, channels_last=run.channels_last)
         theirs = as_feature_map(theirs, PREFIX_TOKENS[name])
         torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4, msg=f"block {index} ({kind})")
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_the_way_back_writes_files_timm_054_loads(reference_files, name, tmp_path):
+    """A converted model written back in the reference's layout (what the release rehearsal's stand-ins are) loads
+    into timm 0.5.4's own module strictly, buffers included, and computes the original's logits."""
+    model = alternet_hf.convert_original_checkpoint(reference_files / f"{name}.pth.tar", PRESETS[name])
+    family = PRESETS[name].split("-")[0]
+    written = save_reference_checkpoint(model, family, tmp_path / f"{name}.pth.tar", name=name)
+    logits = reference_files / f"{name}.from-zoo.pt"  # beside the expected outputs the loader reads
+    env = {**os.environ, "PYTHONPATH": str(side_installed("timm", "0.5.4"))}
+    script = Path(__file__).with_name("timm054_reference.py")
+    command = [sys.executable, str(script), "--load", str(written), name, str(logits)]
+    result = subprocess.run(command, capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    torch.testing.assert_close(torch.load(logits), _expected(reference_files, name)["logits"], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.commands

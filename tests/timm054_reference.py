@@ -2,6 +2,7 @@
 writes what the reference's PiT-Ti and Swin-Ti files hold and compute, for tests/test_convert_timm054.py.
 
     python tests/timm054_reference.py OUT
+    python tests/timm054_reference.py --load FILE NAME OUT   # FILE into timm 0.5.4's NAME, strictly: OUT's logits
 
 For each model, built as the reference's README builds it with timm 0.5.4 and given random weights (biases and
 norms too, so that every key matters): `<name>.pth.tar` saved as the reference saves checkpoints
@@ -120,5 +121,19 @@ def main(out: Path) -> None:
         print(f"{name}: {sum(p.numel() for p in model.parameters()):,} parameters, {len(kinds)} blocks")
 
 
+def load(file: Path, name: str, out: Path) -> None:
+    """A file written elsewhere (the zoo's way back to the reference's layout) loaded into timm 0.5.4's own module
+    with every key and shape as that module has them; the logits of the input of `<name>.expected.pt` beside OUT."""
+    build, _ = MODELS[name]
+    model = build().eval()
+    model.load_state_dict(torch.load(file, map_location="cpu")["state_dict"], strict=True)
+    expected = torch.load(out.parent / f"{name}.expected.pt")
+    with torch.no_grad():
+        torch.save(model(expected["input"]), out)
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    if sys.argv[1] == "--load":
+        load(Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4]))
+    else:
+        main(Path(sys.argv[1]))
