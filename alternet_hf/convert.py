@@ -193,8 +193,14 @@ def load_original_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # truncated zip, pickle with code, not a torch file at all
+        first_line = re.sub(r"\x1b\[[0-9;]*m", "", str(error)).strip().splitlines()[0] if str(error).strip() else ""
+        if "weights only load failed" in first_line.lower():
+            raise ValueError(
+                f"{path} is not a readable PyTorch checkpoint: it holds Python objects beyond tensors, which a safe "
+                "load (torch.load with weights_only=True) refuses to run; the reference's files hold tensors only"
+            ) from error
         raise ValueError(
-            f"{path} is not a readable PyTorch checkpoint ({type(error).__name__}: {error}); "
+            f"{path} is not a readable PyTorch checkpoint ({type(error).__name__}: {first_line}); "
             "download it again (reference files end in .pth.tar)"
         ) from error
     state_dict = checkpoint.get("state_dict", checkpoint) if isinstance(checkpoint, dict) else None

@@ -208,10 +208,15 @@ def load_config_split(source: str, config: str, split: str) -> datasets.Dataset:
     files = [str(file) for file in data_files[split]]
     local = Path(source).exists()
     cache = _local_cache_dir(Path(files[0])) if local and len(files) == 1 else None
+    shown = datasets.utils.logging.is_progress_bar_enabled()
+    datasets.disable_progress_bars()  # one split among many: the caller shows the progress
     try:
         return datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=cache)
     except (ConnectionError, OSError) as error:
         raise _unavailable(f"split {split!r} of the config {config!r} of {source!r}", error) from error
+    finally:
+        if shown:
+            datasets.enable_progress_bars()
 
 
 def load_image_classification(

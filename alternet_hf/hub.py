@@ -31,6 +31,10 @@ CITATION = """@inproceedings{park2022how,
   year={2022}
 }"""
 CIFAR_C_METRIC = "Mean accuracy over corruptions and severities"
+PAPER_NUMBERS_NOTE = """
+The paper's numbers are read off its CIFAR-100 plots (good to a few tenths); the released files need not be the
+runs those plots show.
+"""
 METRIC_LABELS = {
     "accuracy": "Accuracy",
     "nll": "NLL",
@@ -73,13 +77,57 @@ def find_evaluation(model_dir: Path, evaluation: Path | None = None) -> tuple[di
     return json.loads(metrics_file.read_text()), training["dataset"], training.get("eval_split", "test")
 
 
-def _recipe_table(model_dir: Path) -> str:
+def _fields_table(fields: dict) -> str:
+    rows = "\n".join(f"| `{key}` | `{json.dumps(value)}` |" for key, value in fields.items() if key != "output_dir")
+    return f"| field | value |\n|---|---|\n{rows}"
+
+
+def _recipe_table(model_dir: Path, provenance: dict | None = None) -> str:
+    if provenance is not None:  # weights trained by the reference's authors, with the recipe the zoo reproduces
+        from .recipe import recipe_config
+
+        preset = provenance["preset"]
+        fields = recipe_config(preset, "paper").to_dict()
+        return (
+            "Trained by the reference's authors with the paper's recipe for CIFAR-100 (their released weights, "
+            "converted; no training curves were released). `alternet-train --recipe paper --model "
+            f"{preset}` runs the same recipe:\n\n{_fields_table(fields)}"
+        )
     config_file = model_dir / "training_config.json"
     if not config_file.exists():
         return "Trained outside `alternet-train`; no recipe recorded."
-    fields = json.loads(config_file.read_text())
-    rows = "\n".join(f"| `{key}` | `{json.dumps(value)}` |" for key, value in fields.items() if key != "output_dir")
-    return f"Trained with `alternet-train` of alternet-hf:\n\n| field | value |\n|---|---|\n{rows}"
+    return f"Trained with `alternet-train` of alternet-hf:\n\n{_fields_table(json.loads(config_file.read_text()))}"
+
+
+def _provenance_section(provenance: dict | None, evaluated_on: str | None) -> str:
+    """Where converted weights come from: the released file, its SHA-256, the converter, where they were evaluated."""
+    if provenance is None:
+        return ""
+    where = f", evaluated here on {evaluated_on}" if evaluated_on else ""
+    return f"""
+## Weights
+
+The reference's release: file [`{provenance["file"]}`]({provenance["url"]}) ({provenance["size"]:,} bytes, SHA-256
+`{provenance["sha256"]}`), released by the authors of the paper with their code (`xxxnell/how-do-vits-work`,
+Apache-2.0), converted by {provenance["converter"]} (`alternet-convert`: every key of the file consumed, none left
+over){where}. The file's name ends in the authors' run id, not a checksum: the SHA-256 above is of the file converted.
+"""
+
+
+def _reported_section(reported: dict | None, metrics: dict, robustness: dict | None) -> str:
+    """The reported top-1 and CIFAR-100-C mean beside the ones measured here."""
+    if reported is None:
+        return ""
+    ours_c = "—" if robustness is None else f"{100 * robustness['mean_accuracy']:.2f}"
+    theirs_c = "—" if reported.get("cifar100c_mean") is None else f"{reported['cifar100c_mean']:g}"
+    return f"""
+## Against the reported numbers
+
+| | top-1 (%) | CIFAR-100-C mean accuracy (%) |
+|---|---|---|
+| reported by {reported["by"]} | {reported["top1"]:g} | {theirs_c} |
+| measured here | {100 * metrics["accuracy"]:.2f} | {ours_c} |
+{PAPER_NUMBERS_NOTE if reported["by"] == "the paper" else ""}"""
 
 
 def build_model_card(
@@ -92,10 +140,15 @@ def build_model_card(
     *,
     robustness: dict | None = None,
     figures: dict[str, str] | None = None,
+    provenance: dict | None = None,
+    reported: dict | None = None,
+    evaluated_on: str | None = None,
 ) -> ModelCard:
     """A model card with metadata (`model-index` from `metrics`, and CIFAR-100-C's mean accuracy from
     `robustness`, the JSON `alternet_hf.release.write_robustness` writes), usage (transformers, pipeline, timm,
-    remote code), results, `figures` ({title: path in the repo}), recipe and citation."""
+    remote code), results, `figures` ({title: path in the repo}), recipe and citation. For weights converted from
+    the reference's release, `provenance` (the file, its SHA-256, the converter) and `reported` (the top-1 and
+    CIFAR-100-C mean reported for the model, and by whom) say where they come from and how they compare."""
     name = repo_id.split("/")[-1]
     results = [
         EvalResult(
@@ -141,7 +194,7 @@ def build_model_card(
 
 {architecture} ({model.num_parameters():,} parameters) from ["How Do Vision Transformers Work?"]({PAPER})
 (Park & Kim, ICLR 2022), trained on `{dataset}`. Released with alternet-hf.
-
+{_provenance_section(provenance, evaluated_on)}
 ## Usage
 
 ```python
@@ -154,20 +207,20 @@ classifier = pipeline("image-classification", model="{repo_id}")
 ```
 {"Without `alternet_hf`, pass `trust_remote_code=True`: the repo carries its own modeling code." if remote else ""}
 
-{_timm_native_usage(repo_id) if timm_family else _timm_usage(repo_id, model_dir)}
+{_timm_native_usage(repo_id) if timm_family else _timm_usage(repo_id, model_dir, provenance and provenance["preset"])}
 
 Fine-tune with the HF `Trainer` (`forward(pixel_values, labels)` returns the loss), e.g.
 `alternet-finetune --model {repo_id} --dataset <your dataset>` from alternet-hf.
 
 ## Evaluation on `{dataset}` ({split})
-
+{f"{chr(10)}Evaluated on {evaluated_on}, in float32.{chr(10)}" if evaluated_on else ""}
 | metric | value |
 |---|---|
 {table}
-{_robustness_section(robustness)}{_figures_section(figures)}
+{_reported_section(reported, metrics, robustness)}{_robustness_section(robustness)}{_figures_section(figures)}
 ## Training
 
-{_recipe_table(model_dir)}
+{_recipe_table(model_dir, provenance)}
 
 ## Citation
 
@@ -187,11 +240,14 @@ def write_release(
     robustness: str | Path | None = None,
     figures: dict[str, Path] | None = None,
     cifar100c_repo: str | None = None,
+    provenance: dict | None = None,
+    reported: dict | None = None,
+    evaluated_on: str | None = None,
 ) -> Path:
     """Write everything the Hub repo `repo_id` will hold for the trained model in `model_dir`: weights, config,
     image processor, remote code, and the card. `robustness`: a `robustness_cifar100-c.json` (its mean accuracy
     goes into `model-index` as CIFAR-100-C, `cifar100c_repo`); `figures`: {title: PNG} copied into figures/ and
-    shown in the card."""
+    shown in the card; `provenance`, `reported`, `evaluated_on`: see `build_model_card`."""
     model_dir, output_dir = Path(model_dir), Path(output_dir)
     metrics, dataset, split = find_evaluation(model_dir, evaluation)
     model = create_model(str(model_dir))
@@ -210,8 +266,9 @@ def write_release(
         shutil.copy(path, target)
         shown[title] = f"figures/{target.name}"
     card = build_model_card(
-        model, repo_id, metrics, dataset, split, model_dir, robustness=robustness_payload, figures=shown
-    )
+        model, repo_id, metrics, dataset, split, model_dir, robustness=robustness_payload, figures=shown,
+        provenance=provenance, reported=reported, evaluated_on=evaluated_on,
+    )  # fmt: skip
     card.save(output_dir / "README.md")
     return output_dir
 
@@ -227,14 +284,16 @@ def _is_hub_id(name: str) -> bool:
     return name.count("/") == 1 and not name.startswith((".", "/", "~"))
 
 
-def _timm_usage(repo_id: str, model_dir: Path) -> str:
-    """How to load the weights in timm, with the config fields the model was built with beyond its preset."""
+def _timm_usage(repo_id: str, model_dir: Path, preset: str | None = None) -> str:
+    """How to load the weights in timm, with the config fields the model was built with beyond its preset (`preset`:
+    of converted weights, which have no training config)."""
     config_file = model_dir / "training_config.json"
-    preset = json.loads(config_file.read_text()).get("model") if config_file.is_file() else None
+    training = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    preset = preset or training.get("model")
     if preset not in list_models():
         return ""
     architecture, dataset = preset.rsplit("-", 1)
-    fields = json.loads(config_file.read_text()).get("model_overrides") or {}
+    fields = training.get("model_overrides") or {}
     fields = {key: value for key, value in fields.items() if key != "drop_path_rate"}  # training only
     extra = "".join(f", {key}={value!r}" for key, value in fields.items())
     return f"""In timm (the same weights; `import alternet_hf` registers the zoo's names):
@@ -272,11 +331,31 @@ def _robustness_section(robustness: dict | None) -> str:
     return f"""
 ## Robustness on CIFAR-100-C ([`{robustness["repo_id"]}`](https://huggingface.co/datasets/{robustness["repo_id"]}))
 
-{CIFAR_C_METRIC}: **{100 * robustness["mean_accuracy"]:.2f}%** (NLL {robustness["mean_nll"]:.4f}, ECE
-{robustness["mean_ece"]:.4f}). Accuracy (%) per corruption and severity:
+{CIFAR_C_METRIC}: **{100 * robustness["mean_accuracy"]:.2f}%**{_standard_error(robustness)} (NLL
+{robustness["mean_nll"]:.4f}, ECE {robustness["mean_ece"]:.4f}). {_subset_note(robustness)}Accuracy (%) per
+corruption and severity:
 
 {chr(10).join(rows)}
 """
+
+
+def _standard_error(robustness: dict) -> str:
+    error = robustness.get("mean_accuracy_standard_error")
+    return "" if error is None else f" ± {100 * error:.2f}"
+
+
+def _subset_note(robustness: dict) -> str:
+    """What a subset evaluation was, in words: the card's reader must know the ± is sampling, not seeds."""
+    if robustness.get("mean_accuracy_standard_error") is None:
+        return ""
+    plan = robustness.get("plan", {})
+    per_class = f", {plan['per_class']} of each class" if "per_class" in plan else ""
+    seed = f", seed {plan['seed']}" if "seed" in plan else ""
+    return (
+        f"Evaluated on the same seeded, class-stratified subset of each set ({robustness['images_per_set']:,} of its "
+        f"{robustness['set_size']:,} images{per_class}{seed}), to fit the release's time budget on a CPU; ± is the "
+        "standard error that subset leaves on the mean accuracy. "
+    )
 
 
 def _figures_section(figures: dict[str, str] | None) -> str:

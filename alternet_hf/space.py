@@ -96,11 +96,12 @@ def mini_zoo_spec(root: Path = MINI_ZOO) -> str | None:
     return ",".join(f"{folder.name}={folder}" for folder in folders) or None
 
 
-def start(spec: str, results_dir: Path | None = None, *, mini_zoo: Path = MINI_ZOO) -> "Space":
-    """The Space for `spec`, falling back to the mini-zoo when none of its models loads."""
+def start(spec: str, results_dir: Path | None = None, *, mini_zoo: Path = MINI_ZOO, pending=()) -> "Space":
+    """The Space for `spec`, falling back to the mini-zoo when none of its models loads; `pending` names models of
+    the line-up whose weights are not published yet."""
     models = load_models(spec)
     if any(m.model is not None for m in models):
-        return Space(models, results_dir)
+        return Space(models, results_dir, pending=pending)
     fallback = mini_zoo_spec(mini_zoo)
     if fallback is None:
         note = (
@@ -197,11 +198,14 @@ def _denormalise(model, inputs: torch.Tensor) -> torch.Tensor:
 
 
 class Space:
-    def __init__(self, models: list[LoadedModel], results_dir: Path | None = None, *, note: str | None = None):
+    def __init__(
+        self, models: list[LoadedModel], results_dir: Path | None = None, *, note: str | None = None, pending=()
+    ):
         self.models = models
         self.ready = [m for m in models if m.model is not None]
         self.results_dir = Path(results_dir) if results_dir is not None else None
         self.note = note
+        self.pending = list(pending)
 
     def status(self) -> str:
         lines = [
@@ -209,6 +213,8 @@ class Space:
             f"- **{m.name}**: not loaded from `{m.source}` ({m.error})"
             for m in self.models
         ]  # fmt: skip
+        lines += [f"- **{name}**: pending: its weights are not published yet (they are still to be trained)"
+                  for name in self.pending]  # fmt: skip
         text = "Models:\n" + "\n".join(lines)
         if len(self.ready) < len(self.models):
             text += f"\n\nChoose the models with `{MODELS_SYNTAX}`."

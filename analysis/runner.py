@@ -140,10 +140,12 @@ def compare_stored(
     image_size: int | None = None,
     scaled_down: Sequence[str] = (),
     competence: float = COMPETENCE,
+    pending: Sequence[str] = (),
 ) -> dict:
     """The comparison of `compare_models` from results already written (by `analyse_model` or `compare_models`)
     into `results_dir/<name>/`, without running an analysis again: what a resumed release does after analysing
-    each model in its own step. The models are loaded for their block summaries only."""
+    each model in its own step. The models are loaded for their block summaries only. `pending`: models of the
+    line-up not compared yet (a release still to train them), named in the report."""
     from .models import load_model
 
     results, summaries = {}, {}
@@ -155,7 +157,7 @@ def compare_stored(
         summaries[name] = model_summary(loaded, source, stored[0].get("augmentation") if stored else None)
     return write_comparison_of(
         results, summaries, data=data, settings=settings, device=device, comparison_dir=comparison_dir,
-        scaled_down=scaled_down, competence=competence,
+        scaled_down=scaled_down, competence=competence, pending=pending,
     )  # fmt: skip
 
 
@@ -171,7 +173,7 @@ def model_summary(loaded, source: str, augmentation: dict | None) -> dict:
 
 def write_comparison_of(
     results: dict, summaries: dict, *, data: DataOptions, settings: Settings, device, comparison_dir: Path,
-    scaled_down: Sequence[str], competence: float,
+    scaled_down: Sequence[str], competence: float, pending: Sequence[str] = (),
 ) -> dict:  # fmt: skip
     """`analysis.report.write_comparison` with the run's settings as its meta and notes."""
     from .report import write_comparison
@@ -187,6 +189,9 @@ def write_comparison_of(
     ]
     if scaled_down:
         notes.append(f"scaled down for a CPU: {'; '.join(scaled_down)}")
+    if pending:
+        meta["pending"] = list(pending)
+        notes.append(f"not compared yet (their weights are still to be trained): {', '.join(pending)}")
     return write_comparison(comparison_dir, results, summaries, meta=meta, notes=notes, competence=competence)
 
 

@@ -40,6 +40,17 @@ def test_benchmark_script_writes_json(tmp_path):
     assert len(rows) == 1 and rows[0]["images_per_second"] > 0
 
 
+def test_the_evaluation_benchmark_times_the_release_pass_per_core():
+    from alternet_hf.benchmark import evaluation_throughput
+    from alternet_hf.benchmark.tables import evaluation_table
+
+    row = evaluation_throughput("resnet-18-cifar10", batch_size=4, compiled=False, repeats=1)
+    assert row["images_per_second"] > 0 and row["threads"] >= 1
+    assert row["images_per_second_per_core"] == pytest.approx(row["images_per_second"] / row["threads"])
+    assert row["cifar100c_hours"] == pytest.approx(750_000 / row["images_per_second"] / 3600)
+    assert "| resnet-18-cifar10 | no | 4 |" in evaluation_table([row])
+
+
 @pytest.mark.commands
 def test_the_training_benchmark_runs_the_real_engine_end_to_end(tmp_path):
     from alternet_hf.benchmark import measure_training_run

@@ -1,7 +1,12 @@
-"""`alternet-release`: the whole release rehearsed offline, killed in the middle and resumed, and every repository
-it writes checked the way its user meets it (transformers, pipeline, timm, remote code without the package; the
-dataset through `datasets` and `analysis.robustness`; the Space started as Spaces start it, through gradio_client);
-and the refusals that come before anything is trained."""
+"""`alternet-release --from-reference --rehearsal`: the whole release rehearsed offline on stand-ins of the
+reference's four released files (small models trained on the stand-in data, written in the reference's formats),
+first with AlterNet-50 pending, then run again to train it, killed in the middle and resumed; and every repository it
+writes checked the way its user meets it (transformers, pipeline, timm, remote code without the package; the dataset
+through `datasets` and `analysis.robustness`; the Space started as Spaces start it, through gradio_client); the
+refusals that come before anything is trained, and the ones that stop a release before anything is published.
+
+The release without --from-reference runs the same steps with `train/<preset>` in place of `fetch` and `convert`:
+the rehearsal's AlterNet-50 takes that path here."""
 
 import json
 import os
@@ -22,12 +27,19 @@ from test_space import free_port
 
 import alternet_hf
 from alternet_hf import release
+from alternet_hf.reference import REFERENCE_FILES
+from alternet_hf.release import rehearsal
 from analysis.corruptions import CORRUPTIONS
 
 pytestmark = pytest.mark.commands
 
 ORG = "rehearsal-org"
-PRESETS = release.RELEASE_MODELS
+CONVERTED = tuple(REFERENCE_FILES)
+TRAINED = "alternet-50-cifar100"
+PRESETS = (*CONVERTED, TRAINED)
+# The README's command, with a CIFAR-100-C budget that the stand-ins' evaluation exceeds: the subset path runs.
+README_COMMAND = ["alternet-release", "--org", ORG, "--from-reference", "--rehearsal", "--dry-run", "rehearsal"]
+ARGV = [*README_COMMAND, "--cifar100c-budget", "1s"]
 
 
 def offline_env(**extra) -> dict:
@@ -50,71 +62,113 @@ def manifest(out: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {"steps": {}}
 
 
+def output_mtimes(out: Path, steps: dict) -> dict:
+    return {path: (out / path).stat().st_mtime_ns for step in steps.values() for path in step["outputs"]}
+
+
 @pytest.fixture(scope="module")
-def rehearsal(tmp_path_factory):
-    """The rehearsal as a user runs it, killed (SIGKILL) while the second model trains, started again to its end,
-    then once more (nothing left to do). Returns the folder and the outputs of the three runs."""
+def rehearsal_run(tmp_path_factory):
+    """The rehearsal as a user runs it: first with no time to train (--training-budget 0: the four converted,
+    AlterNet-50 pending), then with the default budget (AlterNet-50 trains) killed (SIGKILL) while it trains,
+    started again to its end, then once more (nothing left to do). Returns the folder and what each run left."""
     cwd = tmp_path_factory.mktemp("release")
-    argv = ["alternet-release", "--org", ORG, "--rehearsal", "--dry-run", "rehearsal"]  # the README's command
-    quick = [*argv, "--no-estimate"]
     out = cwd / "rehearsal"
-    first = start_command(quick, cwd=cwd, env=offline_env(), merge=True)
-    second_model = out / "work" / "train" / PRESETS[1] / "checkpoints"
-    wait_for(lambda: second_model.is_dir() and any(second_model.iterdir()), first, 600, "a checkpoint of the 2nd model")
-    first.send_signal(signal.SIGKILL)
-    first.wait(30)
-    killed = manifest(out)["steps"]
-    before = {path: (out / path).stat().st_mtime_ns for step in killed.values() for path in step["outputs"]}
+    quick = [*ARGV, "--no-estimate"]
+    pending = run_command([*quick, "--training-budget", "0"], cwd=cwd, env=offline_env(), timeout=1200)
+    assert pending.returncode == 0, pending.stdout + pending.stderr
+    first = {
+        "steps": manifest(out)["steps"],
+        "summary": manifest(out)["summary"],
+        "space": json.loads((out / "spaces" / "how-do-vits-work" / "space.json").read_text()),
+        "comparison": json.loads((out / "work" / "comparison" / "comparison.json").read_text()),
+        "repos": sorted(p.name for p in (out / "models").iterdir()),
+    }
+    first["mtimes"] = output_mtimes(out, first["steps"])
+    training = start_command(quick, cwd=cwd, env=offline_env(), merge=True)
+    checkpoints = out / "work" / "train" / TRAINED / "checkpoints"
+    wait_for(lambda: checkpoints.is_dir() and any(checkpoints.iterdir()), training, 900, "a checkpoint of AlterNet-50")
+    training.send_signal(signal.SIGKILL)
+    training.wait(30)
     resumed = run_command(quick, cwd=cwd, env=offline_env(), timeout=900)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    again = run_command(argv, cwd=cwd, env=offline_env(), timeout=300)
+    again = run_command(ARGV, cwd=cwd, env=offline_env(), timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr
-    return dict(out=out, cwd=cwd, killed=killed, mtimes=before, resumed=resumed, again=again)
+    return dict(out=out, cwd=cwd, pending=pending, first=first, resumed=resumed, again=again)
 
 
-def test_a_killed_release_resumes_at_its_step_and_ends_with_the_same_files(rehearsal):
-    out, killed = rehearsal["out"], rehearsal["killed"]
-    assert {"stand-in", "dataset", f"train/{PRESETS[0]}"} <= set(killed)  # what was done before the kill
-    assert f"train/{PRESETS[1]}" not in killed
-    log = rehearsal["resumed"].stdout
-    for step in killed:
-        assert f"[{step}] complete, skipped" in log
-    for path, mtime in rehearsal["mtimes"].items():
-        assert (out / path).stat().st_mtime_ns == mtime, f"{path} was written again"
-    assert f"resumed from {Path('rehearsal') / 'work' / 'train' / PRESETS[1]}" in log  # from its last checkpoint
-    for preset in PRESETS:  # the GPU branches ran on the CPU: inductor (where a C++ compiler is), bf16, channels-last
-        config = json.loads((out / "work" / "train" / preset / "training_config.json").read_text())
-        assert (config["compile"], config["mixed_precision"], config["channels_last"]) == (
-            release.inductor_available(),
-            "bf16",
-            True,
-        )
-    assert f"torch.compile {'on' if release.inductor_available() else 'off'}" in log
+def test_the_four_released_models_go_out_and_alternet_waits(rehearsal_run):
+    first, log = rehearsal_run["first"], rehearsal_run["pending"].stdout
+    assert first["repos"] == sorted(CONVERTED)
+    assert f"[{TRAINED}] pending: training it here (cpu) would take about" in log and "--training-budget 0 s" in log
+    assert set(first["summary"]["models"]) == set(CONVERTED) and list(first["summary"]["pending"]) == [TRAINED]
+    assert f"{ORG}/{TRAINED}: pending:" in log
+    assert first["space"]["ALTERNET_SPACE_PENDING"] == "AlterNet-50"
+    assert "AlterNet" not in first["space"]["ALTERNET_SPACE_MODELS"]
+    assert first["comparison"]["meta"]["pending"] == ["AlterNet-50"]
+    assert f"train/{TRAINED}" not in first["steps"]
+    for preset in CONVERTED:  # converted from the file, checked against what the stand-in reported
+        assert {f"fetch/{preset}", f"convert/{preset}", f"evaluate/{preset}"} <= set(first["steps"])
+        assert f"{preset}: top-1 " in log and " points apart (at most 5)" in log
+
+
+def test_a_second_run_adds_alternet_and_redoes_only_what_depends_on_it(rehearsal_run):
+    out, first = rehearsal_run["out"], rehearsal_run["first"]
+    log = rehearsal_run["resumed"].stdout
+    assert f"resumed from {Path('rehearsal') / 'work' / 'train' / TRAINED}" in log  # from its last checkpoint
     steps = manifest(out)["steps"]
-    expected = {"stand-in", "dataset", "compare", "space"}
-    expected |= {f"{kind}/{p}" for p in PRESETS for kind in ("train", "evaluate", "analyze", "card")}
-    assert set(steps) == expected  # a dry run uploads nothing
+    for preset in CONVERTED:
+        for kind in ("fetch", "convert", "evaluate", "analyze", "card"):
+            assert f"[{kind}/{preset}] complete, skipped" in log
+            assert steps[f"{kind}/{preset}"] == first["steps"][f"{kind}/{preset}"]
+    changed = {name for name in steps if steps[name] != first["steps"].get(name)}
+    assert changed == {"compare", "space", *(f"{kind}/{TRAINED}" for kind in ("train", "evaluate", "analyze", "card"))}
+    unchanged = {
+        path: mtime for path, mtime in first["mtimes"].items() if not path.startswith(("spaces/", "work/comparison"))
+    }
+    for path, mtime in unchanged.items():
+        assert (out / path).stat().st_mtime_ns == mtime, f"{path} was written again"
+    space = json.loads((out / "spaces" / "how-do-vits-work" / "space.json").read_text())
+    assert "ALTERNET_SPACE_PENDING" not in space and f"AlterNet-50={ORG}/{TRAINED}" in space["ALTERNET_SPACE_MODELS"]
+    config = json.loads((out / "work" / "train" / TRAINED / "training_config.json").read_text())
+    # the GPU branches ran on the CPU: inductor (where a C++ compiler is), bf16, channels-last
+    assert (config["compile"], config["mixed_precision"], config["channels_last"]) == (
+        release.inductor_available(), "bf16", True
+    )  # fmt: skip
+    # The last run finds everything complete and changes nothing.
+    again = rehearsal_run["again"].stdout
+    assert "0 steps run, 29 already complete" in again
+    assert manifest(out)["steps"] == steps
+    assert "release summary (rehearsal)" in again and f"{ORG}/{TRAINED}: top-1" in again
+    assert "(converted from the reference's release)" in again and "(trained)" in again
+    assert "h of training on one H100: an ESTIMATE" in again
     for step in steps.values():  # every output is there, as the manifest hashed it
         for path, digest in step["outputs"].items():
             assert release.file_hash(out / path) == digest
-    # The third run finds everything complete and changes nothing.
-    again = rehearsal["again"].stdout
-    assert "0 steps run, 16 already complete" in again
-    assert manifest(out)["steps"] == steps
-    assert "release summary (rehearsal)" in again and f"{ORG}/alternet-50-cifar100: top-1" in again
-    assert "h of training on one H100: an ESTIMATE" in again
 
 
-def test_every_repository_is_laid_out_as_uploaded(rehearsal):
-    out = rehearsal["out"]
+def test_every_repository_is_laid_out_as_uploaded(rehearsal_run):
+    out = rehearsal_run["out"]
     assert sorted(p.name for p in (out / "models").iterdir()) == sorted(PRESETS)
-    assert (out / "datasets" / "cifar100-c" / "README.md").is_file()
-    assert len(list((out / "datasets" / "cifar100-c" / "data").glob("test-*.parquet"))) == len(CORRUPTIONS)
+    dataset = out / "datasets" / "cifar100-c"
+    assert (dataset / "README.md").is_file()
+    assert len(list((dataset / "data").glob("*/severity_*.parquet"))) == 5 * len(CORRUPTIONS)
     space = out / "spaces" / "how-do-vits-work"
     assert {"app.py", "README.md", "requirements.txt", "space.json", "alternet_hf", "analysis", "results"} <= {
         p.name for p in space.iterdir()
     }
     assert not list(space.rglob("__pycache__"))
+
+
+def test_the_converted_models_score_what_the_stand_ins_reported(rehearsal_run):
+    """The stand-ins' own test accuracies, measured before their files were written, are what the converted models
+    score in the release: conversion, label order and preprocessing all agree, far above chance (1%)."""
+    out = rehearsal_run["out"]
+    reported = json.loads((out / "work" / "stand-in" / "reference" / rehearsal.REPORTED).read_text())
+    for preset in CONVERTED:
+        evaluation = json.loads(next((out / "work" / "converted" / preset).glob("eval_*_test.json")).read_text())
+        assert 100 * evaluation["metrics"]["accuracy"] == pytest.approx(reported[preset]["top1"], abs=1e-6)
+        assert reported[preset]["top1"] > 8  # far above chance
+    assert reported["resnet-50-cifar100"]["top1"] > 25
 
 
 def card_numbers(folder: Path) -> dict:
@@ -125,81 +179,126 @@ def card_numbers(folder: Path) -> dict:
 
 
 @pytest.mark.parametrize("preset", PRESETS)
-def test_each_card_reports_the_evaluation_files(rehearsal, preset):
-    out = rehearsal["out"]
-    train = out / "work" / "train" / preset
-    clean = json.loads(next(train.glob("eval_*_test.json")).read_text())
-    robustness = json.loads((train / "robustness_cifar100-c.json").read_text())
+def test_each_card_reports_the_evaluation_files(rehearsal_run, preset):
+    out = rehearsal_run["out"]
+    folder = out / "work" / ("converted" if preset in CONVERTED else "train") / preset
+    clean = json.loads(next(folder.glob("eval_*_test.json")).read_text())
+    robustness = json.loads((folder / "robustness_cifar100-c.json").read_text())
     numbers = card_numbers(out / "models" / preset)
     for metric in ("accuracy", "nll", "ece"):
         assert numbers[(clean["dataset"], metric)] == pytest.approx(clean["metrics"][metric], rel=1e-12)
     assert numbers[("CIFAR-100-C", "accuracy")] == pytest.approx(robustness["mean_accuracy"], rel=1e-12)
     assert robustness["mean_accuracy"] == pytest.approx(np.mean(robustness["accuracy"]))
     assert len(robustness["corruptions"]) == 15 and robustness["severities"] == [1, 2, 3, 4, 5]
+    # The budget was exceeded: the same stratified subset of every set, with its standard error, said on the card.
+    plan = robustness["plan"]
+    assert robustness["images_per_set"] == 100 * plan["per_class"] < robustness["set_size"] == 400
     text = (out / "models" / preset / "README.md").read_text()
-    for figure in ("training_curves.png", "fourier.png", "robustness_cifar100-c.png", "_reliability.png"):
+    assert f"± {100 * robustness['mean_accuracy_standard_error']:.2f}" in text
+    assert f"({robustness['images_per_set']:,} of its 400 images, {plan['per_class']} of each class, seed 0)" in text
+    figures = ["_reliability.png", "fourier.png", "robustness_cifar100-c.png"]
+    figures += ["training_curves.png"] if preset == TRAINED else []
+    for figure in figures:
         assert f"{figure})" in text
     for link in [line.split("](")[1].rstrip(")") for line in text.splitlines() if line.startswith("![")]:
         assert (out / "models" / preset / link).is_file()
-    assert "timm.create_model(" in text and "trust_remote_code=True" in text or preset.startswith("vit")
+    assert "timm.create_model(" in text and (
+        "trust_remote_code=True" in text or preset.startswith(("vit", "pit", "swin"))
+    )
+    if preset in CONVERTED:  # provenance: the file, its SHA-256 as hashed here, the converter; reported beside ours
+        stand_in = out / "work" / "stand-in" / "reference" / REFERENCE_FILES[preset]
+        assert f"file [`{stand_in.name}`](" in text and f"SHA-256\n`{release.file_hash(stand_in)}`" in text
+        assert f"converted by alternet-hf {alternet_hf.__version__}" in text and "evaluated here on a CPU" in text
+        reported = json.loads(stand_in.with_name(rehearsal.REPORTED).read_text())[preset]["top1"]
+        assert f"| reported by the stand-in (its own test, before its file was written) | {reported:g} | — |" in text
+        assert "Trained by the reference's authors with the paper's recipe" in text
+    else:
+        assert "Trained with `alternet-train` of alternet-hf" in text and "reported by" not in text
 
 
 @pytest.mark.parametrize("preset", PRESETS)
-def test_each_model_loads_with_transformers_pipeline_and_timm(rehearsal, preset):
+def test_each_model_loads_with_transformers_pipeline_and_timm(rehearsal_run, preset):
     import timm
     from transformers import AutoModelForImageClassification, pipeline
 
-    folder = rehearsal["out"] / "models" / preset
+    folder = rehearsal_run["out"] / "models" / preset
     model = AutoModelForImageClassification.from_pretrained(folder).eval()
     image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8))
     predictions = pipeline("image-classification", model=str(folder))(image, top_k=3)
     assert len(predictions) == 3 and all(p["label"] in model.config.id2label.values() for p in predictions)
-    training = json.loads((rehearsal["out"] / "work" / "train" / preset / "training_config.json").read_text())
-    fields = {k: v for k, v in training["model_overrides"].items() if k != "drop_path_rate"}
-    architecture, dataset = preset.rsplit("-", 1)
-    in_timm = timm.create_model(
-        alternet_hf.timm_models.timm_name(architecture, dataset), pretrained=True,
-        pretrained_cfg_overlay=dict(file=str(folder / "model.safetensors")), **fields,
-    ).eval()  # fmt: skip
+    if preset in ("pit-ti-cifar100", "swin-ti-cifar100"):  # timm's own modules: a timm repo
+        in_timm = timm.create_model(f"local-dir:{folder}", pretrained=True).eval()
+    else:
+        if preset in CONVERTED:
+            fields = rehearsal.REFERENCE_STAND_INS[preset]
+        else:
+            training = json.loads(
+                (rehearsal_run["out"] / "work" / "train" / preset / "training_config.json").read_text()
+            )
+            fields = {k: v for k, v in training["model_overrides"].items() if k != "drop_path_rate"}
+        architecture, dataset = preset.rsplit("-", 1)
+        in_timm = timm.create_model(
+            alternet_hf.timm_models.timm_name(architecture, dataset), pretrained=True,
+            pretrained_cfg_overlay=dict(file=str(folder / "model.safetensors")), **fields,
+        ).eval()  # fmt: skip
     pixels = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         torch.testing.assert_close(in_timm(pixels), model(pixel_values=pixels).logits)
 
 
-def test_each_model_loads_with_remote_code_where_alternet_hf_cannot_be_imported(rehearsal):
-    folders = [str(rehearsal["out"] / "models" / preset) for preset in PRESETS]
+def test_each_model_loads_with_remote_code_where_alternet_hf_cannot_be_imported(rehearsal_run):
+    folders = [str(rehearsal_run["out"] / "models" / preset) for preset in PRESETS]
     script = f"""
 import sys
 sys.modules["alternet_hf"] = None  # the package is not installed for this user
 import torch
-from transformers import AutoModelForImageClassification, pipeline
+from transformers import AutoModelForImageClassification
 for folder in {folders!r}:
     model = AutoModelForImageClassification.from_pretrained(folder, trust_remote_code=True).eval()
-    assert type(model).__module__.startswith(("transformers_modules", "transformers.models.vit")), type(model)
+    assert type(model).__module__.startswith(("transformers_modules", "transformers.models.")), type(model)
     print(type(model).__name__, model(pixel_values=torch.zeros(1, 3, 32, 32)).logits.shape[-1])
 """
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=offline_env())
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["CifarResNetForImageClassification", "100", "ViTForImageClassification", "100",
-                                     "AlterNetForImageClassification", "100"]  # fmt: skip
+    assert result.stdout.split() == [
+        "CifarResNetForImageClassification", "100", "ViTForImageClassification", "100",
+        "TimmWrapperForImageClassification", "100", "TimmWrapperForImageClassification", "100",
+        "AlterNetForImageClassification", "100",
+    ]  # fmt: skip
 
 
-def test_the_dataset_loads_with_datasets_and_the_analyses(rehearsal):
+def test_the_dataset_loads_with_datasets_and_the_analyses(rehearsal_run):
     import datasets
 
     from analysis.robustness import ParquetCorruptions, load_corruption_source
 
-    folder = rehearsal["out"] / "datasets" / "cifar100-c"
-    test = datasets.load_dataset(str(folder), split="test")
-    per_set = release.STAND_IN_IMAGES_PER_CLASS["test"] * 100
-    assert test.num_rows == len(CORRUPTIONS) * 5 * per_set
-    assert set(test.column_names) == {"image", "label", "corruption", "severity"}
+    folder = rehearsal_run["out"] / "datasets" / "cifar100-c"
+    per_set = rehearsal.IMAGES_PER_CLASS["test"] * 100
+    fog = datasets.load_dataset(str(folder), "fog", split="severity_5")  # the card's short form
+    assert fog.num_rows == per_set and set(fog.column_names) == {"image", "label", "corruption", "severity"}
+    assert datasets.load_dataset(str(folder), split="test").num_rows == len(CORRUPTIONS) * 5 * per_set
     source = load_corruption_source(str(folder))
     assert isinstance(source, ParquetCorruptions) and sorted(source.available()) == sorted(CORRUPTIONS)
     images, labels = next(source.batches("fog", 5, batch_size=64))
     assert images.dtype == torch.uint8 and images.shape == (64, 3, 32, 32) and int(labels.max()) < 100
-    arrays = np.load(rehearsal["out"] / "work" / "stand-in" / "CIFAR-100-C" / "fog.npy", mmap_mode="r")
+    arrays = np.load(rehearsal_run["out"] / "work" / "stand-in" / "CIFAR-100-C" / "fog.npy", mmap_mode="r")
     np.testing.assert_array_equal(images.permute(0, 2, 3, 1).numpy(), arrays[4 * per_set : 4 * per_set + 64])
+    np.testing.assert_array_equal(np.asarray(fog[:64]["image"][0]), arrays[4 * per_set])
+
+
+def test_the_space_pins_what_the_release_ran_with(rehearsal_run):
+    from importlib.metadata import version
+
+    space = rehearsal_run["out"] / "spaces" / "how-do-vits-work"
+    lines = (space / "requirements.txt").read_text().splitlines()
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in lines
+    assert f"torch=={version('torch').split('+')[0]}+cpu" in lines
+    for package in ("transformers", "timm", "gradio", "huggingface-hub", "datasets"):
+        assert f"{package}=={version(package)}" in lines
+    pinned = [line for line in lines if line and not line.startswith(("#", "--"))]
+    assert all("==" in line for line in pinned) and len(pinned) == 14
+    card = (space / "README.md").read_text()
+    assert f"sdk_version: {version('gradio')}" in card and f"python_version: '{sys.version_info.major}." in card
 
 
 def hub_cache_with(models: dict[str, Path], cache: Path) -> Path:
@@ -214,13 +313,12 @@ def hub_cache_with(models: dict[str, Path], cache: Path) -> Path:
     return cache
 
 
-def test_the_space_serves_the_release_models_started_as_spaces_start_it(rehearsal, tmp_path):
+def test_the_space_serves_the_release_models_started_as_spaces_start_it(rehearsal_run, tmp_path):
     from gradio_client import Client, handle_file
 
-    space = shutil.copytree(rehearsal["out"] / "spaces" / "how-do-vits-work", tmp_path / "space")
-    cache = hub_cache_with(
-        {f"{ORG}/{preset}": rehearsal["out"] / "models" / preset for preset in PRESETS}, tmp_path / "hub"
-    )
+    out = rehearsal_run["out"]
+    space = shutil.copytree(out / "spaces" / "how-do-vits-work", tmp_path / "space")
+    cache = hub_cache_with({f"{ORG}/{preset}": out / "models" / preset for preset in PRESETS}, tmp_path / "hub")
     port = free_port()
     env = offline_env(HF_HUB_CACHE=str(cache), GRADIO_SERVER_PORT=str(port), GRADIO_SERVER_NAME="127.0.0.1")
     env.pop("PYTHONPATH", None)
@@ -241,7 +339,7 @@ def test_the_space_serves_the_release_models_started_as_spaces_start_it(rehearsa
         Image.new("RGB", (64, 48), (200, 40, 90)).save(tmp_path / "photo.png")
         outputs = client.predict(handle_file(str(tmp_path / "photo.png")), "fog", 3, 0.5, api_name="/robustness")
         top5s = [o for o in outputs if isinstance(o, dict) and "confidences" in o]
-        assert len(top5s) == 3, outputs  # the three rehearsal models, by their Hub ids
+        assert len(top5s) == 5, outputs  # the five rehearsal models, by their Hub ids
         for top5 in top5s:
             assert len(top5["confidences"]) == 5
         curves = outputs[-1]
@@ -251,9 +349,8 @@ def test_the_space_serves_the_release_models_started_as_spaces_start_it(rehearsa
         process.wait(30)
 
 
-def test_publishing_after_the_dry_run_uploads_each_repo_and_redoes_nothing(rehearsal, tmp_path, monkeypatch):
-    """The same release without --dry-run on the dry run's folder: every step is complete, so only the uploads run
-    (the Hub replaced by a recorder: this machine cannot reach it)."""
+def recording_hub(monkeypatch) -> list:
+    """The Hub replaced by a recorder of its calls: this machine cannot reach it."""
     import huggingface_hub
 
     calls = []
@@ -266,27 +363,122 @@ def test_publishing_after_the_dry_run_uploads_each_repo_and_redoes_nothing(rehea
             calls.append(("upload", repo_id, repo_type, sorted(p.name for p in Path(folder_path).iterdir())))
 
     monkeypatch.setattr(huggingface_hub, "HfApi", RecordingApi)
-    out = shutil.copytree(rehearsal["out"], tmp_path / "release")
-    options = release.ReleaseOptions(org=ORG, out=out, rehearsal=True)
+    return calls
+
+
+def rehearsal_options(out: Path, **fields) -> release.ReleaseOptions:
+    """The options of the fixture's release (`ARGV`), for runs in this process on a copy of its folder."""
+    return release.ReleaseOptions(org=ORG, out=out, rehearsal=True, from_reference=True, cifar100c_budget=1.0, **fields)
+
+
+def test_publishing_after_the_dry_run_uploads_each_repo_and_redoes_nothing(rehearsal_run, tmp_path, monkeypatch):
+    """The same release without --dry-run on the dry run's folder: every step is complete, so only the uploads run."""
+    calls = recording_hub(monkeypatch)
+    out = shutil.copytree(rehearsal_run["out"], tmp_path / "release")
+    options = rehearsal_options(out)
     release.check_out_dir(options)
     lines = []
     runner = release.Release(options, say=lines.append)
     summary = runner.run()
     assert runner.ran == [f"upload/{name}" for name in ("cifar100-c", *PRESETS, "how-do-vits-work")]
-    assert len(runner.skipped) == 16
+    assert len(runner.skipped) == 29
     created = [(repo_id, kind, sdk) for what, repo_id, kind, sdk in calls if what == "create"]
     assert created == [(f"{ORG}/cifar100-c", "dataset", None)] + [(f"{ORG}/{p}", "model", None) for p in PRESETS] + [
         (f"{ORG}/how-do-vits-work", "space", "gradio")
     ]
     uploaded = {repo_id: files for what, repo_id, kind, files in calls if what == "upload"}
-    assert (
-        "model.safetensors" in uploaded[f"{ORG}/alternet-50-cifar100"]
-        and "space.json" in uploaded[f"{ORG}/how-do-vits-work"]
-    )
-    assert summary["models"][PRESETS[2]]["repo_id"] == f"{ORG}/{PRESETS[2]}"
+    assert "model.safetensors" in uploaded[f"{ORG}/{TRAINED}"] and "space.json" in uploaded[f"{ORG}/how-do-vits-work"]
+    assert "provenance.json" not in uploaded[f"{ORG}/resnet-50-cifar100"]  # the card states it; the file stays here
+    assert summary["models"][TRAINED]["repo_id"] == f"{ORG}/{TRAINED}" and summary["pending"] == {}
     again = release.Release(options, say=lines.append)
     again.run()
     assert again.ran == []  # uploaded once
+
+
+def test_a_model_far_from_its_reported_accuracy_stops_the_release_before_anything_is_published(
+    rehearsal_run, tmp_path, monkeypatch
+):
+    calls = recording_hub(monkeypatch)
+    out = shutil.copytree(rehearsal_run["out"], tmp_path / "release")
+    cards = {p: (out / "models" / p / "README.md").read_bytes() for p in PRESETS}
+    reported = release.Release.reported
+
+    def inflated(self, preset):  # as if the paper had reported 30 points more for PiT
+        numbers = reported(self, preset)
+        return numbers and {**numbers, "top1": numbers["top1"] + 30} if preset == "pit-ti-cifar100" else numbers
+
+    monkeypatch.setattr(release.Release, "reported", inflated)
+    lines = []
+    with pytest.raises(release.ReleaseError) as stopped:
+        release.Release(rehearsal_options(out), say=lines.append).run()
+    message = str(stopped.value)
+    assert "nothing was published" in message and message.count("\n  ") == 1
+    line = next(line for line in message.splitlines() if line.startswith("  pit-ti-cifar100:"))
+    measured = json.loads(next((out / "work" / "converted" / "pit-ti-cifar100").glob("eval_*_test.json")).read_text())
+    top1 = 100 * measured["metrics"]["accuracy"]
+    assert f"{REFERENCE_FILES['pit-ti-cifar100']} converted as pit-ti-cifar100 scores {top1:.2f}% top-1" in line
+    assert "30.0 points from the" in line and "the wrong preset" in line and "--max-accuracy-gap 5" in line
+    assert calls == [] and all((out / "models" / p / "README.md").read_bytes() == cards[p] for p in PRESETS)
+    assert "[evaluate/resnet-50-cifar100] complete, skipped" in lines
+
+
+def test_files_that_are_not_the_reference_s_are_named_and_nothing_is_published(tmp_path, monkeypatch):
+    """A pickle that `weights_only` refuses, a cut file, another family's file: one line each, before any
+    evaluation, and no repository written."""
+    calls = recording_hub(monkeypatch)
+    folder = tmp_path / "ckpts"
+    folder.mkdir()
+
+    class Code:
+        def __reduce__(self):
+            return (print, ("a pickle that runs code",))
+
+    torch.save({"state_dict": {"x": torch.zeros(1)}, "code": Code()}, folder / REFERENCE_FILES["resnet-50-cifar100"])
+    swin = alternet_hf.create_model("swin-ti-cifar100", **rehearsal.REFERENCE_STAND_INS["swin-ti-cifar100"])
+    whole = alternet_hf.convert.save_reference_checkpoint(swin, "swin", tmp_path / "swin.pth.tar", name="swin")
+    (folder / REFERENCE_FILES["vit-ti-cifar100"]).write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    shutil.copy(whole, folder / REFERENCE_FILES["pit-ti-cifar100"])
+    options = release.ReleaseOptions(
+        org=ORG, out=tmp_path / "out", from_reference=True, reference_dir=folder, without_cifar100c=True,
+        models=("resnet-50-cifar100", "vit-ti-cifar100", "pit-ti-cifar100"),
+    )  # fmt: skip
+    release.check_reference_files(options)
+    with pytest.raises(release.ReleaseError) as stopped:
+        release.Release(options, say=lambda line: None).run()
+    lines = str(stopped.value).splitlines()
+    assert "nothing was published" in lines[0]
+    resnet, vit, pit = (next(line for line in lines if line.startswith(f"  {p}:")) for p in options.models)
+    assert REFERENCE_FILES["resnet-50-cifar100"] in resnet and "not a readable PyTorch checkpoint" in resnet
+    assert "objects beyond tensors, which a safe load (torch.load with weights_only=True) refuses" in resnet
+    assert REFERENCE_FILES["vit-ti-cifar100"] in vit and "not a readable PyTorch checkpoint" in vit
+    assert REFERENCE_FILES["pit-ti-cifar100"] in pit and "looks like a reference swin checkpoint" in pit
+    assert calls == [] and not (tmp_path / "out" / "models").exists() and not (tmp_path / "out" / "spaces").exists()
+
+
+def test_cifar100c_is_evaluated_whole_without_a_budget_and_on_a_subset_within_one(tmp_path):
+    """`write_robustness`: every image of every set where there is no budget (a GPU), else the same seeded,
+    class-stratified subset of each set, sized by the measured speed, with its standard error."""
+    from analysis.robustness import GeneratedCorruptions, save_as_arrays, write_hub_dataset
+
+    images = torch.randint(0, 256, (20, 3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    arrays = save_as_arrays(GeneratedCorruptions(images, torch.arange(20) % 5), tmp_path / "arrays",
+                            corruptions=["fog", "contrast"])  # fmt: skip
+    repo = write_hub_dataset(arrays, tmp_path / "repo", "someone/c", corruptions=["fog", "contrast"])
+    folder = tmp_path / "model"
+    tiny = {**rehearsal.REHEARSAL_MODELS["resnet-50"], "num_labels": 5}
+    alternet_hf.create_model("resnet-50-cifar100", **tiny).save_pretrained(folder)
+    said = []
+    paths = release.write_robustness(
+        folder, repo, "someone/c", device="cpu", compile=False, budget=None, say=said.append
+    )
+    whole = json.loads(paths[0].read_text())
+    assert whole["plan"]["images_per_set"] == 20 and whole["images_per_set"] is None  # None: every image
+    assert whole["mean_accuracy_standard_error"] is None and "images_per_second" not in whole["plan"]
+    release.write_robustness(folder, repo, "someone/c", device="cpu", compile=False, budget=1e-6, say=said.append)
+    subset = json.loads(paths[0].read_text())
+    assert subset["plan"]["per_class"] == 1 and subset["images_per_set"] == 5 and subset["set_size"] == 20
+    assert subset["mean_accuracy_standard_error"] > 0 and paths[1].is_file()
+    assert "evaluating 1 images of each class per set (5 of 20, seed 0)" in said[-2]
 
 
 # --- refusals before anything runs ---------------------------------------------------------------------------
@@ -308,11 +500,17 @@ def test_refusals_come_before_any_training(tmp_path):
         "not cifar100": [*base, "--org", ORG, "--rehearsal", "--dry-run", "out", "--models", "alternet-50-cifar10"],
         "offline": [*base, "--org", ORG, "--without-cifar100c"],
         "no training set": [*base, "--org", ORG, "--without-cifar100c", "--dry-run", "out"],
-    }
+        "no reference folder": [*base, "--org", ORG, "--from-reference", "ckpts", "--without-cifar100c", "--dry-run",
+                                "out"],
+        "no reference files": [*base, "--org", ORG, "--from-reference", "--without-cifar100c", "--dry-run", "out"],
+        "bad budget": [*base, "--org", ORG, "--rehearsal", "--dry-run", "out", "--cifar100c-budget", "soon"],
+        "bad gap": [*base, "--org", ORG, "--rehearsal", "--dry-run", "out", "--max-accuracy-gap", "0"],
+    }  # fmt: skip
     empty_cache = {"HF_HOME": str(tmp_path / "empty-home"), "HF_DATASETS_CACHE": str(tmp_path / "empty-cache")}
     envs = {
         "offline": {"HF_TOKEN": "hf_x"},  # a token, but no Hub to check it with
         "no training set": empty_cache,  # offline with nothing cached: the dry run stops before writing
+        "no reference files": {"ALTERNET_REFERENCE_URL": "http://127.0.0.1:9/v0.1"},  # nothing listens there
     }
     results = {
         name: run_command(argv, cwd=tmp_path, env=offline_env(**envs.get(name, {}))) for name, argv in runs.items()
@@ -323,6 +521,11 @@ def test_refusals_come_before_any_training(tmp_path):
     assert_refused(results["not cifar100"], "not a cifar-100 preset")
     assert_refused(results["offline"], "cannot be reached", "nothing was trained", "--dry-run")
     assert_refused(results["no training set"], "cifar100 could not be loaded", "nothing was written", "--rehearsal")
+    assert_refused(results["no reference folder"], "there is no folder ckpts", *REFERENCE_FILES.values())
+    assert_refused(results["no reference files"], "cannot be reached", "nothing was written", "--from-reference dir",
+                   *REFERENCE_FILES.values())  # fmt: skip
+    assert_refused(results["bad budget"], "'soon' is not a duration", "30m")
+    assert_refused(results["bad gap"], "--max-accuracy-gap must be a positive number")
     no_token = run_command(runs["offline"], cwd=tmp_path, env=offline_env(HF_HOME=str(tmp_path / "empty-home")))
     assert_refused(no_token, "no hugging face token", "hf auth login")
     assert not (tmp_path / "out").exists() and not (tmp_path / "outputs").exists()  # nothing written

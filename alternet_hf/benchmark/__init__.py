@@ -1,7 +1,7 @@
 """Speed measurement, in one place (`alternet-benchmark` runs it; benchmarks, not tests).
 
-- `models`: images per second of the zoo's models, bare steps, eager or compiled; AlterNet-50 raced against the
-  reference implementation's;
+- `models`: images per second of the zoo's models, bare steps, eager or compiled; the release's CIFAR-100-C pass;
+  AlterNet-50 raced against the reference implementation's;
 - `engine`: the training engine's data path per loader worker, its loop overhead, end-to-end runs;
 - `analyses`: CIFAR-C generation, Hessian eigenvalue solvers, the per-block statistics;
 - `tables`: the results as the Markdown tables the command prints and the README quotes.
@@ -18,10 +18,11 @@ from .engine import (
     measure_engine_overhead,
     measure_training_run,
 )
-from .models import Throughput, measure_throughput, race_reference
+from .models import Throughput, evaluation_throughput, measure_throughput, race_reference
 
 __all__ = [
     "Throughput",
+    "evaluation_throughput",
     "measure_throughput",
     "race_reference",
     "DataPathSpeed",

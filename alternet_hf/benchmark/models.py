@@ -86,6 +86,31 @@ def measure_throughput(
     )
 
 
+CIFAR100C_IMAGES = 15 * 5 * 10_000  # every corruption and severity of CIFAR-100-C
+
+
+def evaluation_throughput(
+    name: str, *, batch_size: int, compiled: bool, device: str | torch.device | None = None, repeats: int = 3
+) -> dict:
+    """Images per second of the release's CIFAR-100-C pass for the preset `name` (eval, no grad, uint8 images
+    normalised on the device: `analysis.robustness.images_per_second`), also per core, and the hours every set of
+    CIFAR-100-C takes at that speed. Compiled: inductor, batches padded to one shape (compilation not timed)."""
+    from analysis.robustness import images_per_second
+
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    model = create_model(name).eval()
+    rate = images_per_second(
+        model, batch_size=batch_size, compile_mode="default" if compiled else None, device=device, repeats=repeats
+    )
+    cores = torch.get_num_threads() if device.type == "cpu" else None
+    return {
+        "model": name, "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "compiled": compiled, "batch_size": batch_size, "images_per_second": rate,
+        "images_per_second_per_core": rate / cores if cores else None, "threads": cores,
+        "cifar100c_hours": CIFAR100C_IMAGES / rate / 3600,
+    }  # fmt: skip
+
+
 def race_reference(
     reference_dir: str,
     *,

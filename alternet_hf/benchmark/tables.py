@@ -21,6 +21,22 @@ def throughput_table(results) -> str:
     return "\n".join(lines)
 
 
+def evaluation_table(rows: list[dict]) -> str:
+    """The release's CIFAR-100-C pass: images/s, per core, and the hours of all 750,000 images at that speed."""
+    threads = rows[0]["threads"]
+    lines = [
+        f"{machine()}" + (f", {threads} threads" if threads else "") + "; eval, no grad, float32",
+        "| model | compile | batch | images/s | images/s per core | all of CIFAR-100-C (h) |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['model']} | {'yes' if r['compiled'] else 'no'} | {r['batch_size']} | {r['images_per_second']:,.1f} | "
+        f"{r['images_per_second_per_core'] or float('nan'):,.1f} | {r['cifar100c_hours']:.1f} |"
+        for r in rows
+    ]
+    return "\n".join(lines)
+
+
 def engine_overhead_table(result: dict, repeats: int) -> str:
     lines = [
         f"{machine()}; CPU ms per step (median of {repeats}), batch {result['batch_size']}, the smallest AlterNet, "

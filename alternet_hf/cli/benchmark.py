@@ -9,6 +9,7 @@ its loop overhead against a hand-written loop (--engine-overhead), a race agains
     alternet-benchmark --data-only --models alternet-50-cifar100    # CPU ms per image of one loader worker
     alternet-benchmark --engine-overhead                  # engine loop vs a hand-written loop, ms per step
     alternet-benchmark --reference-dir how-do-vits-work/  # AlterNet-50 vs the reference code's, a fair race
+    alternet-benchmark --evaluation --models pit-ti-cifar100 --batch-sizes 64 --compile both   # the CIFAR-100-C pass
     alternet-benchmark --corruptions --num-images 1000      # CIFAR-C generation vs per-image NumPy
     alternet-benchmark --hessian --models outputs/alternet-digits   # Lanczos vs power iteration
     alternet-benchmark --feature-maps --models alternet-18-cifar10 --num-images 256   # one pass vs the notebooks'
@@ -77,6 +78,11 @@ def build_parser():
         help="repetitions of --data-only / --engine-overhead / --reference-dir measurements",
     )
     parser.add_argument(
+        "--evaluation", action="store_true",
+        help="images/s (and per core) of the release's CIFAR-100-C pass (eval, uint8 images normalised on the device) "
+        "at each --batch-sizes, eager and/or compiled (--compile)",
+    )  # fmt: skip
+    parser.add_argument(
         "--corruptions", action="store_true", help="time CIFAR-C corruption generation against imagecorruptions"
     )
     parser.add_argument("--num-images", type=int, default=1000, help="images per corruption for --corruptions")
@@ -103,6 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     special = (
         args.corruptions or args.hessian or args.feature_maps,
+        args.evaluation,
         args.training,
         args.data_only,
         args.engine_overhead,
@@ -110,8 +117,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     if sum(map(bool, special)) > 1:
         raise CommandError(
-            "choose one of --corruptions/--hessian/--feature-maps, --training, --data-only, --engine-overhead, "
-            "--reference-dir"
+            "choose one of --corruptions/--hessian/--feature-maps, --evaluation, --training, --data-only, "
+            "--engine-overhead, --reference-dir"
         )
     import torch
     from tqdm import tqdm
@@ -150,6 +157,16 @@ def main(argv: list[str] | None = None) -> None:
             for batch_size in args.batch_sizes
         ]
         report, rows = "\n\n".join(map(tables.training_run_lines, results)), [r.to_dict() for r in results]
+    elif args.evaluation:
+        compiled_options = {"no": [False], "yes": [True], "both": [False, True]}[args.compile or "no"]
+        runs = [(n, b, c) for n in args.models for c in compiled_options for b in args.batch_sizes]
+        rows = [
+            benchmark.evaluation_throughput(
+                name, batch_size=batch, compiled=compiled, device=args.device, repeats=args.iterations
+            )  # fmt: skip
+            for name, batch, compiled in tqdm(runs, desc="evaluation", unit="run")
+        ]
+        report = tables.evaluation_table(rows)
     elif args.feature_maps:
         rows = [
             benchmark.per_block_speed(name, num_images=args.num_images, repeats=args.repeats, device=args.device)

@@ -1,30 +1,48 @@
-"""Release the zoo: publish CIFAR-100-C, train, evaluate (clean and CIFAR-100-C), analyse and compare the models,
-push each with its card, and push the Space configured for this organisation. One command, resumable.
+"""Release the zoo: publish CIFAR-100-C, put each model on the Hub (the reference's released weights converted, or
+trained with the paper's recipe), evaluated on the clean test split and CIFAR-100-C, analysed and compared, with its
+card, and push the Space configured for this organisation. One command, resumable.
 
-    alternet-release --org <org> --cifar100c-dir CIFAR-100-C/            # on a GPU machine, after `hf auth login`
+    alternet-release --org <org> --from-reference --cifar100c-dir CIFAR-100-C/   # the reference's four, on any machine
+    alternet-release --org <org> --from-reference ckpts/ --cifar100c-dir CIFAR-100-C/   # the four files from ckpts/
+    alternet-release --org <org> --cifar100c-dir CIFAR-100-C/            # train all three, on a GPU machine
     alternet-release --org <org> --cifar100c-dir CIFAR-100-C/ --dry-run zoo-release/   # all but the uploads
-    alternet-release --org <org> --rehearsal --dry-run rehearsal/        # the whole release offline, on a CPU
+    alternet-release --org <org> --from-reference --rehearsal --dry-run rehearsal/     # the whole release offline
+
+--from-reference releases the paper's five models: ResNet-50, ViT-Ti, PiT-Ti and Swin-Ti from the reference's
+released CIFAR-100 files (downloaded, or read from DIR), each converted, its top-1 checked against the paper's
+(--max-accuracy-gap), and AlterNet-50 trained. A model whose training would outlast --training-budget here (the
+paper's recipe on a CPU) is listed as pending and the rest is published; the same command run again on a GPU adds
+it. On a CPU, CIFAR-100-C is evaluated on a seeded, class-stratified subset of each set where the full sets would
+outlast --cifar100c-budget per model (the card says so, with the standard error); a GPU evaluates every image.
 
 Each step is recorded in <out>/release.json and skipped when it is complete: run the same command again after a
-crash or a kill and it goes on at the step it was in (training from its last checkpoint). --dry-run DIR writes
-every repository exactly as it would be uploaded (DIR/models/<preset>/, DIR/datasets/cifar100-c/,
-DIR/spaces/how-do-vits-work/) and uploads nothing. --rehearsal runs the same path on a stand-in built offline in the
-real schemas (a 100-class dataset in uoft-cs/cifar100's columns, CIFAR-100-C arrays in the Zenodo layout), with tiny
-models and epochs, compiled with inductor in bf16 and channels-last on the CPU: under 3 minutes on 2 cores.
+crash or a kill and it goes on at the step it was in (training from its last checkpoint, a download from its
+partial file). --dry-run DIR writes every repository exactly as it would be uploaded (DIR/models/<preset>/,
+DIR/datasets/cifar100-c/, DIR/spaces/how-do-vits-work/) and uploads nothing. --rehearsal runs the same path on
+stand-ins built offline in the real schemas and file formats (a 100-class dataset in uoft-cs/cifar100's columns,
+CIFAR-100-C arrays in the Zenodo layout, small models trained on them written as the reference's files), with tiny
+models and epochs, compiled with inductor in bf16 and channels-last on the CPU.
 """
 
+import argparse
 from pathlib import Path
 
 from alternet_hf.cli._common import CommandError, command, make_parser
+from alternet_hf.release import CIFAR100C_BUDGET, MAX_ACCURACY_GAP, TRAINING_BUDGET, parse_duration
 
 
 def build_parser():
     parser = make_parser(__doc__)
     parser.add_argument("--org", required=True, help="the Hub user or organisation that will own the repos")
     parser.add_argument(
+        "--from-reference", nargs="?", const="", metavar="DIR",
+        help="release the reference's four released CIFAR-100 models from their files (in DIR, else downloaded) "
+        "and AlterNet-50 trained",
+    )  # fmt: skip
+    parser.add_argument(
         "--models", nargs="+", metavar="PRESET",
-        help="CIFAR-100 presets (default: resnet-50-cifar100 vit-ti-cifar100 alternet-50-cifar100; the paper's PiT "
-        "and Swin: add pit-ti-cifar100 swin-ti-cifar100)",
+        help="CIFAR-100 presets (default: resnet-50-cifar100 vit-ti-cifar100 alternet-50-cifar100, trained; with "
+        "--from-reference the paper's five, the four released ones converted)",
     )  # fmt: skip
     parser.add_argument(
         "--cifar100c-dir", type=Path,
@@ -43,7 +61,28 @@ def build_parser():
     parser.add_argument("--private", action="store_true", help="create the Hub repos private")
     parser.add_argument("--num-processes", type=int, help="training processes (default: one per GPU)")
     parser.add_argument("--no-estimate", action="store_true", help="skip the H100 time estimate (FLOP counting)")
+    parser.add_argument(
+        "--max-accuracy-gap", type=float, default=MAX_ACCURACY_GAP, metavar="POINTS",
+        help=f"refuse a converted model whose top-1 lies further than this from the reported one (default "
+        f"{MAX_ACCURACY_GAP:g} points)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--cifar100c-budget", type=duration, default=CIFAR100C_BUDGET, metavar="TIME",
+        help="CIFAR-100-C evaluation time per model on a CPU, e.g. 30m, 2h (default 1h); beyond it a seeded, "
+        "class-stratified subset of each set is evaluated",
+    )  # fmt: skip
+    parser.add_argument(
+        "--training-budget", type=duration, default=TRAINING_BUDGET, metavar="TIME",
+        help="training time per model here (default 24h); a model that would take longer is left pending",
+    )  # fmt: skip
     return parser
+
+
+def duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 @command
@@ -53,12 +92,13 @@ def main(argv: list[str] | None = None) -> None:
 
     matplotlib.use("Agg")
     from alternet_hf.release import (
-        RELEASE_MODELS,
         Release,
         ReleaseOptions,
         check_hub,
         check_options,
+        check_reference_files,
         check_training_data,
+        format_duration,
         h100_estimate,
     )
 
@@ -66,18 +106,30 @@ def main(argv: list[str] | None = None) -> None:
         raise CommandError("--cifar100c-dir and --without-cifar100c exclude each other: choose one")
     if args.num_processes is not None and args.num_processes < 1:
         raise CommandError(f"--num-processes must be at least 1, not {args.num_processes}")
+    from_reference = args.from_reference is not None
     options = ReleaseOptions(
-        org=args.org, out=args.dry_run or args.out, models=tuple(args.models or RELEASE_MODELS),
+        org=args.org, out=args.dry_run or args.out, models=args.models,
         cifar100c_dir=args.cifar100c_dir, without_cifar100c=args.without_cifar100c, dry_run=args.dry_run is not None,
         rehearsal=args.rehearsal, overwrite=args.overwrite, private=args.private, num_processes=args.num_processes,
+        from_reference=from_reference, reference_dir=Path(args.from_reference) if args.from_reference else None,
+        max_accuracy_gap=args.max_accuracy_gap, cifar100c_budget=args.cifar100c_budget,
+        training_budget=args.training_budget,
     )  # fmt: skip
     check_options(options)
     if not options.dry_run:
         print(f"Hub: logged in as {check_hub(options)}")
+    check_reference_files(options)
     check_training_data(options)
-    if not args.no_estimate:
-        _, lines = h100_estimate(RELEASE_MODELS if options.rehearsal else options.models)
-        print(f"the real release on one H100 (paper recipe, full-size models):\n{lines}")
+    trained = [p for p in options.models if not options.converted(p)]
+    if not args.no_estimate and trained:
+        _, lines = h100_estimate(trained)
+        print(f"training on one H100 (paper recipe, full-size models):\n{lines}")
+    if not options.without_cifar100c:
+        print(
+            f"CIFAR-100-C: on a CPU at most {format_duration(options.cifar100c_budget)} per model (--cifar100c-budget; "
+            "beyond it a seeded, class-stratified subset of each set, with its standard error); a GPU evaluates "
+            "every image"
+        )
     summary = Release(options).run()
     print_summary(summary, options)
 
@@ -86,7 +138,12 @@ def print_summary(summary: dict, options) -> None:
     print("\nrelease summary" + (" (rehearsal)" if options.rehearsal else ""))
     for model in summary["models"].values():
         mean_c = "not evaluated" if model["cifar100c_mean"] is None else f"{100 * model['cifar100c_mean']:.2f}%"
-        print(f"  {model['repo_id']}: top-1 {100 * model['top1']:.2f}%, CIFAR-100-C mean accuracy {mean_c}")
+        print(
+            f"  {model['repo_id']}: top-1 {100 * model['top1']:.2f}%, CIFAR-100-C mean accuracy {mean_c} "
+            f"({model['weights']})"
+        )
+    for model in summary["pending"].values():
+        print(f"  {model['repo_id']}: pending: {model['why']}")
     if summary["dataset"]:
         print(f"  dataset {summary['dataset']}")
     print(f"  Space {summary['space']}")

@@ -6,7 +6,8 @@
 Gradio's `GRADIO_SERVER_PORT` and `GRADIO_SERVER_NAME` choose where it listens, as on Hugging Face Spaces
 (`--port` and `--host` win over them). Models: `--models name=hub_id_or_folder,...` or
 `ALTERNET_SPACE_MODELS`; stored analysis results for the accuracy curves: `--results` or
-`ALTERNET_SPACE_RESULTS` (one sub-folder per model name). When none of the models loads (offline, say), the
+`ALTERNET_SPACE_RESULTS` (one sub-folder per model name); models of the line-up still to be published:
+`--pending` or `ALTERNET_SPACE_PENDING` (named in the page). When none of the models loads (offline, say), the
 Space shows the mini-zoo of `alternet-reproduce` (outputs/mini-zoo/) if there is one, and otherwise says how
 to make it: it always starts.
 """
@@ -26,6 +27,10 @@ def build_parser():
     parser = make_parser(__doc__)
     parser.add_argument("--models", default=os.environ.get("ALTERNET_SPACE_MODELS", DEFAULT_MODELS))
     parser.add_argument("--results", type=Path, default=os.environ.get("ALTERNET_SPACE_RESULTS"))
+    parser.add_argument(
+        "--pending", default=os.environ.get("ALTERNET_SPACE_PENDING", ""),
+        help="names of models still to be published, comma-separated (the page says they are coming)",
+    )  # fmt: skip
     # None leaves both to Gradio, which reads GRADIO_SERVER_PORT and GRADIO_SERVER_NAME as on Hugging Face Spaces
     parser.add_argument("--port", type=int, help="default: $GRADIO_SERVER_PORT, else Gradio's 7860")
     parser.add_argument("--host", help="e.g. 0.0.0.0 in a container; default: $GRADIO_SERVER_NAME, else 127.0.0.1")
@@ -41,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
 
     parse_models(args.models)  # a malformed --models is an error before anything loads
     Image.MAX_IMAGE_PIXELS = MAX_SIDE * MAX_SIDE  # a second guard behind the header check of every upload
-    space = start(args.models, args.results)
+    space = start(args.models, args.results, pending=[name.strip() for name in args.pending.split(",") if name.strip()])
     print(space.status())
     demo = build_demo(space)
     # Two requests at a time bound the memory (each holds one image of at most MAX_SIDE² pixels).

@@ -1,0 +1,143 @@
+"""The reference code's released CIFAR-100 checkpoints, and what the paper reports for its five models.
+
+The authors of "How Do Vision Transformers Work?" released CIFAR-100 weights of four of the paper's five models as
+assets of the GitHub release `v0.1` of `xxxnell/how-do-vits-work-storage` (Apache-2.0), linked from the reference
+code's README: ResNet-50, ViT-Ti, PiT-Ti and Swin-Ti, each a `.pth.tar` holding `{"name", "state_dict"}`. No
+AlterNet weights were released. The ten characters before `.pth.tar` are the reference's run id, not a checksum: the
+files come with none, so a release records the size and SHA-256 of the files it converted.
+
+The reported numbers are the paper's CIFAR-100 results (top-1 on the clean test split, and mean accuracy over
+CIFAR-100-C's 15 corruptions × 5 severities), read off its accuracy and robustness plots, so good to a few tenths of
+a point; the released files are not necessarily the runs those plots show.
+
+`download` fetches a file as browsers and `torch.hub` do, but never leaves a cut file under the final name: it
+writes `<name>.partial`, resumes it with an HTTP range request where the server allows, checks the length the server
+announced, and only then renames it.
+"""
+
+import http.client
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+RELEASE_URL = "https://github.com/xxxnell/how-do-vits-work-storage/releases/download/v0.1"
+RELEASE_URL_VARIABLE = "ALTERNET_REFERENCE_URL"  # a mirror (or a test server) in its place
+
+
+@dataclass(frozen=True)
+class PaperResult:
+    """The paper's CIFAR-100 numbers for one model, in percent."""
+
+    top1: float
+    cifar100c_mean: float
+
+
+PAPER_RESULTS = {
+    "alternet-50-cifar100": PaperResult(top1=84.0, cifar100c_mean=66.7),
+    "resnet-50-cifar100": PaperResult(top1=82.5, cifar100c_mean=65.0),
+    "swin-ti-cifar100": PaperResult(top1=76.7, cifar100c_mean=60.0),
+    "pit-ti-cifar100": PaperResult(top1=76.0, cifar100c_mean=58.7),
+    "vit-ti-cifar100": PaperResult(top1=66.5, cifar100c_mean=51.9),
+}
+
+# The released files, by the zoo preset with the same architecture (the converters' `alternet_hf.convert`).
+REFERENCE_FILES = {
+    "resnet-50-cifar100": "resnet_50_cifar100_691cc9a9e4.pth.tar",
+    "vit-ti-cifar100": "vit_ti_cifar100_9857b21357.pth.tar",
+    "pit-ti-cifar100": "pit_ti_cifar100_0645889efb.pth.tar",
+    "swin-ti-cifar100": "swin_ti_cifar100_ec2894492b.pth.tar",
+}
+
+
+def release_url() -> str:
+    return os.environ.get(RELEASE_URL_VARIABLE, RELEASE_URL).rstrip("/")
+
+
+def file_url(filename: str) -> str:
+    return f"{release_url()}/{filename}"
+
+
+def where_to_get_them(presets=tuple(REFERENCE_FILES)) -> str:
+    """One sentence naming the released files of `presets` and where they are, for errors."""
+    names = ", ".join(REFERENCE_FILES[p] for p in presets)
+    return (
+        f"the reference's released checkpoints ({names}) are assets of {release_url()}/ (linked from the README of "
+        "xxxnell/how-do-vits-work); download them into a folder and pass it as --from-reference DIR"
+    )
+
+
+class DownloadError(OSError):
+    """A file that could not be downloaded whole; whatever arrived stays in `<name>.partial` for the next try."""
+
+
+def _total_length(response, offset: int) -> int | None:
+    """The whole file's length, from `Content-Range` (a resumed download) or `Content-Length`."""
+    content_range = response.headers.get("Content-Range")
+    if content_range and "/" in content_range and not content_range.endswith("/*"):
+        return int(content_range.rsplit("/", 1)[1])
+    length = response.headers.get("Content-Length")
+    return offset + int(length) if length is not None else None
+
+
+def download(
+    url: str,
+    target: str | Path,
+    *,
+    progress: bool = True,
+    timeout: float = 60.0,
+    chunk_size: int = 1 << 20,
+    on_chunk: Callable[[int], None] | None = None,
+) -> Path:
+    """Download `url` to `target`: written to `target.partial`, resumed from there where the server honours range
+    requests (else started again), renamed to `target` only once it holds as many bytes as the server announced.
+
+    A connection that breaks raises `DownloadError` and keeps the partial file; the next call goes on from it.
+    `on_chunk(bytes)` is called after each chunk written (the tests cut a download there)."""
+    from tqdm import tqdm
+
+    target = Path(target)
+    partial = target.with_name(target.name + ".partial")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    offset = partial.stat().st_size if partial.is_file() else 0
+    request = urllib.request.Request(url, headers={"Range": f"bytes={offset}-"} if offset else {})
+    try:
+        response = urllib.request.urlopen(request, timeout=timeout)
+    except urllib.error.HTTPError as error:
+        if error.code != 416 or not offset:  # 416: the range starts at or past the end; start again
+            raise DownloadError(f"could not download {url}: HTTP {error.code} {error.reason}") from error
+        partial.unlink()
+        return download(url, target, progress=progress, timeout=timeout, chunk_size=chunk_size, on_chunk=on_chunk)
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        raise DownloadError(f"could not download {url}: {reason}") from error
+    with response:
+        if offset and response.status != 206:  # the server ignored the range: the body is the whole file
+            offset = 0
+        total = _total_length(response, offset)
+        mode = "ab" if offset else "wb"
+        bar = tqdm(
+            total=total, initial=offset, unit="B", unit_scale=True, unit_divisor=1024, desc=target.name,
+            disable=not progress, leave=False,
+        )  # fmt: skip
+        try:
+            with open(partial, mode) as handle, bar:
+                while chunk := response.read(chunk_size):
+                    handle.write(chunk)
+                    bar.update(len(chunk))
+                    if on_chunk is not None:
+                        on_chunk(len(chunk))
+        except (OSError, http.client.HTTPException) as error:  # a reset, a timeout, a connection closed early
+            raise DownloadError(
+                f"the download of {url} broke off after {partial.stat().st_size:,} bytes ({error}); run again to "
+                f"resume it from {partial}"
+            ) from error
+    size = partial.stat().st_size
+    if total is not None and size != total:
+        raise DownloadError(
+            f"the download of {url} ended after {size:,} of {total:,} bytes; run again to resume it from {partial}"
+        )
+    os.replace(partial, target)
+    return target

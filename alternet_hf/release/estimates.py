@@ -1,0 +1,95 @@
+"""How long things take: the durations people write (`--cifar100c-budget 30m`), the training time of the paper's
+recipe on one H100 (FLOPs counted, at an assumed share of its peak), and on this CPU (timed steps)."""
+
+import time
+
+import torch
+
+# The H100 estimate: NVIDIA's dense bf16 peak of an H100 SXM, and the share of it these 32x32 models are assumed to
+# sustain: 8% is what the engine's H100 goal (8,500 AlterNet-50 training images/s, README) means in FLOPs. An
+# assumption, not a measurement: no GPU was lent to the sessions that built this.
+H100_BF16_FLOPS = 989e12
+ASSUMED_UTILISATION = 0.08
+CIFAR_TRAIN_IMAGES, CIFAR_TEST_IMAGES = 50_000, 10_000
+
+
+def parse_duration(text: str) -> float:
+    """Seconds of `90`, `90s`, `30m`, `1.5h` or `2d`."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    text = str(text).strip().lower()
+    unit = units.get(text[-1:], None)
+    try:
+        value = float(text[:-1] if unit else text) * (unit or 1)
+    except ValueError:
+        value = float("nan")
+    if not value >= 0:
+        raise ValueError(f"{text!r} is not a duration: write it as 90s, 30m, 1.5h or 2d")
+    return value
+
+
+def format_duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def training_flops_per_image(preset: str, **overrides) -> float:
+    """FLOPs of one training image (forward + backward) of the preset (full size unless `overrides` say otherwise) at
+    its input size, counted by torch's FlopCounterMode on the meta device (shapes only: instant, no memory)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from ..presets import create_model
+
+    with torch.device("meta"):
+        model = create_model(preset, **overrides)
+        inputs = torch.randn(2, 3, model.config.image_size, model.config.image_size)
+    with FlopCounterMode(display=False) as counter:
+        model(inputs).logits.sum().backward()
+    return counter.get_total_flops() / len(inputs)
+
+
+def h100_estimate(presets, epochs: int | None = None, **overrides) -> tuple[float, str]:
+    """Hours the real release's training takes on one H100 by measured FLOPs at an assumed sustained rate, and
+    the lines that say how."""
+    from ..recipe import PAPER_RECIPE
+
+    epochs = epochs or PAPER_RECIPE["epochs"]
+    rate = H100_BF16_FLOPS * ASSUMED_UTILISATION
+    lines, total = [], 0.0
+    for preset in presets:
+        flops = training_flops_per_image(preset, **overrides)
+        # training images every epoch, plus the test split forward-only (a third of a training image) when evaluated
+        per_run = flops * epochs * (CIFAR_TRAIN_IMAGES + CIFAR_TEST_IMAGES / 3 / PAPER_RECIPE["eval_every_epochs"])
+        hours = per_run / rate / 3600
+        total += hours
+        lines.append(f"  {preset}: {flops / 1e9:.2f} GFLOPs per training image x {epochs} epochs -> {hours:.1f} h")
+    lines.append(
+        f"  total {total:.1f} h of training on one H100: an ESTIMATE from FLOPs counted here at an assumed "
+        f"{ASSUMED_UTILISATION:.0%} of the {H100_BF16_FLOPS / 1e12:.0f} TFLOP/s bf16 peak, never measured on a GPU; "
+        "evaluation, CIFAR-100-C and the analyses add to it"
+    )
+    return total, "\n".join(lines)
+
+
+def seconds_per_training_image(config, *, batch_size: int = 16, steps: int = 2) -> float:
+    """Seconds per image of a training step of `config`'s model (forward, loss, backward, AdamW) on this CPU, in
+    float32, timed over `steps` steps after one untimed: what the release weighs a CPU's training time by."""
+    from ..presets import create_model
+
+    model = create_model(config.model, **config.model_overrides).train()
+    size = model.config.image_size
+    generator = torch.Generator().manual_seed(0)
+    pixels = torch.randn(batch_size, 3, size, size, generator=generator)
+    labels = torch.randint(0, model.config.num_labels, (batch_size,), generator=generator)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    for step in range(steps + 1):
+        if step == 1:
+            started = time.perf_counter()
+        model(pixels, labels=labels).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return (time.perf_counter() - started) / (steps * batch_size)

@@ -1,0 +1,157 @@
+"""What the release writes beside the model repos (`alternet_hf.hub`): each model's CIFAR-100-C evaluation within the
+machine's time budget, and the Space repo with its packages pinned."""
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+
+from .checks import CPU_EVALUATION_BATCH, GPU_EVALUATION_BATCH, SUBSET_SEED, ReleaseError
+from .estimates import format_duration
+
+
+def write_robustness(
+    model_dir: Path, dataset_repo: Path, repo_id: str, *, device, compile: bool, budget: float | None, say=print
+) -> list[Path]:
+    """Mean accuracy over CIFAR-100-C's corruptions and severities (and the per-corruption table) of the model in
+    `model_dir`, read from the dataset repo `repo_id` as written into `dataset_repo`: `robustness_cifar100-c.json`
+    and its figure.
+
+    Compiled where inductor runs, at the batch the machine does fastest. Where every set would take longer than
+    `budget` seconds at the speed measured here (None: no limit, as on a GPU), each set is evaluated on the same
+    seeded, class-stratified subset, as many images of each class as the budget allows (1, 2, 5, 10, 20, 50, ...:
+    a round number, so that a small change of speed picks the same subset), and the result carries the standard
+    error that leaves on the mean accuracy."""
+    import matplotlib.pyplot as plt
+
+    from analysis.compare import finite
+    from analysis.corruptions import SEVERITIES
+    from analysis.robustness import (
+        ParquetCorruptions,
+        evaluate_corruptions,
+        images_per_second,
+        plot_corruptions,
+        stratified_subset,
+    )
+
+    from ..presets import create_model
+
+    model = create_model(str(model_dir)).eval()
+    source = ParquetCorruptions(dataset_repo)
+    source.name = f"CIFAR-100-C ({repo_id})"  # read from the local copy of that repo
+    corruptions = source.available()
+    labels = source.set_labels(corruptions[0], SEVERITIES[0])
+    sets, classes = len(corruptions) * len(SEVERITIES), len(set(labels.tolist()))
+    batch_size = GPU_EVALUATION_BATCH if torch.device(device).type == "cuda" else CPU_EVALUATION_BATCH
+    compile_mode = "default" if compile else None
+    rows, plan = None, {"images_per_set": len(labels), "batch_size": batch_size, "compiled": compile}
+    if budget is not None:
+        rate = images_per_second(model, batch_size=batch_size, compile_mode=compile_mode, device=device)
+        full = sets * len(labels) / rate
+        plan |= {"images_per_second": round(rate, 1), "full_sets_seconds": round(full)}
+        if full > budget:
+            per_class = round_down(budget * rate / (sets * classes))
+            rows = stratified_subset(labels, per_class, seed=SUBSET_SEED)
+            plan |= {"per_class": per_class, "seed": SUBSET_SEED, "images_per_set": len(rows)}
+            say(
+                f"{model_dir.name}: CIFAR-100-C at {rate:.0f} images/s here: its {sets} sets would take "
+                f"{format_duration(full)}, over --cifar100c-budget {format_duration(budget)}; evaluating {per_class} "
+                f"images of each class per set ({len(rows):,} of {len(labels):,}, seed {SUBSET_SEED})"
+            )
+    result = evaluate_corruptions(
+        model, source, corruptions=corruptions, rows=rows, batch_size=batch_size, compile_mode=compile_mode,
+        device=device, progress=True,
+    )  # fmt: skip
+    payload = {"dataset": repo_id, "read_from": str(dataset_repo), "plan": plan, **finite(result.to_dict())}
+    path = model_dir / "robustness_cifar100-c.json"
+    path.write_text(json.dumps(payload, indent=2))
+    ax = plot_corruptions(result)
+    ax.figure.savefig(path.with_suffix(".png"), dpi=120, bbox_inches="tight")
+    plt.close(ax.figure)
+    error = result.mean_accuracy_standard_error
+    shown = f" ± {100 * error:.2f} (standard error of the subset)" if error is not None else ""
+    say(f"{model_dir.name}: CIFAR-100-C mean accuracy {100 * result.mean_accuracy:.2f}%{shown}")
+    return [path, path.with_suffix(".png")]
+
+
+def round_down(value: float) -> int:
+    """The largest of 1, 2, 5, 10, 20, 50, ... not above `value` (at least 1)."""
+    rounded = 1
+    for scale in (10**k for k in range(7)):
+        for step in (1, 2, 5):
+            if step * scale <= value:
+                rounded = step * scale
+    return rounded
+
+
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def space_requirements(template: Path) -> str:
+    """The Space's requirements (`template`: the clone's spaces/requirements.txt, which names them) pinned to the
+    versions installed here, torch and torchvision as their CPU builds (a Space runs on a CPU unless upgraded), so
+    that a Space rebuilt months later runs what the release ran."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.requirements import Requirement
+
+    lines = [
+        "# Pinned by alternet-release to the versions it ran with; torch and torchvision as CPU builds.",
+        f"--extra-index-url {TORCH_CPU_INDEX}",
+    ]
+    for line in template.read_text().splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        package = Requirement(line).name
+        try:
+            installed = version(package)
+        except PackageNotFoundError:
+            raise ReleaseError(
+                f"the Space needs {package}, which is not installed here: pip install -e '.[space]'"
+            ) from None
+        if package in ("torch", "torchvision"):
+            installed = installed.split("+")[0] + "+cpu"
+        lines.append(f"{package}=={installed}")
+    return "\n".join(lines) + "\n"
+
+
+def write_space_repo(
+    folder: Path, *, packages: list[Path], models, results: dict, dataset: str | None, pending: list[str] = ()
+) -> None:
+    """The Space repo in `folder`: the clone's spaces/ (app.py, card) with the card's `models`, `datasets`, Gradio
+    and Python versions for this release, requirements pinned to this machine's versions (`space_requirements`),
+    the packages the app imports, the stored results (`results/<name>/`) and `space.json`: the app's defaults for
+    ALTERNET_SPACE_MODELS and ALTERNET_SPACE_RESULTS, and ALTERNET_SPACE_PENDING, the models still to come."""
+    from importlib.metadata import version
+
+    from huggingface_hub import SpaceCard
+
+    template = Path(__file__).resolve().parents[2] / "spaces"
+    if not (template / "app.py").is_file():
+        raise ReleaseError(
+            f"the Space's files are not beside this alternet_hf ({template} has no app.py): run alternet-release "
+            "from a clone of alternet-hf installed with `pip install -e .`"
+        )
+    folder.mkdir(parents=True)
+    shutil.copy(template / "app.py", folder / "app.py")
+    (folder / "requirements.txt").write_text(space_requirements(template / "requirements.txt"))
+    card = SpaceCard.load(template / "README.md")
+    card.data.models = [repo_id for _, repo_id in models]
+    card.data.datasets = [dataset] if dataset else None
+    card.data.sdk_version = version("gradio")
+    card.data.python_version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    card.save(folder / "README.md")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for package in packages:
+        shutil.copytree(package, folder / package.name, ignore=ignore)
+    for name, stored in results.items():
+        shutil.copytree(stored, folder / "results" / name, ignore=shutil.ignore_patterns(".*"))
+    defaults = {
+        "ALTERNET_SPACE_MODELS": ",".join(f"{name}={repo_id}" for name, repo_id in models),
+        "ALTERNET_SPACE_RESULTS": "results",
+    }
+    if pending:
+        defaults["ALTERNET_SPACE_PENDING"] = ",".join(pending)
+    (folder / "space.json").write_text(json.dumps(defaults, indent=2))

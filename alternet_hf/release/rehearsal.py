@@ -1,0 +1,149 @@
+"""The release rehearsal's stand-ins, built offline in the real schemas and file formats (`alternet-release
+--rehearsal`), so that the rehearsal runs the release's own code on everything but the data's source and size.
+
+- The data: a 100-class dataset in `uoft-cs/cifar100`'s columns (img, fine_label, coarse_label; train and test) whose
+  classes small models learn within seconds, and its CIFAR-100-C in the Zenodo layout made by the zoo's corruption
+  generator. An image is one of scikit-learn's handwritten digits, white on a background of one of ten hues:
+  class 10·hue + digit. Hue and digit are local features, so a network that pools globally (the ResNet, Swin) learns
+  them as well as one with a class token; the test digits are handwritten by other hands than the training ones (the
+  embedded digits' own train/test split); and a swapped channel order, a wrong normalisation or a shuffled label
+  order costs accuracy, as it would on CIFAR-100.
+- The reference's released checkpoints (`--from-reference --rehearsal`): small ResNet, ViT, PiT and Swin trained on
+  that data, written in the reference's own formats under the released files' names (the reference code's keys for
+  the ResNet, timm 0.5.4's for the others; `alternet_hf.convert.reference_state_dict`), with their "reported" top-1:
+  the accuracy each reached on the test split before it was written. A conversion, label order or preprocessing that
+  goes wrong anywhere in the release then shows as a gap to that number.
+"""
+
+import colorsys
+import json
+from pathlib import Path
+
+from ..data import KNOWN_COLUMNS
+
+COLUMNS = KNOWN_COLUMNS["uoft-cs/cifar100"]
+IMAGES_PER_CLASS = {"train": 20, "test": 4}
+HUES = ("red", "orange", "lime", "green", "spring", "cyan", "azure", "blue", "violet", "rose")
+
+# The tiny members of each family the rehearsal trains with the paper's recipe (2 epochs: the path, not the numbers).
+REHEARSAL_MODELS = {
+    "resnet-50": dict(hidden_sizes=[8, 16, 16, 32], embedding_size=8, depths=[1, 1, 1, 1]),
+    "vit-ti": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, patch_size=4),
+    "pit-ti": dict(base_dims=[16, 16], depth=[1, 1], heads=[1, 2], patch_size=4, stride=2),
+    "swin-ti": dict(embed_dim=16, depths=[1, 2], num_heads=[1, 2], window_size=4, patch_size=2),
+    "alternet-50": dict(
+        hidden_sizes=[8, 16, 16, 32],
+        embedding_size=8,
+        depths=[1, 2, 2, 2],
+        num_attention_blocks=[0, 1, 1, 1],
+        num_attention_heads=[1, 1, 1, 1],
+        attention_head_dim=8,
+    ),
+}
+REHEARSAL_TRAINING = dict(
+    epochs=2, warmup_epochs=0.5, batch_size=32, eval_batch_size=100, learning_rate=2e-3, num_workers=0,
+    eval_every_epochs=1, save_every_epochs=1, save_every_minutes=None, log_every_steps=10,
+)  # fmt: skip
+
+# The stand-ins for the reference's four released models: wide enough to learn the stand-in data in seconds, and
+# how they are trained (plain AdamW, crops, no mixing: far above chance is all they need).
+REFERENCE_STAND_INS = {
+    "resnet-50-cifar100": dict(hidden_sizes=[16, 32, 64, 128], embedding_size=16, depths=[1, 1, 1, 1]),
+    "vit-ti-cifar100": dict(
+        hidden_size=64, num_hidden_layers=3, num_attention_heads=2, intermediate_size=128, patch_size=4
+    ),
+    "pit-ti-cifar100": dict(base_dims=[16, 16], depth=[1, 2], heads=[2, 4], patch_size=4, stride=4),
+    "swin-ti-cifar100": dict(embed_dim=32, depths=[1, 2], num_heads=[2, 4], window_size=4, patch_size=2),
+}
+STAND_IN_TRAINING = dict(
+    epochs=10, warmup_epochs=1, batch_size=64, random_crop_padding=2, horizontal_flip=0.0, mixed_precision="no",
+    compile=False, num_workers=0, eval_every_epochs=10, save_every_epochs=10, log_every_steps=1000,
+)  # fmt: skip
+STAND_IN_LEARNING_RATES = {"resnet": 5e-3, "vit": 2e-3, "pit": 2e-3, "swin": 2e-3}
+REPORTED = "reported.json"
+
+
+def stand_in_images(split: str) -> tuple[list, list[int]]:
+    """`IMAGES_PER_CLASS[split]` images of each of the 100 classes: a digit of the embedded dataset's `split` (8×8,
+    scaled to 24×24), white over a background of hue `HUES[class // 10]` at 45% brightness, in a 32×32 RGB image."""
+    import numpy as np
+    from PIL import Image
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = load_digits()
+    rows = np.arange(len(digits.target))
+    train, test = train_test_split(rows, test_size=0.2, random_state=0, stratify=digits.target)
+    chosen = {"train": train, "test": test}[split]
+    by_digit = {d: chosen[digits.target[chosen] == d] for d in range(10)}
+    generator = np.random.default_rng({"train": 0, "test": 1}[split])
+    backgrounds = [np.array(colorsys.hsv_to_rgb(k / len(HUES), 1.0, 0.45)) for k in range(len(HUES))]
+    images, labels = [], []
+    for label in range(100):
+        hue, digit = divmod(label, 10)
+        for _ in range(IMAGES_PER_CLASS[split]):
+            strokes = digits.images[generator.choice(by_digit[digit])] / 16
+            tile = Image.fromarray((255 * strokes).astype(np.uint8)).resize((24, 24), Image.Resampling.BILINEAR)
+            canvas = np.tile(backgrounds[hue], (32, 32, 1))
+            canvas[4:28, 4:28] = np.maximum(canvas[4:28, 4:28], np.asarray(tile)[..., None] / 255)
+            images.append(Image.fromarray((255 * canvas).round().astype(np.uint8)))
+            labels.append(label)
+    return images, labels
+
+
+def write_stand_in_dataset(folder: Path) -> Path:
+    """The stand-in in `uoft-cs/cifar100`'s schema (img, fine_label, coarse_label; train and test) as parquet."""
+    import datasets
+
+    features = datasets.Features(
+        {
+            "img": datasets.Image(),
+            "fine_label": datasets.ClassLabel(names=[f"{hue}-{digit}" for hue in HUES for digit in range(10)]),
+            "coarse_label": datasets.ClassLabel(names=[f"{hue}-{half}" for hue in HUES for half in ("low", "high")]),
+        }
+    )
+    for split in ("train", "test"):
+        images, labels = stand_in_images(split)
+        rows = {"img": images, "fine_label": labels, "coarse_label": [label // 5 for label in labels]}
+        datasets.Dataset.from_dict(rows, features=features).to_parquet(
+            str(Path(folder) / "data" / f"{split}-00000-of-00001.parquet")
+        )
+    return Path(folder)
+
+
+def write_stand_in_cifar100c(dataset: Path, folder: Path) -> Path:
+    """CIFAR-100-C's Zenodo layout (`<corruption>.npy`, `labels.npy`) of the stand-in's test split, made by the zoo's
+    corruption generator."""
+    from analysis.robustness import GeneratedCorruptions, save_as_arrays
+
+    from ..data import load_image_classification
+
+    test = load_image_classification(str(dataset), split="test", image_column=COLUMNS.image, label_column=COLUMNS.label)
+    return save_as_arrays(GeneratedCorruptions.from_dataset(test), folder)
+
+
+def write_reference_stand_ins(dataset: Path, folder: Path, *, say=print) -> list[Path]:
+    """Train the stand-ins of the reference's four released models on `dataset`, and write each as its released
+    file into `folder` with `reported.json` (the top-1 each reached on the test split, in percent, as the paper
+    reports its models'). Returns the files written."""
+    from ..convert import save_reference_checkpoint
+    from ..recipe import TrainingConfig
+    from ..reference import REFERENCE_FILES
+    from ..training import train
+
+    folder = Path(folder)
+    reported, written = {}, []
+    for preset, overrides in REFERENCE_STAND_INS.items():
+        family = preset.split("-", 1)[0]
+        config = TrainingConfig(
+            model=preset, model_overrides=dict(overrides), dataset=str(dataset), image_column=COLUMNS.image,
+            label_column=COLUMNS.label, output_dir=str(folder / "trained" / preset),
+            learning_rate=STAND_IN_LEARNING_RATES[family], **STAND_IN_TRAINING,
+        )  # fmt: skip
+        result = train(config, overwrite=True)
+        path = save_reference_checkpoint(result.model, family, folder / REFERENCE_FILES[preset], name=preset)
+        reported[preset] = {"top1": round(100 * result.metrics["accuracy"], 4), "cifar100c_mean": None}
+        say(f"stand-in for {path.name}: top-1 {reported[preset]['top1']:.2f}% on the stand-in's test split")
+        written.append(path)
+    (folder / REPORTED).write_text(json.dumps(reported, indent=2))
+    return [*written, folder / REPORTED]

@@ -1,0 +1,655 @@
+"""The release's run: `release.json` (the manifest that makes it resumable) and `Release`, its steps in order."""
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..hub import write_release
+from ..presets import display_name
+from ..recipe import recipe_config
+from ..reference import PAPER_RESULTS, REFERENCE_FILES
+from . import rehearsal
+from .checks import (
+    CIFAR100C_REPO,
+    COLUMNS,
+    DATASET,
+    MANIFEST,
+    MANIFEST_VERSION,
+    SPACE_REPO,
+    ReleaseError,
+    ReleaseOptions,
+    architecture_of,
+    inductor_available,
+)
+from .estimates import CIFAR_TRAIN_IMAGES, format_duration, h100_estimate, seconds_per_training_image
+from .outputs import write_robustness, write_space_repo
+
+
+def _die_with_parent() -> None:
+    """In a child process: be killed with the release (Linux), so a killed release leaves no training behind."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def file_hash(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def tree_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
+class Manifest:
+    """`release.json`: the release's identity and, per step, its settings, output hashes and wall time."""
+
+    def __init__(self, out: Path, identity: dict):
+        self.out, self.path = out, out / MANIFEST
+        self.data = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        self.data.setdefault("version", MANIFEST_VERSION)
+        self.data["release"] = identity
+        self.data.setdefault("steps", {})
+
+    @property
+    def steps(self) -> dict:
+        return self.data["steps"]
+
+    def complete(self, name: str, settings: dict) -> bool:
+        """Whether step `name` ran to its end with `settings` and its outputs are still as it left them."""
+        entry = self.steps.get(name)
+        if entry is None or entry.get("settings") != self.portable(settings):
+            return False
+        return all(
+            (self.out / path).is_file() and file_hash(self.out / path) == digest
+            for path, digest in entry["outputs"].items()
+        )
+
+    def record(self, name: str, settings: dict, outputs: list[Path], seconds: float) -> None:
+        self.steps[name] = {
+            "settings": self.portable(settings),
+            "outputs": {str(p.relative_to(self.out)): file_hash(p) for p in sorted(set(outputs))},
+            "seconds": round(seconds, 2),
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        self.save()
+
+    def save(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_suffix(".json.partial")
+        partial.write_text(json.dumps(self.data, indent=2))
+        os.replace(partial, self.path)
+
+    def portable(self, settings: dict):
+        """`settings` as JSON, with paths inside the release folder written from `<out>`: a moved or copied release
+        (or one named by another path) is the same release."""
+        root = str(self.out)
+
+        def relative(value):
+            if isinstance(value, dict):
+                return {key: relative(item) for key, item in value.items()}
+            if isinstance(value, list):
+                return [relative(item) for item in value]
+            if isinstance(value, str) and (value == root or value.startswith(root + os.sep)):
+                return "<out>" + value[len(root) :]
+            return value
+
+        return relative(json.loads(json.dumps(settings, default=str)))
+
+
+@dataclass
+class Release:
+    """One release: the steps in order, each skipped when the manifest says it is complete."""
+
+    options: ReleaseOptions
+    say: Callable[[str], None] = print
+    manifest: Manifest = field(init=False)
+    skipped: list[str] = field(default_factory=list)
+    ran: list[str] = field(default_factory=list)
+    pending: dict[str, str] = field(default_factory=dict)  # preset: why it is not in this run
+    refused: dict[str, str] = field(default_factory=dict)  # preset: the one line that says why
+
+    def __post_init__(self):
+        self.out = Path(self.options.out)
+        self.work = self.out / "work"
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.compile = inductor_available()
+
+    # The layout of <out>.
+    def train_dir(self, preset: str) -> Path:
+        return self.work / "train" / preset
+
+    def model_dir(self, preset: str) -> Path:
+        """The model folder the later steps read: converted from the reference's file, or trained."""
+        return self.work / "converted" / preset if self.options.converted(preset) else self.train_dir(preset)
+
+    def results_dir(self) -> Path:
+        return self.work / "results"
+
+    @property
+    def dataset_repo(self) -> Path:
+        return self.out / "datasets" / CIFAR100C_REPO
+
+    def model_repo(self, preset: str) -> Path:
+        return self.out / "models" / preset
+
+    @property
+    def space_repo(self) -> Path:
+        return self.out / "spaces" / SPACE_REPO
+
+    @property
+    def stand_in(self) -> Path:
+        return self.work / "stand-in"
+
+    @property
+    def reference_dir(self) -> Path:
+        """Where the reference's files are read: the rehearsal's stand-ins, the folder given, or the downloads."""
+        if self.options.rehearsal:
+            return self.stand_in / "reference"
+        return Path(self.options.reference_dir) if self.options.reference_dir else self.work / "reference"
+
+    @property
+    def source(self) -> str:
+        """The training and test images: CIFAR-100 on the Hub, or the rehearsal's stand-in in its schema."""
+        return str(self.stand_in / "cifar100") if self.options.rehearsal else DATASET
+
+    @property
+    def cifar100c_arrays(self) -> Path | None:
+        if self.options.rehearsal:
+            return self.stand_in / "CIFAR-100-C"
+        return None if self.options.without_cifar100c else Path(self.options.cifar100c_dir)
+
+    @property
+    def released(self) -> list[str]:
+        """The presets in this run's comparison, cards and Space: all but the pending and the refused."""
+        return [p for p in self.options.models if p not in self.pending and p not in self.refused]
+
+    def run(self) -> dict:
+        """Every step not yet complete, then the summary (also returned)."""
+        options = self.options
+        self.manifest = Manifest(self.out, options.identity())
+        self.manifest.save()
+        self.say(
+            f"release of {', '.join(options.models)} for {options.org} into {self.out}/ "
+            f"({'rehearsal, ' if options.rehearsal else ''}{'dry run' if options.dry_run else 'uploading'}; "
+            f"{self.device}, torch.compile {'on' if self.compile else 'off: no C++ compiler'})"
+        )
+        if options.rehearsal:
+            self.step("stand-in", self.stand_in_settings(), self.build_stand_in)
+            if any(map(options.converted, options.models)):
+                inputs = {"data": self.outputs_of("stand-in"), "models": rehearsal.REFERENCE_STAND_INS}
+                self.step("stand-in/reference", inputs, self.build_reference_stand_ins)
+        if self.cifar100c_arrays is not None:
+            arrays = {"arrays": str(self.cifar100c_arrays), "inputs": self.outputs_of("stand-in")}
+            self.step("dataset", arrays, self.write_dataset)
+        for preset in options.models:
+            try:
+                self.release_model(preset)
+            except ReleaseError as error:
+                if not options.converted(preset):
+                    raise
+                self.refused[preset] = str(error)
+                self.say(f"[{preset}] refused: {error}")
+        if self.refused:
+            lines = "\n".join(f"  {preset}: {why}" for preset, why in self.refused.items())
+            raise ReleaseError(
+                f"the release stopped before the comparison, cards and uploads: nothing was published.\n{lines}\n"
+                "Fix the file or the preset (the other models' steps are complete and will be skipped), or leave "
+                "the refused models out with --models"
+            )
+        released = self.released
+        analysed = self.outputs_of(*(f"analyze/{p}" for p in released))
+        self.step("compare", {"inputs": analysed, "pending": self.pending_names()}, self.compare)
+        for preset in released:
+            inputs = self.outputs_of(f"evaluate/{preset}", f"analyze/{preset}", f"convert/{preset}")
+            self.step(
+                f"card/{preset}",
+                {"repo_id": self.repo_id(preset), "inputs": inputs},
+                lambda p=preset: self.write_card(p),
+            )
+        settings = {"models": self.space_models(), "pending": self.pending_names(), "inputs": analysed}
+        self.step("space", settings, self.write_space)
+        if not options.dry_run:
+            for kind, name, folder, written_by in self.uploads():
+                self.step(
+                    f"upload/{name}",
+                    {"repo_id": f"{options.org}/{name}", "repo_type": kind, "inputs": self.outputs_of(written_by)},
+                    lambda kind=kind, name=name, folder=folder: self.upload(kind, name, folder),
+                )
+        summary = self.summary()
+        self.manifest.data["summary"] = summary
+        self.manifest.save()
+        return summary
+
+    def release_model(self, preset: str) -> None:
+        """One model's steps up to its analyses: fetched and converted, or trained (unless it must wait for a
+        machine that trains it in time), then evaluated and analysed."""
+        if self.options.converted(preset):
+            self.step(f"fetch/{preset}", self.fetch_settings(preset), lambda: self.fetch(preset))
+            settings = {
+                "inputs": self.outputs_of(f"fetch/{preset}"), "config": self.conversion_overrides(preset),
+                "reported": self.reported(preset),
+            }  # fmt: skip
+            self.step(f"convert/{preset}", settings, lambda: self.convert(preset))
+        else:
+            config = self.training_config(preset)
+            settings = {"config": config.to_dict(), "inputs": self.outputs_of("stand-in")}
+            if not self.manifest.complete(f"train/{preset}", settings):
+                waiting = self.training_is_out_of_reach(config)
+                if waiting:
+                    self.pending[preset] = waiting
+                    self.say(f"[{preset}] pending: {waiting}")
+                    return
+            self.step(f"train/{preset}", settings, lambda: self.train(config))
+        self.step(f"evaluate/{preset}", self.evaluation_settings(preset), lambda: self.evaluate(preset))
+        self.step(f"analyze/{preset}", self.analysis_settings(preset), lambda: self.analyze(preset))
+
+    def step(self, name: str, settings: dict, action: Callable[[], list[Path]]) -> None:
+        if self.manifest.complete(name, settings):
+            self.skipped.append(name)
+            self.say(f"[{name}] complete, skipped")
+            return
+        if name in self.manifest.steps:
+            self.say(f"[{name}] its settings or outputs changed since it ran: running it again")
+        self.say(f"[{name}] ...")
+        started = time.perf_counter()
+        outputs = action()
+        seconds = time.perf_counter() - started
+        self.manifest.record(name, settings, outputs, seconds)
+        self.ran.append(name)
+        self.say(f"[{name}] done in {seconds:.0f} s")
+
+    def outputs_of(self, *steps: str) -> dict:
+        """The recorded output hashes of `steps`: part of a later step's settings, so it runs again when they change."""
+        return {name: self.manifest.steps.get(name, {}).get("outputs", {}) for name in steps}
+
+    def repo_id(self, preset: str) -> str:
+        return f"{self.options.org}/{preset}"
+
+    def pending_names(self) -> list[str]:
+        return [display_name(p) for p in self.pending]
+
+    # --- a. the stand-in and the dataset -----------------------------------------------------------------
+
+    def stand_in_settings(self) -> dict:
+        return {"images_per_class": rehearsal.IMAGES_PER_CLASS, "hues": rehearsal.HUES}
+
+    def build_stand_in(self) -> list[Path]:
+        dataset = rehearsal.write_stand_in_dataset(self.stand_in / "cifar100")
+        arrays = rehearsal.write_stand_in_cifar100c(self.stand_in / "cifar100", self.stand_in / "CIFAR-100-C")
+        return tree_files(dataset) + tree_files(arrays)
+
+    def build_reference_stand_ins(self) -> list[Path]:
+        if self.reference_dir.exists():
+            shutil.rmtree(self.reference_dir)  # a killed run's half-trained stand-ins
+        return rehearsal.write_reference_stand_ins(self.stand_in / "cifar100", self.reference_dir, say=self.say)
+
+    def write_dataset(self) -> list[Path]:
+        from analysis.robustness import write_hub_dataset
+
+        if self.dataset_repo.exists():
+            shutil.rmtree(self.dataset_repo)  # a half-written one from a killed run
+        write_hub_dataset(self.cifar100c_arrays, self.dataset_repo, f"{self.options.org}/{CIFAR100C_REPO}")
+        return tree_files(self.dataset_repo)
+
+    # --- b. the reference's files: fetched and converted ------------------------------------------------
+
+    def reference_file(self, preset: str) -> Path:
+        return self.reference_dir / REFERENCE_FILES[preset]
+
+    def fetch_settings(self, preset: str) -> dict:
+        """Where the file comes from; a file given in a folder is fetched again (hashed) once it changes."""
+        from ..reference import file_url
+
+        path = self.reference_file(preset)
+        if self.options.rehearsal or self.options.reference_dir:
+            stat = path.stat()
+            return {"file": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+        return {"url": file_url(REFERENCE_FILES[preset])}
+
+    def fetch(self, preset: str) -> list[Path]:
+        """The released file, downloaded unless it was given; its provenance (`work/reference/<preset>.json`:
+        name, where from, size, SHA-256) is what the card states."""
+        from ..reference import DownloadError, download, file_url
+
+        path, url = self.reference_file(preset), file_url(REFERENCE_FILES[preset])
+        downloaded = not (self.options.rehearsal or self.options.reference_dir)
+        if downloaded:
+            try:
+                download(url, path)
+            except DownloadError as error:
+                raise ReleaseError(f"{error}. Run the same command again to resume the download") from None
+        provenance = {
+            "file": path.name, "url": url, "size": path.stat().st_size, "sha256": file_hash(path),
+            "obtained": f"downloaded from {url}" if downloaded else f"read from {path}",
+        }  # fmt: skip
+        record = self.work / "reference" / f"{preset}.json"
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps(provenance, indent=2))
+        self.say(f"{path.name}: {provenance['size']:,} bytes, SHA-256 {provenance['sha256']}")
+        return [record, path] if downloaded else [record]
+
+    def conversion_overrides(self, preset: str) -> dict:
+        """Config fields beyond the preset's: the rehearsal's stand-ins are smaller than the released models."""
+        return dict(rehearsal.REFERENCE_STAND_INS[preset]) if self.options.rehearsal else {}
+
+    def convert(self, preset: str) -> list[Path]:
+        """The zoo model of the released file (`alternet_hf.convert`: every key consumed, none left over), saved
+        with `provenance.json`: the file's record, the converter's version, the numbers the paper reports."""
+        import alternet_hf
+
+        from ..convert import convert_original_checkpoint
+
+        path, folder = self.reference_file(preset), self.model_dir(preset)
+        try:
+            model = convert_original_checkpoint(path, preset, **self.conversion_overrides(preset))
+        except (ValueError, FileNotFoundError) as error:
+            raise ReleaseError(f"{path.name} is not the reference's {preset} checkpoint: {error}") from None
+        if folder.exists():
+            shutil.rmtree(folder)
+        model.save_pretrained(folder)
+        provenance = json.loads((self.work / "reference" / f"{preset}.json").read_text())
+        provenance |= {"preset": preset, "converter": f"alternet-hf {alternet_hf.__version__}"}
+        provenance["reported"] = self.reported(preset)
+        (folder / "provenance.json").write_text(json.dumps(provenance, indent=2))
+        return tree_files(folder)
+
+    def reported(self, preset: str) -> dict | None:
+        """The top-1 and CIFAR-100-C mean (percent) reported for `preset`, and by whom: the paper, or in the
+        rehearsal the stand-in's own test before its file was written."""
+        if self.options.rehearsal:
+            table = self.reference_dir / rehearsal.REPORTED
+            numbers = json.loads(table.read_text()).get(preset) if table.is_file() else None
+            return numbers and {**numbers, "by": "the stand-in (its own test, before its file was written)"}
+        paper = PAPER_RESULTS.get(preset)
+        return paper and {"top1": paper.top1, "cifar100c_mean": paper.cifar100c_mean, "by": "the paper"}
+
+    def check_accuracy(self, preset: str, top1: float) -> None:
+        """A converted model's clean top-1 (percent) within `max_accuracy_gap` points of the reported value."""
+        reported = self.reported(preset)
+        if not self.options.converted(preset) or reported is None or reported.get("top1") is None:
+            return
+        gap, allowed = abs(top1 - reported["top1"]), self.options.max_accuracy_gap
+        if gap > allowed:
+            raise ReleaseError(
+                f"{REFERENCE_FILES[preset]} converted as {preset} scores {top1:.2f}% top-1 on the test split, "
+                f"{gap:.1f} points from the {reported['top1']:g}% reported by {reported['by']} (more than "
+                f"--max-accuracy-gap {allowed:g}): likely the wrong file for this preset, the wrong preset, or images "
+                "prepared differently from the reference's (32×32, CIFAR-100's mean and std)"
+            )
+        self.say(
+            f"{preset}: top-1 {top1:.2f}% here, {reported['top1']:g}% reported by {reported['by']}: {gap:.2f} points "
+            f"apart (at most {allowed:g})"
+        )
+
+    # --- c. training ---------------------------------------------------------------------------------------
+
+    def training_config(self, preset: str):
+        """The paper's recipe for `preset` on the release's data; the rehearsal's tiny sizes and the GPU branches
+        (compiled steps, bf16 autocast, channels-last) on the CPU."""
+        fields = dict(
+            dataset=self.source, image_column=COLUMNS.image, label_column=COLUMNS.label,
+            output_dir=str(self.train_dir(preset)), channels_last=True,
+        )  # fmt: skip
+        if self.options.rehearsal:
+            model_overrides = {**rehearsal.REHEARSAL_MODELS[architecture_of(preset)], "drop_path_rate": 0.1}
+            fields |= dict(rehearsal.REHEARSAL_TRAINING, model_overrides=model_overrides, mixed_precision="bf16")
+            fields |= dict(compile=self.compile, num_workers=0)
+        config = recipe_config(preset, "paper", **fields)
+        config.validate()
+        return config
+
+    def training_is_out_of_reach(self, config) -> str | None:
+        """Why `config` should wait for another machine (its training would outlast the budget here), or None."""
+        images = (
+            100 * rehearsal.IMAGES_PER_CLASS["train"] if self.options.rehearsal else CIFAR_TRAIN_IMAGES
+        ) * config.epochs
+        overrides = {k: v for k, v in config.model_overrides.items() if k != "drop_path_rate"}
+        gpu_hours, _ = h100_estimate([config.model], config.epochs, **overrides)
+        if self.device.type == "cuda":
+            seconds, how = 3600 * gpu_hours, "estimated from its FLOPs"
+        else:
+            seconds, how = images * seconds_per_training_image(config), "from two timed steps here"
+        if seconds <= self.options.training_budget:
+            return None
+        budget, gpu = format_duration(self.options.training_budget), format_duration(3600 * gpu_hours)
+        return (
+            f"training it here ({self.device.type}) would take about {format_duration(seconds)} ({how}; "
+            f"{config.epochs} epochs of {images // config.epochs:,} images), over --training-budget {budget}; one "
+            f"H100 takes about {gpu} (an estimate). Run this command again on a GPU machine to add it"
+        )
+
+    def train(self, config) -> list[Path]:
+        """`alternet-train --config ... --resume` in its own process (through `accelerate launch`, one process per
+        GPU, where there are several): a fresh Accelerate state and memory for each model."""
+        processes = self.options.num_processes or max(torch.cuda.device_count(), 1)
+        folder = Path(config.output_dir)
+        settings = self.work / "configs" / f"{folder.name}.json"
+        settings.parent.mkdir(parents=True, exist_ok=True)
+        config.save(settings)
+        launcher = [sys.executable, "-m"]
+        if processes > 1:
+            launcher += ["accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes), "-m"]
+        command = [*launcher, "alternet_hf.cli.train", "--config", str(settings), "--resume"]
+        if subprocess.run(command, preexec_fn=_die_with_parent).returncode != 0:
+            raise ReleaseError(
+                f"training {folder.name} failed (its error is above); run the release again to resume it from its "
+                f"last checkpoint in {folder}/checkpoints"
+            )
+        return [folder / name for name in ("config.json", "model.safetensors", "history.json", "metrics.json")]
+
+    # --- d. evaluation ------------------------------------------------------------------------------------
+
+    def evaluation_settings(self, preset: str) -> dict:
+        """What decides the evaluation's numbers: the device does not (a later run on a GPU evaluates the models
+        it adds, and leaves the others' numbers as they are)."""
+        return {
+            "model": self.outputs_of(f"train/{preset}", f"convert/{preset}"),
+            "data": self.outputs_of("stand-in", "dataset"),
+            "dataset": self.source,
+            "cifar100c": str(self.dataset_repo) if self.cifar100c_arrays is not None else None,
+            "cifar100c_budget": self.options.cifar100c_budget,
+            "compile": self.compile,
+            "max_accuracy_gap": self.options.max_accuracy_gap if self.options.converted(preset) else None,
+            "reported": self.reported(preset) if self.options.converted(preset) else None,
+        }
+
+    def evaluate(self, preset: str) -> list[Path]:
+        """Clean test split (float32, the card's numbers; a converted model's checked against the reported top-1)
+        and, where there is CIFAR-100-C, its corruptions and severities from the published parquet:
+        `eval_<dataset>_test.json` and `robustness_cifar100-c.json` + figures."""
+        from ..evaluation import evaluate_model, write_evaluation
+
+        folder = self.model_dir(preset)
+        metrics, logits, labels = evaluate_model(
+            str(folder), self.source, split="test", image_column=COLUMNS.image, label_column=COLUMNS.label,
+            compile_mode="default" if self.compile else None,
+        )  # fmt: skip
+        path = write_evaluation(
+            folder, model=str(folder), dataset=self.source, split="test", metrics=metrics, logits=logits, labels=labels
+        )
+        self.say(f"{preset}: top-1 {100 * metrics['accuracy']:.2f}% on the clean test split ({len(labels):,} images)")
+        self.check_accuracy(preset, 100 * metrics["accuracy"])
+        outputs = [path, path.with_name(f"{path.stem}_reliability.png")]
+        if self.cifar100c_arrays is not None:
+            repo_id = f"{self.options.org}/{CIFAR100C_REPO}"
+            outputs += write_robustness(
+                folder, self.dataset_repo, repo_id, device=self.device, compile=self.compile,
+                budget=None if self.device.type == "cuda" else self.options.cifar100c_budget, say=self.say,
+            )  # fmt: skip
+        return outputs
+
+    # --- e. analyses and comparison -----------------------------------------------------------------------
+
+    def analysis_plan(self):
+        """(settings, notes, data, analyses) of each model's analyses: the amounts of the device the release first
+        ran on (the paper's on a GPU, smaller on a CPU: kept, so that every model of one comparison is analysed
+        alike), or the rehearsal's smallest; the robustness analysis on the published CIFAR-100-C where there is
+        one."""
+        from analysis.compare import ANALYSES, Settings
+        from analysis.runner import DataOptions
+
+        if self.options.rehearsal:
+            settings, notes = Settings(**Settings.QUICK_AMOUNTS), ["the rehearsal's smallest amounts"]
+        else:
+            first_device = self.manifest.data.setdefault("analysis_device", self.device.type)
+            settings, notes = Settings.for_device(first_device)
+        data = DataOptions(
+            dataset=self.source, image_column=COLUMNS.image, label_column=COLUMNS.label,
+            cifar_c=str(self.dataset_repo) if self.cifar100c_arrays is not None else None,
+            batch_size=64 if self.options.rehearsal else 256,
+        )  # fmt: skip
+        analyses = [a for a in ANALYSES if a != "robustness" or data.cifar_c is not None]
+        return settings, notes, data, analyses
+
+    def analysis_settings(self, preset: str) -> dict:
+        settings, notes, data, analyses = self.analysis_plan()
+        return {
+            "analyses": analyses, "settings": settings.to_dict(), "notes": notes, "data": dataclasses.asdict(data),
+            "model": self.outputs_of(f"train/{preset}", f"convert/{preset}"),
+        }  # fmt: skip
+
+    def analyze(self, preset: str) -> list[Path]:
+        """Every analysis of the paper on one model (`alternet-analyze`), into work/results/<name>/."""
+        from analysis.runner import analyse_model
+
+        settings, notes, data, analyses = self.analysis_plan()
+        out = self.results_dir() / display_name(preset)
+        if out.exists():
+            shutil.rmtree(out)  # a killed run's partial results
+        analyse_model(
+            str(self.model_dir(preset)), analyses, data=data, settings=settings, device=self.device, out=out,
+            scaled_down=notes, say=self.say,
+        )  # fmt: skip
+        return tree_files(out)
+
+    def compare(self) -> list[Path]:
+        """The comparison of the released models (`alternet-compare`'s figures and claims report) from their stored
+        results; the pending ones are named in its notes."""
+        from analysis.runner import compare_stored
+
+        settings, notes, data, _ = self.analysis_plan()
+        specs = [(display_name(p), str(self.model_dir(p))) for p in self.released]
+        comparison = self.work / "comparison"
+        if comparison.exists():
+            shutil.rmtree(comparison)  # the figures of a line-up that has grown since
+        written = compare_stored(
+            specs, data=data, settings=settings, device=self.device, results_dir=self.results_dir(),
+            comparison_dir=comparison, scaled_down=notes, pending=self.pending_names(),
+        )  # fmt: skip
+        return [Path(p) for p in written.values()]
+
+    # --- f. cards -----------------------------------------------------------------------------------------
+
+    def write_card(self, preset: str) -> list[Path]:
+        folder, repo = self.model_dir(preset), self.model_repo(preset)
+        if repo.exists():
+            shutil.rmtree(repo)
+        results = self.results_dir() / display_name(preset)
+        figures = {
+            "Training curves": folder / "training_curves.png",
+            "Reliability diagram (clean test split)": next(folder.glob("eval_*_test_reliability.png"), None),
+            "ΔlogA: relative log amplitude of the feature maps, block by block (the paper's Fig. 2a)": results
+            / "fourier.png",
+            "Accuracy under CIFAR-100-C, per corruption and severity": folder / "robustness_cifar100-c.png",
+        }
+        robustness = folder / "robustness_cifar100-c.json"
+        provenance = folder / "provenance.json"
+        reported = self.reported(preset)
+        write_release(
+            folder, repo, self.repo_id(preset), evaluation=next(folder.glob("eval_*_test.json")),
+            robustness=robustness if robustness.is_file() else None,
+            figures={title: path for title, path in figures.items() if path is not None and path.is_file()},
+            cifar100c_repo=f"{self.options.org}/{CIFAR100C_REPO}",
+            provenance=json.loads(provenance.read_text()) if provenance.is_file() else None,
+            reported=reported if self.options.converted(preset) or not self.options.rehearsal else None,
+            evaluated_on=self.device_name(),
+        )  # fmt: skip
+        return tree_files(repo)
+
+    def device_name(self) -> str:
+        if self.device.type == "cuda":
+            return torch.cuda.get_device_name(self.device)
+        from ..benchmark.tables import machine
+
+        return f"a CPU ({machine()})"
+
+    # --- g. the Space -------------------------------------------------------------------------------------
+
+    def space_models(self) -> str:
+        return ",".join(f"{display_name(p)}={self.repo_id(p)}" for p in self.released)
+
+    def write_space(self) -> list[Path]:
+        """The Space repo: app.py, card, pinned requirements, the two packages, the stored results and `space.json`,
+        which points the app at this release's models and results and names the pending ones (no variable to set
+        by hand)."""
+        import alternet_hf
+        import analysis
+
+        if self.space_repo.exists():
+            shutil.rmtree(self.space_repo)
+        write_space_repo(
+            self.space_repo,
+            packages=[Path(alternet_hf.__file__).parent, Path(analysis.__file__).parent],
+            models=[(display_name(p), self.repo_id(p)) for p in self.released],
+            results={display_name(p): self.results_dir() / display_name(p) for p in self.released},
+            dataset=f"{self.options.org}/{CIFAR100C_REPO}" if self.cifar100c_arrays is not None else None,
+            pending=self.pending_names(),
+        )
+        return tree_files(self.space_repo)
+
+    # --- uploads and summary ------------------------------------------------------------------------------
+
+    def uploads(self) -> list[tuple[str, str, Path, str]]:
+        """(repo type, name, folder, the step that wrote it) of every repo to upload."""
+        repos = [("dataset", CIFAR100C_REPO, self.dataset_repo, "dataset")] if self.cifar100c_arrays is not None else []
+        repos += [("model", p, self.model_repo(p), f"card/{p}") for p in self.released]
+        return repos + [("space", SPACE_REPO, self.space_repo, "space")]
+
+    def upload(self, kind: str, name: str, folder: Path) -> list[Path]:
+        from huggingface_hub import HfApi
+
+        api, repo_id = HfApi(), f"{self.options.org}/{name}"
+        extra = {"space_sdk": "gradio"} if kind == "space" else {}
+        api.create_repo(repo_id, repo_type=kind, private=self.options.private, exist_ok=True, **extra)
+        api.upload_folder(repo_id=repo_id, repo_type=kind, folder_path=folder, commit_message="alternet-release")
+        self.say(f"published https://huggingface.co/{'' if kind == 'model' else kind + 's/'}{repo_id}")
+        return tree_files(folder)
+
+    def summary(self) -> dict:
+        models = {}
+        for preset in self.released:
+            folder = self.model_dir(preset)
+            clean = json.loads(next(folder.glob("eval_*_test.json")).read_text())["metrics"]
+            robustness = folder / "robustness_cifar100-c.json"
+            mean_c = json.loads(robustness.read_text())["mean_accuracy"] if robustness.is_file() else None
+            models[preset] = {
+                "repo_id": self.repo_id(preset), "top1": clean["accuracy"], "cifar100c_mean": mean_c,
+                "weights": "converted from the reference's release" if self.options.converted(preset) else "trained",
+            }  # fmt: skip
+        comparison = json.loads((self.work / "comparison" / "comparison.json").read_text())
+        verdicts = [claim["verdict"] for claim in comparison["claims"]]
+        return {
+            "models": models,
+            "pending": {preset: {"repo_id": self.repo_id(preset), "why": why} for preset, why in self.pending.items()},
+            "claims": {verdict: verdicts.count(verdict) for verdict in sorted(set(verdicts))},
+            "dataset": f"{self.options.org}/{CIFAR100C_REPO}" if self.cifar100c_arrays is not None else None,
+            "space": f"{self.options.org}/{SPACE_REPO}",
+            "steps_run": self.ran,
+            "steps_skipped": self.skipped,
+        }
