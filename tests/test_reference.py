@@ -123,7 +123,7 @@ def test_the_release_fetches_records_and_hashes_each_file(server, tmp_path, monk
     assert outputs[1] == tmp_path / "out" / "work" / "reference" / name
     assert record["sha256"] == hashlib.sha256(server.files[name]).hexdigest()
     assert record["size"] == len(server.files[name]) and record["url"] == f"{server.url}/{name}"
-    assert record["obtained"].startswith("downloaded from")
+    assert record["obtained"] == "downloaded from its url"
 
     given = tmp_path / "given"
     given.mkdir()
@@ -131,7 +131,7 @@ def test_the_release_fetches_records_and_hashes_each_file(server, tmp_path, monk
     options = release.ReleaseOptions(org="someone", out=tmp_path / "out2", from_reference=True, reference_dir=given,
                                       models=(preset,))  # fmt: skip
     outputs = release.Release(options, say=lambda line: None).fetch(preset)
-    assert len(outputs) == 1 and "read from" in json.loads(outputs[0].read_text())["obtained"]
+    assert len(outputs) == 1 and json.loads(outputs[0].read_text())["obtained"] == "given in a folder"
 
 
 def test_files_that_cannot_be_had_are_named_before_anything_is_written(tmp_path, monkeypatch):

@@ -27,6 +27,7 @@ from test_space import free_port
 
 import alternet_hf
 from alternet_hf import release
+from alternet_hf.presets import display_name
 from alternet_hf.reference import REFERENCE_FILES
 from alternet_hf.release import rehearsal
 from analysis.corruptions import CORRUPTIONS
@@ -190,6 +191,9 @@ def test_each_card_reports_the_evaluation_files(rehearsal_run, preset):
     assert numbers[("CIFAR-100-C", "accuracy")] == pytest.approx(robustness["mean_accuracy"], rel=1e-12)
     assert robustness["mean_accuracy"] == pytest.approx(np.mean(robustness["accuracy"]))
     assert len(robustness["corruptions"]) == 15 and robustness["severities"] == [1, 2, 3, 4, 5]
+    # The analyses and the comparison read that one evaluation: CIFAR-100-C is evaluated once per model.
+    analysed = json.loads((out / "work" / "results" / display_name(preset) / "robustness.json").read_text())
+    assert analysed["result"]["mean_accuracy"] == robustness["mean_accuracy"] and analysed["plan"] == robustness["plan"]
     # The budget was exceeded: the same stratified subset of every set, with its standard error, said on the card.
     plan = robustness["plan"]
     assert robustness["images_per_set"] == 100 * plan["per_class"] < robustness["set_size"] == 400
@@ -453,6 +457,17 @@ def test_files_that_are_not_the_reference_s_are_named_and_nothing_is_published(t
     assert REFERENCE_FILES["vit-ti-cifar100"] in vit and "not a readable PyTorch checkpoint" in vit
     assert REFERENCE_FILES["pit-ti-cifar100"] in pit and "looks like a reference swin checkpoint" in pit
     assert calls == [] and not (tmp_path / "out" / "models").exists() and not (tmp_path / "out" / "spaces").exists()
+
+
+def test_a_release_with_nothing_to_train_in_time_stops_before_publishing(tmp_path):
+    """Every model trained, none in the time this machine has: each said pending with its estimate, then one error."""
+    options = release.ReleaseOptions(org=ORG, out=tmp_path / "out", rehearsal=True, dry_run=True, training_budget=0)
+    lines = []
+    with pytest.raises(release.ReleaseError, match="every model is pending .* nothing to publish from this machine"):
+        release.Release(options, say=lines.append).run()
+    pending = [line for line in lines if "pending: training it here (cpu) would take about" in line]
+    assert len(pending) == 3 and all("Run this command again on a GPU machine" in line for line in pending)
+    assert not (tmp_path / "out" / "models").exists() and not (tmp_path / "out" / "spaces").exists()
 
 
 def test_cifar100c_is_evaluated_whole_without_a_budget_and_on_a_subset_within_one(tmp_path):

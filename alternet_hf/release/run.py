@@ -192,8 +192,11 @@ class Release:
         if options.rehearsal:
             self.step("stand-in", self.stand_in_settings(), self.build_stand_in)
             if any(map(options.converted, options.models)):
-                inputs = {"data": self.outputs_of("stand-in"), "models": rehearsal.REFERENCE_STAND_INS}
-                self.step("stand-in/reference", inputs, self.build_reference_stand_ins)
+                settings = {
+                    "data": self.outputs_of("stand-in"), "models": rehearsal.REFERENCE_STAND_INS,
+                    "training": rehearsal.STAND_IN_TRAINING, "learning_rates": rehearsal.STAND_IN_LEARNING_RATES,
+                }  # fmt: skip
+                self.step("stand-in/reference", settings, self.build_reference_stand_ins)
         if self.cifar100c_arrays is not None:
             arrays = {"arrays": str(self.cifar100c_arrays), "inputs": self.outputs_of("stand-in")}
             self.step("dataset", arrays, self.write_dataset)
@@ -213,6 +216,11 @@ class Release:
                 "the refused models out with --models"
             )
         released = self.released
+        if not released:
+            raise ReleaseError(
+                "every model is pending (above): there is nothing to publish from this machine. Run the same command "
+                "where they can be trained in time (a GPU), or give the reference's files with --from-reference"
+            )
         analysed = self.outputs_of(*(f"analyze/{p}" for p in released))
         self.step("compare", {"inputs": analysed, "pending": self.pending_names()}, self.compare)
         for preset in released:
@@ -317,9 +325,9 @@ class Release:
         from ..reference import file_url
 
         path = self.reference_file(preset)
-        if self.options.rehearsal or self.options.reference_dir:
+        if self.options.rehearsal or self.options.reference_dir:  # not its folder: a moved folder is the same file
             stat = path.stat()
-            return {"file": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+            return {"file": path.name, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
         return {"url": file_url(REFERENCE_FILES[preset])}
 
     def fetch(self, preset: str) -> list[Path]:
@@ -336,7 +344,7 @@ class Release:
                 raise ReleaseError(f"{error}. Run the same command again to resume the download") from None
         provenance = {
             "file": path.name, "url": url, "size": path.stat().st_size, "sha256": file_hash(path),
-            "obtained": f"downloaded from {url}" if downloaded else f"read from {path}",
+            "obtained": "downloaded from its url" if downloaded else "given in a folder",
         }  # fmt: skip
         record = self.work / "reference" / f"{preset}.json"
         record.parent.mkdir(parents=True, exist_ok=True)
@@ -499,8 +507,8 @@ class Release:
     def analysis_plan(self):
         """(settings, notes, data, analyses) of each model's analyses: the amounts of the device the release first
         ran on (the paper's on a GPU, smaller on a CPU: kept, so that every model of one comparison is analysed
-        alike), or the rehearsal's smallest; the robustness analysis on the published CIFAR-100-C where there is
-        one."""
+        alike), or the rehearsal's smallest. Robustness is not among them: the evaluation step measured it on the
+        published CIFAR-100-C (`analyze` files that result with the others)."""
         from analysis.compare import ANALYSES, Settings
         from analysis.runner import DataOptions
 
@@ -511,21 +519,21 @@ class Release:
             settings, notes = Settings.for_device(first_device)
         data = DataOptions(
             dataset=self.source, image_column=COLUMNS.image, label_column=COLUMNS.label,
-            cifar_c=str(self.dataset_repo) if self.cifar100c_arrays is not None else None,
             batch_size=64 if self.options.rehearsal else 256,
         )  # fmt: skip
-        analyses = [a for a in ANALYSES if a != "robustness" or data.cifar_c is not None]
-        return settings, notes, data, analyses
+        return settings, notes, data, [a for a in ANALYSES if a != "robustness"]
 
     def analysis_settings(self, preset: str) -> dict:
         settings, notes, data, analyses = self.analysis_plan()
         return {
             "analyses": analyses, "settings": settings.to_dict(), "notes": notes, "data": dataclasses.asdict(data),
             "model": self.outputs_of(f"train/{preset}", f"convert/{preset}"),
+            "cifar100c": self.outputs_of(f"evaluate/{preset}"),
         }  # fmt: skip
 
     def analyze(self, preset: str) -> list[Path]:
-        """Every analysis of the paper on one model (`alternet-analyze`), into work/results/<name>/."""
+        """Every analysis of the paper on one model (`alternet-analyze`), into work/results/<name>/, with the
+        evaluation's CIFAR-100-C result as the robustness analysis's (measured once: on a CPU it is hours)."""
         from analysis.runner import analyse_model
 
         settings, notes, data, analyses = self.analysis_plan()
@@ -536,6 +544,9 @@ class Release:
             str(self.model_dir(preset)), analyses, data=data, settings=settings, device=self.device, out=out,
             scaled_down=notes, say=self.say,
         )  # fmt: skip
+        evaluated = self.model_dir(preset) / "robustness_cifar100-c.json"
+        if evaluated.is_file():
+            file_robustness(evaluated, out, model=str(self.model_dir(preset)), dataset=self.source)
         return tree_files(out)
 
     def compare(self) -> list[Path]:
@@ -653,3 +664,22 @@ class Release:
             "steps_run": self.ran,
             "steps_skipped": self.skipped,
         }
+
+
+def file_robustness(evaluation: Path, out: Path, *, model: str, dataset: str) -> None:
+    """The CIFAR-100-C evaluation in `evaluation` (`outputs.write_robustness`) written into the results folder `out`
+    as the robustness analysis's result and figure, as `alternet-analyze` writes them."""
+    import matplotlib.pyplot as plt
+
+    from analysis.robustness import CorruptionResult, plot_corruptions
+    from analysis.runner import read_result
+
+    payload = json.loads(evaluation.read_text())
+    fields = {f.name for f in dataclasses.fields(CorruptionResult)}
+    result = {key: value for key, value in payload.items() if key in fields}
+    meta = {"model": model, "dataset": dataset, "corruptions_from": payload["dataset"], "plan": payload["plan"]}
+    path = out / "robustness.json"
+    path.write_text(json.dumps({**meta, "analysis": "robustness", "result": result}, indent=2))
+    ax = plot_corruptions(read_result(path))
+    ax.figure.savefig(out / "robustness.png", dpi=130)
+    plt.close(ax.figure)
