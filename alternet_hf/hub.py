@@ -1,4 +1,4 @@
-"""The Hub release of a trained zoo model: the exact folder to upload, with a model card whose
+"""The Hub release of a trained (or converted) zoo model: the exact folder to upload, with a model card whose
 `model-index` comes from the evaluation JSON written by training or `alternet-evaluate`.
 
 The folder holds safetensors weights, the config, the image processor and, for AlterNet and the CIFAR

@@ -85,6 +85,7 @@ def rehearsal_run(tmp_path_factory):
         "repos": sorted(p.name for p in (out / "models").iterdir()),
     }
     first["mtimes"] = output_mtimes(out, first["steps"])
+    first["space_dir"] = shutil.copytree(out / "spaces" / "how-do-vits-work", cwd / "space-while-pending")
     training = start_command(quick, cwd=cwd, env=offline_env(), merge=True)
     checkpoints = out / "work" / "train" / TRAINED / "checkpoints"
     wait_for(lambda: checkpoints.is_dir() and any(checkpoints.iterdir()), training, 900, "a checkpoint of AlterNet-50")
@@ -317,18 +318,23 @@ def hub_cache_with(models: dict[str, Path], cache: Path) -> Path:
     return cache
 
 
+def start_space(space: Path, models: dict[str, Path], tmp_path: Path):
+    """The Space repo `space` started as Spaces start it (`python app.py`, GRADIO_SERVER_*), offline, with `models`
+    ({repo id: folder}) in its Hub cache; (process, port)."""
+    cache = hub_cache_with(models, tmp_path / "hub")
+    port = free_port()
+    env = offline_env(HF_HUB_CACHE=str(cache), GRADIO_SERVER_PORT=str(port), GRADIO_SERVER_NAME="127.0.0.1")
+    for variable in ("PYTHONPATH", "ALTERNET_SPACE_MODELS", "ALTERNET_SPACE_RESULTS", "ALTERNET_SPACE_PENDING"):
+        env.pop(variable, None)
+    return start_command([sys.executable, "app.py"], cwd=space, env=env, merge=True, warm=False), port
+
+
 def test_the_space_serves_the_release_models_started_as_spaces_start_it(rehearsal_run, tmp_path):
     from gradio_client import Client, handle_file
 
     out = rehearsal_run["out"]
     space = shutil.copytree(out / "spaces" / "how-do-vits-work", tmp_path / "space")
-    cache = hub_cache_with({f"{ORG}/{preset}": out / "models" / preset for preset in PRESETS}, tmp_path / "hub")
-    port = free_port()
-    env = offline_env(HF_HUB_CACHE=str(cache), GRADIO_SERVER_PORT=str(port), GRADIO_SERVER_NAME="127.0.0.1")
-    env.pop("PYTHONPATH", None)
-    env.pop("ALTERNET_SPACE_MODELS", None)
-    env.pop("ALTERNET_SPACE_RESULTS", None)
-    process = start_command([sys.executable, "app.py"], cwd=space, env=env, merge=True, warm=False)
+    process, port = start_space(space, {f"{ORG}/{preset}": out / "models" / preset for preset in PRESETS}, tmp_path)
     try:
         url = f"http://127.0.0.1:{port}/"
         deadline = time.monotonic() + 180
@@ -351,6 +357,32 @@ def test_the_space_serves_the_release_models_started_as_spaces_start_it(rehearsa
     finally:
         process.kill()
         process.wait(30)
+
+
+def test_the_space_of_the_first_release_says_alternet_is_pending(rehearsal_run, tmp_path):
+    """The Space as the first run (AlterNet-50 pending) pushed it: the four models load, the page says which one is
+    still to come."""
+    import urllib.request
+
+    out, first = rehearsal_run["out"], rehearsal_run["first"]
+    space = shutil.copytree(first["space_dir"], tmp_path / "space")
+    process, port = start_space(space, {f"{ORG}/{p}": out / "models" / p for p in CONVERTED}, tmp_path)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                page = urllib.request.urlopen(f"http://127.0.0.1:{port}/config", timeout=5).read().decode()
+                break
+            except OSError:
+                assert process.poll() is None, process.output()[0]
+                assert time.monotonic() < deadline, process.output()[0]
+                time.sleep(1)
+    finally:
+        process.kill()
+        process.wait(30)
+    assert "**AlterNet-50**: pending: its weights are not published yet" in page
+    assert all(f"**{name}**: " in page for name in ("ResNet-50", "ViT-Ti", "PiT-Ti", "Swin-Ti"))
+    assert "not loaded" not in page
 
 
 def recording_hub(monkeypatch) -> list:

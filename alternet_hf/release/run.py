@@ -337,7 +337,7 @@ class Release:
 
         path, url = self.reference_file(preset), file_url(REFERENCE_FILES[preset])
         downloaded = not (self.options.rehearsal or self.options.reference_dir)
-        if downloaded:
+        if downloaded and not path.is_file():  # a file there is whole: downloads are renamed only once complete
             try:
                 download(url, path)
             except DownloadError as error:
