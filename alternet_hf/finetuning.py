@@ -6,18 +6,20 @@ processor statistics, and the paper's metrics through our local `evaluate` modul
 """
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import evaluate
 import numpy as np
-from transformers import Trainer, TrainingArguments
+from transformers import Trainer, TrainingArguments, set_seed
 
 from .augmentation import eval_transform, train_transform
 from .data import DIGITS, collate_images, load_train_and_eval, with_transform
 from .metrics import EVALUATE_METRIC_PATH
 from .modeling_common import build_image_processor
-from .presets import create_model
+from .presets import create_model, loads_weights
+from .run_lock import hold_folder
 
 
 @dataclass
@@ -26,6 +28,7 @@ class FinetuneResult:
     metrics_before: dict
     metrics_after: dict
     holdout_note: str | None = None  # where the evaluation split was carved out of the training split
+    from_scratch: bool = False  # a preset, trained from scratch (it has no trained weights)
 
 
 def default_horizontal_flip(model_name_or_path: str, dataset: str) -> float:
@@ -58,6 +61,14 @@ def check_output_dir(output_dir: Path, model_name_or_path: str, *, overwrite: bo
         )
 
 
+# What `finetune` trains with unless told otherwise. A model with trained weights is fine-tuned briefly, as usual;
+# a preset has none (the zoo's presets are architectures), so it is trained from scratch, which on a small dataset
+# takes many more steps and a warm-up before the full learning rate. Chosen on a small real dataset (the benchmark
+# `alternet-benchmark --finetune` measures both cases, README's benchmark table).
+FINETUNE_DEFAULTS = dict(epochs=3.0, learning_rate=1e-3, warmup=0.1)
+FROM_SCRATCH_DEFAULTS = dict(epochs=30.0, learning_rate=2e-3, warmup=0.1)
+
+
 def finetune(
     model_name_or_path: str,
     dataset: str,
@@ -67,22 +78,53 @@ def finetune(
     label_column: str | None = None,
     train_split: str = "train",
     eval_split: str = "test",
-    epochs: float = 3,
-    learning_rate: float = 1e-3,
+    epochs: float | None = None,
+    learning_rate: float | None = None,
+    warmup: float | None = None,
     batch_size: int = 32,
     weight_decay: float = 0.05,
     horizontal_flip: float | None = None,
     seed: int = 0,
     model_overrides: dict | None = None,
     overwrite: bool = False,
+    say: Callable[[str], None] = print,
     **training_arguments,
 ) -> FinetuneResult:
     """Fine-tune, evaluating before and after; the model and its image processor go to `output_dir`
     (default `default_output_dir`), which may not be the source model's folder, nor hold another model
-    unless `overwrite`. `horizontal_flip=None` takes `default_horizontal_flip`; `eval_split="holdout"`
-    evaluates on a seeded 10% of the training split (rows saved in `holdout.json`)."""
+    unless `overwrite`, nor be in use by another run. `epochs`, `learning_rate` and `warmup` (a fraction of the
+    steps) default to `FINETUNE_DEFAULTS` for a model with trained weights and to `FROM_SCRATCH_DEFAULTS` for a
+    preset, which is trained from scratch (said in one line). `horizontal_flip=None` takes
+    `default_horizontal_flip`; `eval_split="holdout"` evaluates on a seeded 10% of the training split (rows saved
+    in `holdout.json`). Every random draw (the new head, data order, augmentation) follows `seed`."""
     output_dir = Path(output_dir) if output_dir is not None else default_output_dir(model_name_or_path, dataset)
-    check_output_dir(output_dir, model_name_or_path, overwrite=overwrite)
+    from_scratch = not loads_weights(model_name_or_path)
+    defaults = FROM_SCRATCH_DEFAULTS if from_scratch else FINETUNE_DEFAULTS
+    epochs = defaults["epochs"] if epochs is None else epochs
+    learning_rate = defaults["learning_rate"] if learning_rate is None else learning_rate
+    warmup = defaults["warmup"] if warmup is None else warmup
+    with hold_folder(output_dir):
+        check_output_dir(output_dir, model_name_or_path, overwrite=overwrite)
+        if from_scratch:
+            say(
+                f"{model_name_or_path} is a preset without trained weights: training it from scratch ({epochs:g} "
+                f"epochs, learning rate {learning_rate:g}, warm-up {warmup:g} of the steps; --epochs, "
+                "--learning-rate and --warmup change them)"
+            )
+        set_seed(seed)  # before the model: its new head is drawn from it
+        return _finetune(
+            model_name_or_path, dataset, output_dir, image_column=image_column, label_column=label_column,
+            train_split=train_split, eval_split=eval_split, epochs=epochs, learning_rate=learning_rate, warmup=warmup,
+            batch_size=batch_size, weight_decay=weight_decay, horizontal_flip=horizontal_flip, seed=seed,
+            model_overrides=model_overrides, from_scratch=from_scratch, training_arguments=training_arguments,
+        )  # fmt: skip
+
+
+def _finetune(
+    model_name_or_path, dataset, output_dir, *, image_column, label_column, train_split, eval_split, epochs,
+    learning_rate, warmup, batch_size, weight_decay, horizontal_flip, seed, model_overrides, from_scratch,
+    training_arguments,
+) -> FinetuneResult:  # fmt: skip
     if horizontal_flip is None:
         horizontal_flip = default_horizontal_flip(model_name_or_path, dataset)
     splits = load_train_and_eval(
@@ -114,7 +156,7 @@ def finetune(
         per_device_eval_batch_size=max(batch_size, 128),
         weight_decay=weight_decay,
         lr_scheduler_type="cosine",
-        warmup_steps=0.1,
+        warmup_steps=warmup,
         eval_strategy="epoch",
         save_strategy="epoch",
         save_total_limit=1,
@@ -142,4 +184,4 @@ def finetune(
         (output_dir / "holdout.json").write_text(
             json.dumps({"dataset": dataset, "split": train_split, **splits.holdout})
         )
-    return FinetuneResult(output_dir, before, after, splits.holdout_note(dataset, train_split))
+    return FinetuneResult(output_dir, before, after, splits.holdout_note(dataset, train_split), from_scratch)

@@ -256,6 +256,12 @@ def unknown_preset_message(name: str) -> str:
     )
 
 
+def loads_weights(name: str) -> bool:
+    """Whether `create_model(name)` loads trained weights (a folder or a Hub id), rather than building a preset's
+    architecture with random ones."""
+    return os.path.isdir(name) or ("/" in name and name not in list_models())
+
+
 def create_model(name: str, *, num_labels: int | None = None, **overrides) -> PreTrainedModel:
     """A randomly initialised preset, or a model loaded from a directory or Hub id.
 
@@ -263,7 +269,7 @@ def create_model(name: str, *, num_labels: int | None = None, **overrides) -> Pr
     the count differs, and `overrides` go to `from_pretrained` as config fields. Only the classifier may
     change shape: an override that reshapes the backbone is an error, not a silently re-initialised layer.
     """
-    if os.path.isdir(name) or ("/" in name and name not in list_models()):
+    if loads_weights(name):
         _check_config_fields(name, overrides)
         if num_labels is None:
             return _finish(AutoModelForImageClassification.from_pretrained(name, **overrides))

@@ -63,7 +63,10 @@ from .data import (
 from .metrics import classification_metrics, plot_reliability_diagram, reliability_diagram
 from .presets import create_model
 from .recipe import TrainingConfig, build_optimizer, build_scheduler
+from .run_lock import hold_folder
 
+# What a second run on a folder in use is told (`run_lock.hold_folder`): resuming beside a live run would train twice.
+RUNNING_ADVICE = "wait for it to end, or stop it and then continue it with --resume"
 # What a run writes into its output folder; `overwrite=True` removes these (and nothing else) first.
 RUN_OUTPUTS = (
     "checkpoints", "best", "logs", "training_config.json", "history.json", "metrics.json", "training_curves.png",
@@ -455,11 +458,12 @@ def train(config: TrainingConfig, *, resume: bool = False, overwrite: bool = Fal
     if resume and overwrite:
         raise ValueError("resume and overwrite exclude each other: continue the run, or start it again")
     session = TrainingSession(config)
-    session.claim_output_dir(resume=resume, overwrite=overwrite)
-    session.build()
-    session.start(resume=resume)
-    session.train_epochs()
-    return session.finish()
+    with hold_folder(config.output_dir, advice=RUNNING_ADVICE):
+        session.claim_output_dir(resume=resume, overwrite=overwrite)
+        session.build()
+        session.start(resume=resume)
+        session.train_epochs()
+        return session.finish()
 
 
 class TrainingSession:

@@ -10,6 +10,7 @@ before it starts. `read_results` reads a model's written results back into their
 writes the comparison from them without analysing again (what `alternet-release` does after a step per model).
 """
 
+import contextlib
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -17,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from alternet_hf.run_lock import hold_folder
 
 from .claims import COMPETENCE
 from .compare import Settings
@@ -66,21 +69,23 @@ def analyse_model(
     scaled_down: Sequence[str] = (),
     say: Callable[[str], None] = print,
 ) -> dict:
-    """Every analysis of `analyses` on the model `source` (see `analysis.models.load_model`), written into `out`."""
+    """Every analysis of `analyses` on the model `source` (see `analysis.models.load_model`), written into `out`
+    (held for the run: one analysis per folder at a time)."""
     from .models import load_model
 
-    torch.manual_seed(data.seed)
-    loaded = load_model(source, weights=weights)
-    loaded.model.to(device)
-    parameters = sum(p.numel() for p in loaded.model.parameters())
-    say(f"analysing {source} ({type(loaded.model).__name__}, {parameters:,} parameters) on {device}")
-    if scaled_down:
-        say(f"on a CPU, scaled down from the paper's amounts (pass the flags to change): {'; '.join(scaled_down)}")
-    batches = prepare_data(loaded, data, analyses, settings, DataCache(data), device=device)
-    if batches["augmentation"]:
-        say(f"Hessian/landscape batches augmented as: {batches['augmentation']['source']}")
-    meta = {"model": source, "dataset": data.dataset, "device": str(device), "scaled_down": list(scaled_down)}
-    return analyse_loaded(loaded, analyses, settings, batches, device=device, out=out, meta=meta, say=say)
+    with hold_folder(out) if out is not None else contextlib.nullcontext():
+        torch.manual_seed(data.seed)
+        loaded = load_model(source, weights=weights)
+        loaded.model.to(device)
+        parameters = sum(p.numel() for p in loaded.model.parameters())
+        say(f"analysing {source} ({type(loaded.model).__name__}, {parameters:,} parameters) on {device}")
+        if scaled_down:
+            say(f"on a CPU, scaled down from the paper's amounts (pass the flags to change): {'; '.join(scaled_down)}")
+        batches = prepare_data(loaded, data, analyses, settings, DataCache(data), device=device)
+        if batches["augmentation"]:
+            say(f"Hessian/landscape batches augmented as: {batches['augmentation']['source']}")
+        meta = {"model": source, "dataset": data.dataset, "device": str(device), "scaled_down": list(scaled_down)}
+        return analyse_loaded(loaded, analyses, settings, batches, device=device, out=out, meta=meta, say=say)
 
 
 def compare_models(

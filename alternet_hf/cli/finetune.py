@@ -19,8 +19,13 @@ def build_parser():
     parser.add_argument(
         "--eval-split", default="test", help="a split name, or holdout[:fraction] of the training split"
     )
-    parser.add_argument("--epochs", type=float, default=3)
-    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument(
+        "--epochs", type=float, help="default: 3 for a model with trained weights, 30 for a preset (from scratch)"
+    )
+    parser.add_argument("--learning-rate", type=float, help="default: 1e-3 with trained weights, 2e-3 for a preset")
+    parser.add_argument(
+        "--warmup", type=float, help="fraction of the steps the learning rate warms up over (default: 0.1)"
+    )
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument(
         "--horizontal-flip", type=float,
@@ -46,6 +51,7 @@ def main(argv: list[str] | None = None) -> None:
         eval_split=args.eval_split,
         epochs=args.epochs,
         learning_rate=args.learning_rate,
+        warmup=args.warmup,
         batch_size=args.batch_size,
         horizontal_flip=args.horizontal_flip,
         seed=args.seed,

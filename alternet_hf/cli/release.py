@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None) -> None:
 
     matplotlib.use("Agg")
     from alternet_hf.release import (
+        RUNNING_ADVICE,
         Release,
         ReleaseOptions,
         check_hub,
@@ -101,6 +102,7 @@ def main(argv: list[str] | None = None) -> None:
         format_duration,
         h100_estimate,
     )
+    from alternet_hf.run_lock import hold_folder
 
     if args.cifar100c_dir is not None and args.without_cifar100c:
         raise CommandError("--cifar100c-dir and --without-cifar100c exclude each other: choose one")
@@ -115,22 +117,23 @@ def main(argv: list[str] | None = None) -> None:
         max_accuracy_gap=args.max_accuracy_gap, cifar100c_budget=args.cifar100c_budget,
         training_budget=args.training_budget,
     )  # fmt: skip
-    check_options(options)
-    if not options.dry_run:
-        print(f"Hub: logged in as {check_hub(options)}")
-    check_reference_files(options)
-    check_training_data(options)
-    trained = [p for p in options.models if not options.converted(p)]
-    if not args.no_estimate and trained:
-        _, lines = h100_estimate(trained)
-        print(f"training on one H100 (paper recipe, full-size models):\n{lines}")
-    if not options.without_cifar100c:
-        print(
-            f"CIFAR-100-C: on a CPU at most {format_duration(options.cifar100c_budget)} per model (--cifar100c-budget; "
-            "beyond it a seeded, class-stratified subset of each set, with its standard error); a GPU evaluates "
-            "every image"
-        )
-    summary = Release(options).run()
+    with hold_folder(options.out, advice=RUNNING_ADVICE):  # before the checks: --overwrite deletes
+        check_options(options)
+        if not options.dry_run:
+            print(f"Hub: logged in as {check_hub(options)}")
+        check_reference_files(options)
+        check_training_data(options)
+        trained = [p for p in options.models if not options.converted(p)]
+        if not args.no_estimate and trained:
+            _, lines = h100_estimate(trained)
+            print(f"training on one H100 (paper recipe, full-size models):\n{lines}")
+        if not options.without_cifar100c:
+            print(
+                f"CIFAR-100-C: on a CPU at most {format_duration(options.cifar100c_budget)} per model "
+                "(--cifar100c-budget; beyond it a seeded, class-stratified subset of each set, with its standard "
+                "error); a GPU evaluates every image"
+            )
+        summary = Release(options).run()
     print_summary(summary, options)
 
 

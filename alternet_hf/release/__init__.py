@@ -51,13 +51,14 @@ from .checks import (
 )
 from .estimates import format_duration, h100_estimate, parse_duration
 from .outputs import round_down, space_requirements, write_robustness, write_space_repo
-from .run import Manifest, Release, file_hash
+from .run import RUNNING_ADVICE, Manifest, Release, file_hash
 
 __all__ = [
     "CIFAR100C_BUDGET",
     "MANIFEST",
     "MAX_ACCURACY_GAP",
     "RELEASE_MODELS",
+    "RUNNING_ADVICE",
     "TRAINING_BUDGET",
     "Manifest",
     "Release",

@@ -13,6 +13,7 @@ import torch
 from ..data import KNOWN_COLUMNS
 from ..presets import PAPER_MODELS
 from ..reference import REFERENCE_FILES
+from ..run_lock import LOCK_FILE
 
 DATASET = "uoft-cs/cifar100"
 COLUMNS = KNOWN_COLUMNS[DATASET]
@@ -136,14 +137,16 @@ def check_cifar100c_dir(folder: Path | None) -> None:
 def check_out_dir(options: ReleaseOptions) -> None:
     """The folder is empty, or holds this same release (resumed); another release is refused unless `overwrite`."""
     out = options.out
-    if not out.exists() or not any(out.iterdir()):
+    contents = [path for path in out.iterdir() if path.name != LOCK_FILE] if out.is_dir() else []
+    if not contents:
         return
     manifest = out / MANIFEST
     held = json.loads(manifest.read_text()).get("release") if manifest.is_file() else None
     if held == options.identity():
         return
-    if options.overwrite:
-        shutil.rmtree(out)
+    if options.overwrite:  # all but the lock of this run, which holds the folder (`run_lock`)
+        for path in contents:
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
         return
     what = f"another release ({held})" if held else "files that are not a release"
     raise ReleaseError(

@@ -18,6 +18,7 @@ from ..hub import write_release
 from ..presets import display_name
 from ..recipe import recipe_config
 from ..reference import PAPER_RESULTS, REFERENCE_FILES
+from ..run_lock import hold_folder
 from . import rehearsal
 from .checks import (
     CIFAR100C_REPO,
@@ -33,6 +34,9 @@ from .checks import (
 )
 from .estimates import CIFAR_TRAIN_IMAGES, format_duration, h100_estimate, seconds_per_training_image
 from .outputs import write_robustness, write_space_repo
+
+# What a second release on a folder in use is told (`run_lock.hold_folder`).
+RUNNING_ADVICE = "wait for it to end: run again later, the release goes on from where that one stopped"
 
 
 def _die_with_parent() -> None:
@@ -180,7 +184,11 @@ class Release:
         return [p for p in self.options.models if p not in self.pending and p not in self.refused]
 
     def run(self) -> dict:
-        """Every step not yet complete, then the summary (also returned)."""
+        """Every step not yet complete, then the summary (also returned); one run at a time per output folder."""
+        with hold_folder(self.out, advice=RUNNING_ADVICE):
+            return self._run()
+
+    def _run(self) -> dict:
         options = self.options
         self.manifest = Manifest(self.out, options.identity())
         self.manifest.save()
