@@ -10,8 +10,12 @@ without that it names the command that makes it. Uploads are checked from their 
 is decoded, so memory stays bounded whatever size an image claims.
 """
 
+import hashlib
+import io
 import json
+import os
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,9 +136,38 @@ def example_files(kind: str = "photos") -> list[str]:
     for name, image in images.items():
         path = folder / f"{name}.png"
         if not path.exists():
-            (image if image is not None else Image.fromarray(getattr(data, name)())).convert("RGB").save(path)
+            _write_once(path, _png(image if image is not None else Image.fromarray(getattr(data, name)())))
         paths.append(str(path))
     return paths
+
+
+def _png(image: Image.Image) -> bytes:
+    buffer = io.BytesIO()
+    image.convert("RGB").save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _write_once(path: Path, data: bytes) -> None:
+    """Write `path` whole or not at all (a temporary name, then a rename), so that a reader never sees it half
+    written, whatever other threads or processes write the same file at the same time."""
+    if path.exists():
+        return
+    partial = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}")
+    partial.write_bytes(data)
+    os.replace(partial, path)
+
+
+def image_file(image: Image.Image) -> str:
+    """`image` as a PNG file named by its content, in a temporary folder. An output image goes to Gradio as a file:
+    Gradio copies a file into its cache atomically, but rewrites the cache file of a returned PIL image on every
+    request, which cuts short the replies to identical requests (visitors clicking the same example) that are being
+    sent while it is rewritten."""
+    data = _png(image)
+    folder = Path(tempfile.gettempdir()) / "alternet-space-outputs"
+    folder.mkdir(exist_ok=True)
+    path = folder / f"{hashlib.sha256(data).hexdigest()[:32]}.png"
+    _write_once(path, data)
+    return str(path)
 
 
 def knows_only_digits(models: list) -> bool:
@@ -301,7 +334,7 @@ class Space:
             if shown is None:
                 shown = Image.fromarray((corrupted[0].permute(1, 2, 0).numpy() * 255).round().astype(np.uint8))
         shown = shown.resize((256, 256), Image.Resampling.NEAREST)
-        return [shown, *predictions, self.curves(corruption)]
+        return [image_file(shown), *predictions, self.curves(corruption)]
 
     def curves(self, corruption: str) -> Figure:
         """Accuracy vs severity (or noise frequency) from stored analysis results, one line per model."""
@@ -399,7 +432,7 @@ def build_demo(space: Space) -> gr.Blocks:
             corruption.change(_severity_or_frequency, corruption, [severity, frequency])
             gr.Examples(examples, inputs=[robust_image], label=examples_label)
             with gr.Row():
-                corrupted = gr.Image(label="What the models see", height=256)
+                corrupted = gr.Image(type="filepath", label="What the models see", height=256)
                 labels = [gr.Label(num_top_classes=5, label=f"{m.name} top-5") for m in space.ready]
             gr.Markdown("**Accuracy from stored analysis results**")
             curves = gr.Plot(show_label=False)

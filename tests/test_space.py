@@ -264,3 +264,27 @@ def test_a_browser_clicks_through_both_tabs(space_url):
         expect(page.locator("img[src*='gradio_api/file=']").last).to_be_visible(timeout=30_000)
         page.screenshot(path=str(folder / "robustness-tab.png"), full_page=True)
         browser.close()
+
+
+def test_identical_visitors_at_once_each_get_a_whole_answer(space_url):
+    """Many visitors clicking the same example at once is a Space's ordinary day: their outputs are the same image,
+    and no reply may be cut short by another request writing that image again while it is being sent."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gradio_client import Client, handle_file
+
+    url, folder = space_url
+    Image.new("RGB", (120, 90), (200, 60, 40)).save(folder / "same.png")
+    client = Client(url, verbose=False)
+    expected = None
+
+    def visit(_):
+        image, *_ = client.predict(handle_file(str(folder / "same.png")), "fog", 3, 0.5, api_name="/robustness")
+        with Image.open(image) as opened:
+            return np.asarray(opened.convert("RGB"))
+
+    with ThreadPoolExecutor(max_workers=24) as pool:
+        answers = list(pool.map(visit, range(48)))
+    expected = answers[0]
+    assert expected.shape == (256, 256, 3)
+    assert all(np.array_equal(answer, expected) for answer in answers)
