@@ -12,6 +12,7 @@ from pathlib import Path
 
 import evaluate
 import numpy as np
+import torch
 from transformers import Trainer, TrainingArguments, set_seed
 
 from .augmentation import eval_transform, train_transform
@@ -19,6 +20,7 @@ from .data import DIGITS, collate_images, load_train_and_eval, with_transform
 from .metrics import EVALUATE_METRIC_PATH
 from .modeling_common import build_image_processor
 from .presets import create_model, loads_weights
+from .recipe import FINETUNE_DEFAULTS, FROM_SCRATCH_DEFAULTS
 from .run_lock import hold_folder
 
 
@@ -29,6 +31,9 @@ class FinetuneResult:
     metrics_after: dict
     holdout_note: str | None = None  # where the evaluation split was carved out of the training split
     from_scratch: bool = False  # a preset, trained from scratch (it has no trained weights)
+    epochs: float | None = None  # what it trained with (see `FINETUNE_DEFAULTS`)
+    learning_rate: float | None = None
+    warmup: float | None = None
 
 
 def default_horizontal_flip(model_name_or_path: str, dataset: str) -> float:
@@ -59,14 +64,6 @@ def check_output_dir(output_dir: Path, model_name_or_path: str, *, overwrite: bo
         raise FileExistsError(
             f"{output_dir} already holds a model: choose another --output-dir, or pass --overwrite to replace it"
         )
-
-
-# What `finetune` trains with unless told otherwise. A model with trained weights is fine-tuned briefly, as usual;
-# a preset has none (the zoo's presets are architectures), so it is trained from scratch, which on a small dataset
-# takes many more steps and a warm-up before the full learning rate. Chosen on a small real dataset (the benchmark
-# `alternet-benchmark --finetune` measures both cases, README's benchmark table).
-FINETUNE_DEFAULTS = dict(epochs=3.0, learning_rate=1e-3, warmup=0.1)
-FROM_SCRATCH_DEFAULTS = dict(epochs=30.0, learning_rate=2e-3, warmup=0.1)
 
 
 def finetune(
@@ -158,14 +155,13 @@ def _finetune(
         lr_scheduler_type="cosine",
         warmup_steps=warmup,
         eval_strategy="epoch",
-        save_strategy="epoch",
-        save_total_limit=1,
-        load_best_model_at_end=True,
-        metric_for_best_model="accuracy",
+        # The model of the last epoch: the evaluation split is often the test split, and choosing the best epoch on
+        # it would report a number selected on the test images.
+        save_strategy="no",
         remove_unused_columns=False,
         report_to=[],
         seed=seed,
-        **training_arguments,
+        **{"dataloader_pin_memory": torch.cuda.is_available(), **training_arguments},
     )
     trainer = Trainer(
         model=model,
@@ -184,4 +180,13 @@ def _finetune(
         (output_dir / "holdout.json").write_text(
             json.dumps({"dataset": dataset, "split": train_split, **splits.holdout})
         )
-    return FinetuneResult(output_dir, before, after, splits.holdout_note(dataset, train_split), from_scratch)
+    return FinetuneResult(
+        output_dir,
+        before,
+        after,
+        splits.holdout_note(dataset, train_split),
+        from_scratch,
+        epochs,
+        learning_rate,
+        warmup,
+    )

@@ -243,13 +243,16 @@ def write_release(
     provenance: dict | None = None,
     reported: dict | None = None,
     evaluated_on: str | None = None,
+    dataset_name: str | None = None,
 ) -> Path:
     """Write everything the Hub repo `repo_id` will hold for the trained model in `model_dir`: weights, config,
     image processor, remote code, and the card. `robustness`: a `robustness_cifar100-c.json` (its mean accuracy
     goes into `model-index` as CIFAR-100-C, `cifar100c_repo`); `figures`: {title: PNG} copied into figures/ and
-    shown in the card; `provenance`, `reported`, `evaluated_on`: see `build_model_card`."""
+    shown in the card; `provenance`, `reported`, `evaluated_on`: see `build_model_card`; `dataset_name`: how the
+    card names the evaluation's dataset (default: as the evaluation recorded it, which may be a local path)."""
     model_dir, output_dir = Path(model_dir), Path(output_dir)
     metrics, dataset, split = find_evaluation(model_dir, evaluation)
+    dataset = dataset_name or dataset
     model = create_model(str(model_dir))
     output_dir.mkdir(parents=True, exist_ok=True)
     if isinstance(model, ZooModelMixin):

@@ -26,6 +26,13 @@ DEFAULT_MODEL_OVERRIDES = dict(
     drop_path_rate=0.0,
 )
 
+# What `alternet-finetune` trains with unless told otherwise. A model with trained weights is fine-tuned briefly, as
+# usual; a preset has none (the zoo's presets are architectures), so it is trained from scratch, which on a small
+# dataset takes many more steps (and a warm-up before the full learning rate). Chosen on a small real dataset:
+# `alternet-benchmark --finetune` measures both cases.
+FINETUNE_DEFAULTS = dict(epochs=3.0, learning_rate=1e-3, warmup=0.1)
+FROM_SCRATCH_DEFAULTS = dict(epochs=30.0, learning_rate=2e-3, warmup=0.1)
+
 
 @dataclass
 class TrainingConfig:

@@ -5,7 +5,7 @@ Two runs writing one folder corrupt each other's checkpoints and mix their outpu
 a killed run is still alive runs it again (the release even tells them to: running it again resumes it). The lock
 is `flock` on a file in the folder (`LOCK_FILE`), so the kernel releases it when its process ends, however it ends
 (SIGKILL included): a lock never outlives its run. The file says who holds it (pid, host, command, start time);
-it is removed when the run ends normally, and so is the folder if the run created it and wrote nothing else.
+it is removed when the run ends normally, and so are the folders the run created if it wrote nothing in them.
 
 Under a multi-process launch (`accelerate launch`, `torchrun`) the process of rank 0 holds the lock for all.
 Within one process the lock is re-entrant (a release that trains into a folder it already holds).
@@ -60,7 +60,8 @@ def hold_folder(
         return
     import fcntl
 
-    created = not folder.exists()
+    created = [folder, *folder.parents]  # the folders this run makes, innermost first
+    created = created[: next(i for i, path in enumerate(created) if path.exists())]
     folder.mkdir(parents=True, exist_ok=True)
     lock = folder / LOCK_FILE
     while True:
@@ -95,6 +96,6 @@ def hold_folder(
         with contextlib.suppress(FileNotFoundError):
             lock.unlink()  # still holding it, so no other run has it
         os.close(descriptor)
-        if created:
-            with contextlib.suppress(OSError):
-                folder.rmdir()  # only where the run wrote nothing else
+        with contextlib.suppress(OSError):
+            for path in created:
+                path.rmdir()  # only where the run wrote nothing else

@@ -216,6 +216,10 @@ def _pixels(model, image: Image.Image) -> torch.Tensor:
     return torch.from_numpy(resized).permute(2, 0, 1)[None] / 255
 
 
+def _probabilities(model, inputs: torch.Tensor) -> torch.Tensor:
+    return model(inputs).logits.float().softmax(-1)
+
+
 def _statistics(model) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.tensor(model.config.image_mean).view(1, 3, 1, 1), torch.tensor(model.config.image_std).view(1, 3, 1, 1)
 
@@ -303,6 +307,13 @@ class Space:
             ax.axvline(position, color="tab:red", linewidth=0.8)
         return figure
 
+    @torch.no_grad()
+    def probabilities(self, image: Image.Image) -> list[torch.Tensor]:
+        """Each ready model's (1, classes) probabilities for the clean `image`, prepared as the tabs prepare an
+        upload (what a release checks against the model as a user loads it)."""
+        image = to_8bit_rgb(image)
+        return [_probabilities(e.model, _normalise(e.model, _pixels(e.model, image))) for e in self.ready]
+
     # --- robustness tab ----------------------------------------------------------------------------
 
     @torch.no_grad()
@@ -327,7 +338,7 @@ class Space:
                     raise gr.Error(f"Unknown corruption {corruption!r}.")
                 corrupted = corrupt(pixels, corruption, severity, generator=generator.manual_seed(0))
                 inputs = _normalise(entry.model, corrupted)
-            probabilities = entry.model(inputs).logits.softmax(-1)[0]
+            probabilities = _probabilities(entry.model, inputs)[0]
             top = probabilities.topk(min(5, len(probabilities)))
             labels = entry.model.config.id2label
             predictions.append({labels[i.item()]: p.item() for p, i in zip(top.values, top.indices)})

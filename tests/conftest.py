@@ -101,6 +101,11 @@ def command_names() -> list[str]:
 
 @pytest.fixture
 def tiny_dataset(tmp_path) -> str:
+    """`write_tiny_dataset` into the test's folder."""
+    return write_tiny_dataset(tmp_path / "data")
+
+
+def write_tiny_dataset(folder: Path) -> str:
     """A local dataset in the real schema (`save_to_disk`): 32 training and 20 test images (random pixels) of 4
     classes; its path."""
     from datasets import ClassLabel, Dataset, DatasetDict, Features
@@ -118,8 +123,8 @@ def tiny_dataset(tmp_path) -> str:
         )
         for split, n in (("train", 32), ("test", 20))
     }
-    DatasetDict(splits).save_to_disk(str(tmp_path / "data"))
-    return str(tmp_path / "data")
+    DatasetDict(splits).save_to_disk(str(folder))
+    return str(folder)
 
 
 class Filter(nn.Module):

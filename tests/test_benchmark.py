@@ -4,6 +4,7 @@ import pytest
 from commands import run_command
 from conftest import TINY, installed_command
 
+import alternet_hf
 from alternet_hf.benchmark import measure_throughput
 
 
@@ -131,3 +132,30 @@ class AlterNet(torch.nn.Module):
     def forward(self, x):
         return self.model(x).logits
 """
+
+
+@pytest.mark.commands
+def test_the_finetune_benchmark_gives_trained_weights_the_fine_tuning_defaults(tmp_path):
+    """`alternet-benchmark --finetune` on a model folder (trained weights): the fine-tuning defaults, per seed, on
+    the 200 real photographs; a preset would get the from-scratch ones (`recipe.FROM_SCRATCH_DEFAULTS`)."""
+    from alternet_hf.benchmark.finetuning import write_faces_dataset
+    from alternet_hf.recipe import FINETUNE_DEFAULTS
+
+    alternet_hf.create_model("alternet-50-cifar100", **TINY["alternet-50-cifar100"]).save_pretrained(tmp_path / "m")
+    completed = run_command(
+        [installed_command("alternet-benchmark"), "--finetune", "--models", "m", "--seeds", "0", "1", "--output",
+         "finetune.json"],
+        cwd=tmp_path, timeout=600,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    rows = json.loads((tmp_path / "finetune.json").read_text())
+    assert [(r["seed"], r["weights"], r["epochs"], r["learning_rate"]) for r in rows] == [
+        (seed, "trained", FINETUNE_DEFAULTS["epochs"], FINETUNE_DEFAULTS["learning_rate"]) for seed in (0, 1)
+    ]
+    assert all(0 <= r["accuracy"] <= 1 and r["said"] == [] for r in rows)
+    assert "| m | trained | 3 | 0.001 | " in completed.stdout
+    faces = write_faces_dataset(tmp_path / "faces")
+    from alternet_hf.data import load_image_classification
+
+    test = load_image_classification(str(faces), split="test")
+    assert len(test) == 40 and sorted(set(test["label"])) == [0, 1] and test[0]["image"].size == (32, 32)

@@ -32,6 +32,7 @@ def cifar_schema_digits(tmp_path_factory) -> str:
 
 
 def test_finetune_with_the_hf_trainer_raises_accuracy(cifar_schema_digits, tmp_path):
+    said = []
     result = finetune(
         "alternet-18-cifar100",
         cifar_schema_digits,
@@ -45,7 +46,13 @@ def test_finetune_with_the_hf_trainer_raises_accuracy(cifar_schema_digits, tmp_p
         model_overrides=TINY,
         use_cpu=True,
         disable_tqdm=True,
+        say=said.append,
     )
+    assert said == [
+        "alternet-18-cifar100 is a preset without trained weights: training it from scratch (4 epochs, learning rate "
+        "0.003, warm-up 0.1 of the steps; --epochs, --learning-rate and --warmup change them)"
+    ]
+    assert result.from_scratch and (result.epochs, result.learning_rate, result.warmup) == (4, 3e-3, 0.1)
     before, after = result.metrics_before["eval_accuracy"], result.metrics_after["eval_accuracy"]
     assert after > before + 0.3, (before, after)
     assert {"eval_ece", "eval_nll", "eval_brier", "eval_iou"} <= set(result.metrics_after)

@@ -113,6 +113,35 @@ def test_the_four_released_models_go_out_and_alternet_waits(rehearsal_run):
         assert f"{preset}: top-1 " in log and " points apart (at most 5)" in log
 
 
+def test_the_same_release_run_again_elsewhere_gives_the_same_files_and_numbers(rehearsal_run):
+    """Same seed, same numbers: the rehearsal run again from scratch in a fresh interpreter and another folder, for
+    one model, writes the stand-ins (data, CIFAR-100-C, the four trained stand-in files) byte for byte as the
+    fixture's first run did, and that model's weights, evaluation, CIFAR-100-C subset and analyses with the same
+    numbers (wall-clock fields aside)."""
+    from test_same_seed import without_wall_clock
+
+    cwd, preset = rehearsal_run["cwd"], "resnet-50-cifar100"
+    argv = [installed_command("alternet-release"), *ARGV[1:-3], "again", "--cifar100c-budget", "1s", "--no-estimate"]
+    argv += ["--models", preset]
+    completed = run_command(argv, cwd=cwd, env=offline_env(), timeout=900, warm=False)
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    first, again = rehearsal_run["first"]["steps"], manifest(cwd / "again")["steps"]
+    for step in ("stand-in", "stand-in/reference", "dataset", *(f"{k}/{preset}" for k in ("fetch", "convert"))):
+        assert again[step]["outputs"] == first[step]["outputs"], step
+    for step in (f"evaluate/{preset}", f"analyze/{preset}"):
+        assert again[step]["outputs"].keys() == first[step]["outputs"].keys()
+        for path in again[step]["outputs"]:
+            if path.endswith(".json"):
+                ours, theirs = (_as_left(root, path) for root in (cwd / "again", rehearsal_run["out"]))
+                assert without_wall_clock(ours) == without_wall_clock(theirs), path
+
+
+def _as_left(out: Path, path: str):
+    """The JSON file `out/path`, its mentions of `out` (absolute or relative) written as <out>."""
+    text = (out / path).read_text().replace(str(out), "<out>").replace(f"{out.name}/", "<out>/")
+    return json.loads(text)
+
+
 def test_a_second_run_adds_alternet_and_redoes_only_what_depends_on_it(rehearsal_run):
     out, first = rehearsal_run["out"], rehearsal_run["first"]
     log = rehearsal_run["resumed"].stdout
@@ -123,7 +152,11 @@ def test_a_second_run_adds_alternet_and_redoes_only_what_depends_on_it(rehearsal
             assert f"[{kind}/{preset}] complete, skipped" in log
             assert steps[f"{kind}/{preset}"] == first["steps"][f"{kind}/{preset}"]
     changed = {name for name in steps if steps[name] != first["steps"].get(name)}
-    assert changed == {"compare", "space", *(f"{kind}/{TRAINED}" for kind in ("train", "evaluate", "analyze", "card"))}
+    assert changed == {
+        "compare",
+        "space",
+        *(f"{kind}/{TRAINED}" for kind in ("train", "evaluate", "analyze", "card", "verify")),
+    }
     unchanged = {
         path: mtime for path, mtime in first["mtimes"].items() if not path.startswith(("spaces/", "work/comparison"))
     }
@@ -138,7 +171,7 @@ def test_a_second_run_adds_alternet_and_redoes_only_what_depends_on_it(rehearsal
     )  # fmt: skip
     # The last run finds everything complete and changes nothing.
     again = rehearsal_run["again"].stdout
-    assert "0 steps run, 29 already complete" in again
+    assert "0 steps run, 34 already complete" in again
     assert manifest(out)["steps"] == steps
     assert "release summary (rehearsal)" in again and f"{ORG}/{TRAINED}: top-1" in again
     assert "(converted from the reference's release)" in again and "(trained)" in again
@@ -188,7 +221,7 @@ def test_each_card_reports_the_evaluation_files(rehearsal_run, preset):
     robustness = json.loads((folder / "robustness_cifar100-c.json").read_text())
     numbers = card_numbers(out / "models" / preset)
     for metric in ("accuracy", "nll", "ece"):
-        assert numbers[(clean["dataset"], metric)] == pytest.approx(clean["metrics"][metric], rel=1e-12)
+        assert numbers[(rehearsal.STAND_IN_NAME, metric)] == pytest.approx(clean["metrics"][metric], rel=1e-12)
     assert numbers[("CIFAR-100-C", "accuracy")] == pytest.approx(robustness["mean_accuracy"], rel=1e-12)
     assert robustness["mean_accuracy"] == pytest.approx(np.mean(robustness["accuracy"]))
     assert len(robustness["corruptions"]) == 15 and robustness["severities"] == [1, 2, 3, 4, 5]
@@ -417,7 +450,7 @@ def test_publishing_after_the_dry_run_uploads_each_repo_and_redoes_nothing(rehea
     runner = release.Release(options, say=lines.append)
     summary = runner.run()
     assert runner.ran == [f"upload/{name}" for name in ("cifar100-c", *PRESETS, "how-do-vits-work")]
-    assert len(runner.skipped) == 29
+    assert len(runner.skipped) == 34
     created = [(repo_id, kind, sdk) for what, repo_id, kind, sdk in calls if what == "create"]
     assert created == [(f"{ORG}/cifar100-c", "dataset", None)] + [(f"{ORG}/{p}", "model", None) for p in PRESETS] + [
         (f"{ORG}/how-do-vits-work", "space", "gradio")
@@ -456,6 +489,89 @@ def test_a_model_far_from_its_reported_accuracy_stops_the_release_before_anythin
     assert "30.0 points from the" in line and "the wrong preset" in line and "--max-accuracy-gap 5" in line
     assert calls == [] and all((out / "models" / p / "README.md").read_bytes() == cards[p] for p in PRESETS)
     assert "[evaluate/resnet-50-cifar100] complete, skipped" in lines
+
+
+def test_each_card_states_what_its_repo_scores_as_a_user_loads_it_and_the_space_agrees(rehearsal_run):
+    """The verify step: each repo loaded from its folder with the Auto classes (remote code, no alternet_hf) in a new
+    process scores its card's top-1, far above chance; the Space predicts what it predicts; no card names a path."""
+    out = rehearsal_run["out"]
+    for preset in PRESETS:
+        checked = json.loads((out / "work" / "verify" / f"{preset}.json").read_text())
+        assert checked["images"] == 100 * rehearsal.IMAGES_PER_CLASS["test"]
+        assert abs(checked["card_top1"] - checked["user_top1"]) <= 2 / checked["images"]
+        assert checked["user_top1"] > 0.08, preset  # chance is 1%
+        assert checked["space_images"] == 8 and checked["space_max_probability_gap"] < 1e-4
+        card = (out / "models" / preset / "README.md").read_text()
+        assert str(rehearsal_run["cwd"]) not in card and rehearsal.STAND_IN_NAME in card
+    assert f"{TRAINED}: the card's top-1 " in rehearsal_run["resumed"].stdout
+
+
+def _stopped(out: Path, calls: list, **fields) -> str:
+    """The error of the release run again on `out` (in this process), after checking nothing was uploaded."""
+    with pytest.raises(release.ReleaseError) as stopped:
+        release.Release(rehearsal_options(out, **fields), say=lambda line: None).run()
+    assert calls == []
+    return str(stopped.value)
+
+
+def test_cifar100c_labels_out_of_step_with_the_test_split_stop_the_release(rehearsal_run, tmp_path, monkeypatch):
+    """CIFAR-100-C arrays whose labels were shuffled, and a test split whose class order was permuted: each
+    refused by name before any model is evaluated on them."""
+    calls = recording_hub(monkeypatch)
+    out = shutil.copytree(rehearsal_run["out"], tmp_path / "release")
+    arrays = shutil.copytree(out / "work" / "stand-in" / "CIFAR-100-C", tmp_path / "shuffled")
+    labels = np.load(arrays / "labels.npy")
+    np.save(arrays / "labels.npy", np.random.default_rng(0).permutation(labels))
+    monkeypatch.setattr(release.Release, "cifar100c_arrays", property(lambda self: arrays))
+    message = _stopped(out, calls)
+    assert f"{arrays}/labels.npy is out of step with the test split of {rehearsal.STAND_IN_NAME}: at severity 1, " in (
+        message
+    )
+    monkeypatch.undo()
+    calls = recording_hub(monkeypatch)
+
+    import datasets
+
+    permuted = shutil.copytree(out / "work" / "stand-in" / "cifar100", tmp_path / "permuted")
+    test = datasets.Dataset.from_parquet(str(permuted / "data" / "test-00000-of-00001.parquet"))
+    order = np.random.default_rng(1).permutation(100)
+    test = test.map(lambda row: {"fine_label": int(order[row["fine_label"]])}, features=test.features)
+    test.to_parquet(str(permuted / "data" / "test-00000-of-00001.parquet"))
+    monkeypatch.setattr(release.Release, "source", property(lambda self: str(permuted)))
+    message = _stopped(out, calls)
+    assert "labels.npy is out of step with the test split of" in message and "severity 1, " in message
+
+
+def test_a_card_written_from_another_model_s_evaluation_stops_the_release(rehearsal_run, tmp_path, monkeypatch):
+    calls = recording_hub(monkeypatch)
+    out = shutil.copytree(rehearsal_run["out"], tmp_path / "release")
+    (out / "models" / "resnet-50-cifar100" / "README.md").unlink()  # the card is written again
+    write_release = release.run.write_release
+
+    def from_vit(model_dir, *args, **kwargs):
+        if Path(model_dir).name == "resnet-50-cifar100":
+            kwargs["evaluation"] = next((Path(model_dir).parent / "vit-ti-cifar100").glob("eval_*_test.json"))
+        return write_release(model_dir, *args, **kwargs)
+
+    monkeypatch.setattr(release.run, "write_release", from_vit)
+    message = _stopped(out, calls)
+    vit = json.loads(next((out / "work" / "converted" / "vit-ti-cifar100").glob("eval_*_test.json")).read_text())
+    resnet = json.loads(next((out / "work" / "converted" / "resnet-50-cifar100").glob("eval_*_test.json")).read_text())
+    assert message.startswith(
+        f"the card of resnet-50-cifar100 states top-1 {100 * vit['metrics']['accuracy']:.2f}%, but the repo as a user "
+        f"loads it scores {100 * resnet['metrics']['accuracy']:.2f}%"
+    )
+
+
+def test_a_space_that_prepares_images_differently_stops_the_release(rehearsal_run, tmp_path, monkeypatch):
+    from alternet_hf import space
+
+    calls = recording_hub(monkeypatch)
+    out = shutil.copytree(rehearsal_run["out"], tmp_path / "release")
+    (out / "work" / "verify" / "resnet-50-cifar100.json").unlink()  # verified again
+    monkeypatch.setattr(space, "_normalise", lambda model, pixels: pixels)  # forgets the mean and std
+    message = _stopped(out, calls)
+    assert message.startswith("the Space's predictions for resnet-50-cifar100 differ from the model's as a user loads")
 
 
 def test_files_that_are_not_the_reference_s_are_named_and_nothing_is_published(tmp_path, monkeypatch):
@@ -592,4 +708,4 @@ def test_a_folder_of_another_release_is_refused_unless_overwrite(tmp_path):
     assert json.loads((other / release.MANIFEST).read_text())["release"] == {"org": "someone-else"}
     options = release.ReleaseOptions(org=ORG, out=other, rehearsal=True, dry_run=True, overwrite=True)
     release.check_out_dir(options)  # --overwrite: the other release is deleted before this one starts
-    assert not other.exists()
+    assert list(other.iterdir()) == []

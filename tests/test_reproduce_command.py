@@ -49,6 +49,20 @@ def test_the_mini_zoo_at_reduced_size(tmp_path):
     assert "## Claims of the paper on these models" in report and "the metric" in report
     assert "mini-zoo in" in completed.stdout and "training" in completed.stdout
 
+    # Same seed, same numbers: one family again, from scratch in a fresh interpreter and another folder.
+    cold = run_command(
+        [installed_command("alternet-reproduce"), "--quick", "--out", tmp_path / "again", "--families", "resnet",
+         "--analyses", "hessian,landscape,robustness"],
+        cwd=tmp_path, timeout=900, warm=False,
+    )  # fmt: skip
+    assert cold.returncode == 0, cold.stderr[-3000:]
+    weights = [root / "models" / "resnet" / "model.safetensors" for root in (out, tmp_path / "again")]
+    assert weights[0].read_bytes() == weights[1].read_bytes()
+    for analysis in ("hessian", "landscape", "robustness"):
+        results = [json.loads((root / "results" / "resnet" / f"{analysis}.json").read_text())["result"]
+                   for root in (out, tmp_path / "again")]  # fmt: skip
+        assert results[0] == results[1], analysis
+
     # A finished model with the same settings is reused (no training), and a second run only analyses; its
     # one-model comparison goes beside the zoo's, which stays as it was.
     whole_report = (out / "comparison" / "report.md").read_bytes()

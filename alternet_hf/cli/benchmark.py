@@ -13,6 +13,8 @@ its loop overhead against a hand-written loop (--engine-overhead), a race agains
     alternet-benchmark --corruptions --num-images 1000      # CIFAR-C generation vs per-image NumPy
     alternet-benchmark --hessian --models outputs/alternet-digits   # Lanczos vs power iteration
     alternet-benchmark --feature-maps --models alternet-18-cifar10 --num-images 256   # one pass vs the notebooks'
+    alternet-benchmark --finetune --models alternet-50-cifar100 outputs/alternet-digits --seeds 0 1 2
+                                                          # alternet-finetune's defaults on a small real dataset
 """
 
 import json
@@ -100,6 +102,12 @@ def build_parser():
         help="seconds of Fourier + variance on --num-images digits: separate passes, one shared pass, and the "
         "reference notebooks' computation on the same maps",
     )
+    parser.add_argument(
+        "--finetune", action="store_true",
+        help="held-out accuracy of alternet-finetune with its defaults on 200 real photographs (faces or not), from a "
+        "preset (from scratch) or a model folder (fine-tuned), per --seeds",
+    )  # fmt: skip
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of the --finetune runs")
     parser.add_argument("--output", type=Path, default=None, help="also write the results as JSON here")
     return parser
 
@@ -114,11 +122,12 @@ def main(argv: list[str] | None = None) -> None:
         args.data_only,
         args.engine_overhead,
         args.reference_dir,
+        args.finetune,
     )
     if sum(map(bool, special)) > 1:
         raise CommandError(
             "choose one of --corruptions/--hessian/--feature-maps, --evaluation, --training, --data-only, "
-            "--engine-overhead, --reference-dir"
+            "--engine-overhead, --reference-dir, --finetune"
         )
     import torch
     from tqdm import tqdm
@@ -126,7 +135,20 @@ def main(argv: list[str] | None = None) -> None:
     from alternet_hf import benchmark
     from alternet_hf.benchmark import tables
 
-    if args.engine_overhead:
+    if args.finetune:
+        import tempfile
+
+        from alternet_hf.benchmark.finetuning import finetune_accuracy, write_faces_dataset
+
+        with tempfile.TemporaryDirectory(prefix="alternet-finetune-benchmark-") as work:
+            faces = write_faces_dataset(Path(work) / "faces")
+            runs = [(name, seed) for name in args.models for seed in args.seeds]
+            rows = [
+                finetune_accuracy(name, faces, Path(work) / "runs" / f"{Path(name).name}-{seed}", seed=seed)
+                for name, seed in tqdm(runs, desc="fine-tuning", unit="run")
+            ]
+        report = tables.finetune_table(rows)
+    elif args.engine_overhead:
         result = benchmark.measure_engine_overhead(repeats=args.repeats)
         report, rows = tables.engine_overhead_table(result, args.repeats), [result]
     elif args.reference_dir:

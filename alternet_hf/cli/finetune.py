@@ -5,6 +5,7 @@ alternet-finetune --model <org>/alternet-50-cifar100 --dataset uoft-cs/cifar10 -
 """
 
 from alternet_hf.cli._common import command, json_object, make_parser, model_source
+from alternet_hf.recipe import FINETUNE_DEFAULTS, FROM_SCRATCH_DEFAULTS
 
 
 def build_parser():
@@ -19,13 +20,20 @@ def build_parser():
     parser.add_argument(
         "--eval-split", default="test", help="a split name, or holdout[:fraction] of the training split"
     )
+    trained, scratch = FINETUNE_DEFAULTS, FROM_SCRATCH_DEFAULTS
     parser.add_argument(
-        "--epochs", type=float, help="default: 3 for a model with trained weights, 30 for a preset (from scratch)"
-    )
-    parser.add_argument("--learning-rate", type=float, help="default: 1e-3 with trained weights, 2e-3 for a preset")
+        "--epochs", type=float,
+        help=f"default: {trained['epochs']:g} for a model with trained weights, {scratch['epochs']:g} for a preset "
+        "(trained from scratch)",
+    )  # fmt: skip
     parser.add_argument(
-        "--warmup", type=float, help="fraction of the steps the learning rate warms up over (default: 0.1)"
-    )
+        "--learning-rate", type=float,
+        help=f"default: {trained['learning_rate']:g} with trained weights, {scratch['learning_rate']:g} for a preset",
+    )  # fmt: skip
+    parser.add_argument(
+        "--warmup", type=float,
+        help=f"fraction of the steps over which the learning rate warms up (default: {trained['warmup']:g})",
+    )  # fmt: skip
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument(
         "--horizontal-flip", type=float,

@@ -134,6 +134,32 @@ def check_cifar100c_dir(folder: Path | None) -> None:
         raise ReleaseError(f"{folder} lacks {', '.join(missing)}: {where}")
 
 
+def check_cifar100c_labels(folder: Path, test_labels, dataset: str) -> None:
+    """CIFAR-100-C's `labels.npy` repeats the clean test split's labels, in its order, once per severity: every
+    corrupted image is the corrupted copy of the test image in the same row. Arrays made from another dataset, or
+    shuffled, would score every model against the wrong labels; they are refused, naming the first row that differs.
+    """
+    import numpy as np
+
+    from analysis.corruptions import SEVERITIES
+
+    labels, expected = np.load(Path(folder) / "labels.npy", mmap_mode="r"), np.asarray(test_labels)
+    if len(labels) != len(SEVERITIES) * len(expected):
+        raise ReleaseError(
+            f"{folder}/labels.npy holds {len(labels):,} labels, not {len(SEVERITIES)} × the {len(expected):,} test "
+            f"images of {dataset}: these arrays are not its CIFAR-100-C"
+        )
+    for severity, block in zip(SEVERITIES, np.split(np.asarray(labels), len(SEVERITIES))):
+        differ = np.flatnonzero(block != expected)
+        if len(differ):
+            raise ReleaseError(
+                f"{folder}/labels.npy is out of step with the test split of {dataset}: at severity {severity}, "
+                f"{len(differ):,} of {len(expected):,} labels differ (first at row {differ[0]}: "
+                f"{block[differ[0]]} where the test split has {expected[differ[0]]}). Every model would be scored "
+                "against the wrong labels: use the arrays as released (Zenodo record 3555552), in their order"
+            )
+
+
 def check_out_dir(options: ReleaseOptions) -> None:
     """The folder is empty, or holds this same release (resumed); another release is refused unless `overwrite`."""
     out = options.out

@@ -30,6 +30,7 @@ from .checks import (
     ReleaseError,
     ReleaseOptions,
     architecture_of,
+    check_cifar100c_labels,
     inductor_available,
 )
 from .estimates import CIFAR_TRAIN_IMAGES, format_duration, h100_estimate, seconds_per_training_image
@@ -173,6 +174,11 @@ class Release:
         return str(self.stand_in / "cifar100") if self.options.rehearsal else DATASET
 
     @property
+    def dataset_name(self) -> str:
+        """How cards and messages name `source`: never a path of the machine that ran the rehearsal."""
+        return rehearsal.STAND_IN_NAME if self.options.rehearsal else DATASET
+
+    @property
     def cifar100c_arrays(self) -> Path | None:
         if self.options.rehearsal:
             return self.stand_in / "CIFAR-100-C"
@@ -206,7 +212,11 @@ class Release:
                 }  # fmt: skip
                 self.step("stand-in/reference", settings, self.build_reference_stand_ins)
         if self.cifar100c_arrays is not None:
-            arrays = {"arrays": str(self.cifar100c_arrays), "inputs": self.outputs_of("stand-in")}
+            arrays = {
+                "arrays": str(self.cifar100c_arrays),
+                "dataset": self.source,
+                "inputs": self.outputs_of("stand-in"),
+            }
             self.step("dataset", arrays, self.write_dataset)
         for preset in options.models:
             try:
@@ -237,6 +247,9 @@ class Release:
                 f"card/{preset}",
                 {"repo_id": self.repo_id(preset), "inputs": inputs},
                 lambda p=preset: self.write_card(p),
+            )
+            self.step(
+                f"verify/{preset}", {"inputs": self.outputs_of(f"card/{preset}")}, lambda p=preset: self.verify(p)
             )
         settings = {"models": self.space_models(), "pending": self.pending_names(), "inputs": analysed}
         self.step("space", settings, self.write_space)
@@ -316,8 +329,15 @@ class Release:
         return rehearsal.write_reference_stand_ins(self.stand_in / "cifar100", self.reference_dir, say=self.say)
 
     def write_dataset(self) -> list[Path]:
+        """CIFAR-100-C as the Hub dataset, once its labels are checked against the clean test split's."""
         from analysis.robustness import write_hub_dataset
 
+        from ..data import load_image_classification
+
+        test = load_image_classification(
+            self.source, split="test", image_column=COLUMNS.image, label_column=COLUMNS.label
+        )
+        check_cifar100c_labels(self.cifar100c_arrays, test["label"], self.dataset_name)
         if self.dataset_repo.exists():
             shutil.rmtree(self.dataset_repo)  # a half-written one from a killed run
         write_hub_dataset(self.cifar100c_arrays, self.dataset_repo, f"{self.options.org}/{CIFAR100C_REPO}")
@@ -597,9 +617,27 @@ class Release:
             cifar100c_repo=f"{self.options.org}/{CIFAR100C_REPO}",
             provenance=json.loads(provenance.read_text()) if provenance.is_file() else None,
             reported=reported if self.options.converted(preset) or not self.options.rehearsal else None,
-            evaluated_on=self.device_name(),
+            evaluated_on=self.device_name(), dataset_name=self.dataset_name,
         )  # fmt: skip
         return tree_files(repo)
+
+    def verify(self, preset: str) -> list[Path]:
+        """The repo as a user loads it scores the card's top-1, and the Space predicts what it predicts
+        (`verify.verify_repo`); what was compared goes to work/verify/<preset>.json."""
+        from .verify import verify_repo
+
+        checked = verify_repo(
+            self.model_repo(preset), self.source, self.dataset_name, image_column=COLUMNS.image,
+            label_column=COLUMNS.label,
+        )  # fmt: skip
+        self.say(
+            f"{preset}: the card's top-1 {100 * checked['card_top1']:.2f}%, loaded as a user loads it "
+            f"{100 * checked['user_top1']:.2f}%; the Space predicts as the model does"
+        )
+        record = self.work / "verify" / f"{preset}.json"
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps(checked, indent=2))
+        return [record]
 
     def device_name(self) -> str:
         if self.device.type == "cuda":

@@ -1,0 +1,122 @@
+"""What a user gets from a released repo, checked before it is published: the card's top-1 is what the repo scores
+when loaded as its card says (`AutoModelForImageClassification` and `AutoImageProcessor` from the folder, remote
+code trusted, in a new process that never imports `alternet_hf`), and the Space predicts what that model predicts.
+
+A card built from another model's evaluation, weights saved from the wrong model, an image processor that prepares
+images differently from the evaluation, or a Space that normalises differently all pass every earlier step and
+fail here, with both numbers named.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from .checks import ReleaseError
+
+# Predictions of the Space compared with the user's, on the first test images.
+SPACE_SAMPLE = 8
+# The card's evaluation ran compiled (inductor) and the user's runs eager: both float32, whose rounding differs in
+# the last bits, which may flip the argmax of a near-tie. Two images of the test split, at most.
+TIED_IMAGES = 2
+# Probabilities of one image through two preprocessing paths (PIL in the Space, the image processor's NumPy).
+PROBABILITY_TOLERANCE = 1e-4
+
+# Run with `python -c` in a fresh folder: only transformers, datasets and torch, as a user without alternet_hf has.
+USER_EVALUATION = r"""
+import json, sys
+import torch
+from datasets import load_dataset
+from transformers import AutoImageProcessor, AutoModelForImageClassification
+
+repo, source, image_column, label_column, sample = sys.argv[1:6]
+model = AutoModelForImageClassification.from_pretrained(repo, trust_remote_code=True).eval()
+processor = AutoImageProcessor.from_pretrained(repo, trust_remote_code=True)
+test = load_dataset(source, split="test")
+correct, first = 0, []
+with torch.no_grad():
+    for start in range(0, len(test), 250):
+        batch = test[start : start + 250]
+        images = [image.convert("RGB") for image in batch[image_column]]
+        probabilities = model(**processor(images, return_tensors="pt")).logits.float().softmax(-1)
+        correct += (probabilities.argmax(-1) == torch.tensor(batch[label_column])).sum().item()
+        if start == 0:
+            first = probabilities[: int(sample)].tolist()
+print(json.dumps({"top1": correct / len(test), "images": len(test), "probabilities": first}))
+"""
+
+
+def card_top1(repo: Path) -> float:
+    """The clean top-1 the card's `model-index` states (the first accuracy that is not CIFAR-100-C's)."""
+    from huggingface_hub import ModelCard
+
+    from ..hub import CIFAR_C_METRIC
+
+    results = ModelCard.load(repo / "README.md").data.eval_results or []
+    for result in results:
+        if result.metric_type == "accuracy" and result.metric_name != CIFAR_C_METRIC:
+            return float(result.metric_value)
+    raise ReleaseError(f"the card in {repo} states no clean top-1 in its model-index")
+
+
+def evaluate_as_a_user(repo: Path, source: str, image_column: str, label_column: str) -> dict:
+    """{top1, images, probabilities of the first `SPACE_SAMPLE` test images}, computed in a new process."""
+    if Path(source).exists():  # a local dataset, read from another folder
+        source = str(Path(source).resolve())
+    with tempfile.TemporaryDirectory(prefix="alternet-verify-") as folder:
+        result = subprocess.run(
+            [sys.executable, "-c", USER_EVALUATION, str(Path(repo).resolve()), source, image_column, label_column,
+             str(SPACE_SAMPLE)],
+            cwd=folder, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""},
+        )  # fmt: skip
+    if result.returncode != 0:
+        raise ReleaseError(
+            f"{repo} does not load and evaluate as its card tells users to (AutoModelForImageClassification and "
+            f"AutoImageProcessor, trust_remote_code=True, without alternet_hf):\n{result.stderr[-2000:]}"
+        )
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def space_probabilities(repo: Path, images) -> list[list[float]]:
+    """The Space's class probabilities for `images` (PIL), its model loaded from `repo` as the Space loads it."""
+    from ..space import Space, load_models
+
+    (loaded,) = load_models(f"model={repo}")
+    if loaded.model is None:
+        raise ReleaseError(f"the Space cannot load {repo}: {loaded.error}")
+    return [Space([loaded]).probabilities(image)[0][0].tolist() for image in images]
+
+
+def verify_repo(repo: Path, source: str, dataset_name: str, *, image_column: str, label_column: str) -> dict:
+    """Check the repo folder as published: the card's top-1 against a user's evaluation, and the Space's
+    predictions against the user's model on the first test images. Returns what was compared."""
+    from ..data import load_image_classification
+
+    stated, user = card_top1(repo), evaluate_as_a_user(repo, source, image_column, label_column)
+    allowed = TIED_IMAGES / user["images"]
+    if abs(stated - user["top1"]) > allowed:
+        raise ReleaseError(
+            f"the card of {repo.name} states top-1 {100 * stated:.2f}%, but the repo as a user loads it scores "
+            f"{100 * user['top1']:.2f}% on the test split of {dataset_name} ({user['images']:,} images): the card "
+            "was written from another model's evaluation, or the weights or image processor in the repo are not "
+            "the evaluated model's"
+        )
+    test = load_image_classification(source, split="test", image_column=image_column, label_column=label_column)
+    images = [test[i]["image"] for i in range(len(user["probabilities"]))]
+    import numpy as np
+
+    space, expected = np.array(space_probabilities(repo, images)), np.array(user["probabilities"])
+    gap = float(np.abs(space - expected).max())
+    if gap > PROBABILITY_TOLERANCE or not np.array_equal(space.argmax(-1), expected.argmax(-1)):
+        raise ReleaseError(
+            f"the Space's predictions for {repo.name} differ from the model's as a user loads it (class "
+            f"probabilities up to {gap:.2g} apart on the first {len(images)} test images, predicted classes "
+            f"{space.argmax(-1).tolist()} where the model gives {expected.argmax(-1).tolist()}): the Space prepares "
+            "images differently from the repo's image processor"
+        )
+    return {
+        "card_top1": stated, "user_top1": user["top1"], "images": user["images"],
+        "space_images": len(images), "space_max_probability_gap": gap,
+    }  # fmt: skip
