@@ -109,84 +109,65 @@ def finetune(
                 "--learning-rate and --warmup change them)"
             )
         set_seed(seed)  # before the model: its new head is drawn from it
-        return _finetune(
-            model_name_or_path, dataset, output_dir, image_column=image_column, label_column=label_column,
-            train_split=train_split, eval_split=eval_split, epochs=epochs, learning_rate=learning_rate, warmup=warmup,
-            batch_size=batch_size, weight_decay=weight_decay, horizontal_flip=horizontal_flip, seed=seed,
-            model_overrides=model_overrides, from_scratch=from_scratch, training_arguments=training_arguments,
+        if horizontal_flip is None:
+            horizontal_flip = default_horizontal_flip(model_name_or_path, dataset)
+        splits = load_train_and_eval(
+            dataset, train_split=train_split, eval_split=eval_split, image_column=image_column,
+            label_column=label_column, seed=seed,
         )  # fmt: skip
+        train_data, eval_data = splits.train, splits.eval
+        names = train_data.features["label"].names
+        model = create_model(model_name_or_path, num_labels=len(names), **(model_overrides or {}))
+        model.config.id2label = dict(enumerate(names))
+        model.config.label2id = {name: i for i, name in enumerate(names)}
 
-
-def _finetune(
-    model_name_or_path, dataset, output_dir, *, image_column, label_column, train_split, eval_split, epochs,
-    learning_rate, warmup, batch_size, weight_decay, horizontal_flip, seed, model_overrides, from_scratch,
-    training_arguments,
-) -> FinetuneResult:  # fmt: skip
-    if horizontal_flip is None:
-        horizontal_flip = default_horizontal_flip(model_name_or_path, dataset)
-    splits = load_train_and_eval(
-        dataset, train_split=train_split, eval_split=eval_split, image_column=image_column,
-        label_column=label_column, seed=seed,
-    )  # fmt: skip
-    train_data, eval_data = splits.train, splits.eval
-    names = train_data.features["label"].names
-    model = create_model(model_name_or_path, num_labels=len(names), **(model_overrides or {}))
-    model.config.id2label = dict(enumerate(names))
-    model.config.label2id = {name: i for i, name in enumerate(names)}
-
-    size, mean, std = model.config.image_size, model.config.image_mean, model.config.image_std
-    train_data = with_transform(
-        train_data, train_transform(size, mean, std, crop_padding=size // 8, horizontal_flip=horizontal_flip)
-    )
-    eval_data = with_transform(eval_data, eval_transform(size, mean, std))
-
-    metric = evaluate.load(EVALUATE_METRIC_PATH)
-
-    def compute_metrics(prediction):
-        return metric.compute(predictions=np.asarray(prediction.predictions), references=prediction.label_ids)
-
-    args = TrainingArguments(
-        output_dir=str(output_dir),
-        num_train_epochs=epochs,
-        learning_rate=learning_rate,
-        per_device_train_batch_size=batch_size,
-        per_device_eval_batch_size=max(batch_size, 128),
-        weight_decay=weight_decay,
-        lr_scheduler_type="cosine",
-        warmup_steps=warmup,
-        eval_strategy="epoch",
-        # The model of the last epoch: the evaluation split is often the test split, and choosing the best epoch on
-        # it would report a number selected on the test images.
-        save_strategy="no",
-        remove_unused_columns=False,
-        report_to=[],
-        seed=seed,
-        **{"dataloader_pin_memory": torch.cuda.is_available(), **training_arguments},
-    )
-    trainer = Trainer(
-        model=model,
-        args=args,
-        train_dataset=train_data,
-        eval_dataset=eval_data,
-        data_collator=collate_images,
-        compute_metrics=compute_metrics,
-    )
-    before = trainer.evaluate()
-    trainer.train()
-    after = trainer.evaluate()
-    trainer.save_model(str(output_dir))
-    build_image_processor(model.config).save_pretrained(str(output_dir))
-    if splits.holdout is not None:
-        (output_dir / "holdout.json").write_text(
-            json.dumps({"dataset": dataset, "split": train_split, **splits.holdout})
+        size, mean, std = model.config.image_size, model.config.image_mean, model.config.image_std
+        train_data = with_transform(
+            train_data, train_transform(size, mean, std, crop_padding=size // 8, horizontal_flip=horizontal_flip)
         )
-    return FinetuneResult(
-        output_dir,
-        before,
-        after,
-        splits.holdout_note(dataset, train_split),
-        from_scratch,
-        epochs,
-        learning_rate,
-        warmup,
-    )
+        eval_data = with_transform(eval_data, eval_transform(size, mean, std))
+
+        metric = evaluate.load(EVALUATE_METRIC_PATH)
+
+        def compute_metrics(prediction):
+            return metric.compute(predictions=np.asarray(prediction.predictions), references=prediction.label_ids)
+
+        args = TrainingArguments(
+            output_dir=str(output_dir),
+            num_train_epochs=epochs,
+            learning_rate=learning_rate,
+            per_device_train_batch_size=batch_size,
+            per_device_eval_batch_size=max(batch_size, 128),
+            weight_decay=weight_decay,
+            lr_scheduler_type="cosine",
+            warmup_steps=warmup,
+            eval_strategy="epoch",
+            # The model of the last epoch: the evaluation split is often the test split, and choosing the best epoch on
+            # it would report a number selected on the test images.
+            save_strategy="no",
+            remove_unused_columns=False,
+            report_to=[],
+            seed=seed,
+            **{"dataloader_pin_memory": torch.cuda.is_available(), **training_arguments},
+        )
+        trainer = Trainer(
+            model=model,
+            args=args,
+            train_dataset=train_data,
+            eval_dataset=eval_data,
+            data_collator=collate_images,
+            compute_metrics=compute_metrics,
+        )
+        before = trainer.evaluate()
+        trainer.train()
+        after = trainer.evaluate()
+        trainer.save_model(str(output_dir))
+        build_image_processor(model.config).save_pretrained(str(output_dir))
+        if splits.holdout is not None:
+            (output_dir / "holdout.json").write_text(
+                json.dumps({"dataset": dataset, "split": train_split, **splits.holdout})
+            )
+        note = splits.holdout_note(dataset, train_split)
+        return FinetuneResult(
+            output_dir, before, after, note, from_scratch, epochs=epochs, learning_rate=learning_rate, warmup=warmup
+        )

@@ -82,7 +82,7 @@ def _fields_table(fields: dict) -> str:
     return f"| field | value |\n|---|---|\n{rows}"
 
 
-def _recipe_table(model_dir: Path, provenance: dict | None = None) -> str:
+def _recipe_table(model_dir: Path, provenance: dict | None = None, dataset_aliases: dict | None = None) -> str:
     if provenance is not None:  # weights trained by the reference's authors, with the recipe the zoo reproduces
         from .recipe import recipe_config
 
@@ -96,7 +96,9 @@ def _recipe_table(model_dir: Path, provenance: dict | None = None) -> str:
     config_file = model_dir / "training_config.json"
     if not config_file.exists():
         return "Trained outside `alternet-train`; no recipe recorded."
-    return f"Trained with `alternet-train` of alternet-hf:\n\n{_fields_table(json.loads(config_file.read_text()))}"
+    fields = json.loads(config_file.read_text())
+    fields["dataset"] = (dataset_aliases or {}).get(fields.get("dataset"), fields.get("dataset"))
+    return f"Trained with `alternet-train` of alternet-hf:\n\n{_fields_table(fields)}"
 
 
 def _provenance_section(provenance: dict | None, evaluated_on: str | None) -> str:
@@ -143,12 +145,15 @@ def build_model_card(
     provenance: dict | None = None,
     reported: dict | None = None,
     evaluated_on: str | None = None,
+    dataset_aliases: dict[str, str] | None = None,
 ) -> ModelCard:
     """A model card with metadata (`model-index` from `metrics`, and CIFAR-100-C's mean accuracy from
     `robustness`, the JSON `alternet_hf.release.write_robustness` writes), usage (transformers, pipeline, timm,
     remote code), results, `figures` ({title: path in the repo}), recipe and citation. For weights converted from
     the reference's release, `provenance` (the file, its SHA-256, the converter) and `reported` (the top-1 and
-    CIFAR-100-C mean reported for the model, and by whom) say where they come from and how they compare."""
+    CIFAR-100-C mean reported for the model, and by whom) say where they come from and how they compare;
+    `dataset_aliases` ({recorded: shown}) name in the recipe a dataset recorded as a path of the machine that trained.
+    """
     name = repo_id.split("/")[-1]
     results = [
         EvalResult(
@@ -220,7 +225,7 @@ Fine-tune with the HF `Trainer` (`forward(pixel_values, labels)` returns the los
 {_reported_section(reported, metrics, robustness)}{_robustness_section(robustness)}{_figures_section(figures)}
 ## Training
 
-{_recipe_table(model_dir, provenance)}
+{_recipe_table(model_dir, provenance, dataset_aliases)}
 
 ## Citation
 
@@ -251,8 +256,8 @@ def write_release(
     shown in the card; `provenance`, `reported`, `evaluated_on`: see `build_model_card`; `dataset_name`: how the
     card names the evaluation's dataset (default: as the evaluation recorded it, which may be a local path)."""
     model_dir, output_dir = Path(model_dir), Path(output_dir)
-    metrics, dataset, split = find_evaluation(model_dir, evaluation)
-    dataset = dataset_name or dataset
+    metrics, recorded, split = find_evaluation(model_dir, evaluation)
+    dataset = dataset_name or recorded
     model = create_model(str(model_dir))
     output_dir.mkdir(parents=True, exist_ok=True)
     if isinstance(model, ZooModelMixin):
@@ -270,7 +275,7 @@ def write_release(
         shown[title] = f"figures/{target.name}"
     card = build_model_card(
         model, repo_id, metrics, dataset, split, model_dir, robustness=robustness_payload, figures=shown,
-        provenance=provenance, reported=reported, evaluated_on=evaluated_on,
+        provenance=provenance, reported=reported, evaluated_on=evaluated_on, dataset_aliases={recorded: dataset},
     )  # fmt: skip
     card.save(output_dir / "README.md")
     return output_dir

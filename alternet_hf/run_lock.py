@@ -5,10 +5,12 @@ Two runs writing one folder corrupt each other's checkpoints and mix their outpu
 a killed run is still alive runs it again (the release even tells them to: running it again resumes it). The lock
 is `flock` on a file in the folder (`LOCK_FILE`), so the kernel releases it when its process ends, however it ends
 (SIGKILL included): a lock never outlives its run. The file says who holds it (pid, host, command, start time);
-it is removed when the run ends normally, and so are the folders the run created if it wrote nothing in them.
+it is removed when the run ends, unless its process is killed, and so are the folders the run created if it wrote
+nothing in them.
 
-Under a multi-process launch (`accelerate launch`, `torchrun`) the process of rank 0 holds the lock for all.
-Within one process the lock is re-entrant (a release that trains into a folder it already holds).
+Under a multi-process launch (`accelerate launch`, `torchrun`: `RANK` set) the process of rank 0 holds the lock for
+all; where it is refused, it exits with the error and the launcher stops the others. Within one process the lock is
+re-entrant (`alternet-release` holds its folder for its checks, then `Release.run` for its steps).
 """
 
 import contextlib
@@ -39,7 +41,10 @@ def _holder(lock: Path) -> str:
 
 
 def _is_rank_zero() -> bool:
-    return int(os.environ.get("RANK", "0")) == 0
+    try:
+        return int(os.environ.get("RANK") or 0) == 0
+    except ValueError:
+        return True
 
 
 @contextlib.contextmanager
@@ -48,7 +53,7 @@ def hold_folder(
 ) -> Iterator[Path]:
     """Hold `folder` (created if missing) for the duration of the block; `FolderInUse` where another process holds
     it, its message naming that process and ending with `advice`."""
-    folder = Path(folder).absolute()
+    folder = Path(folder).resolve()
     if folder in _held or not _is_rank_zero():
         _held[folder] = _held.get(folder, 0) + 1
         try:
@@ -65,7 +70,11 @@ def hold_folder(
     folder.mkdir(parents=True, exist_ok=True)
     lock = folder / LOCK_FILE
     while True:
-        descriptor = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            descriptor = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:  # the folder, made by a run that has just ended, removed by it
+            folder.mkdir(parents=True, exist_ok=True)
+            continue
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as error:
@@ -95,7 +104,7 @@ def hold_folder(
         del _held[folder]
         with contextlib.suppress(FileNotFoundError):
             lock.unlink()  # still holding it, so no other run has it
-        os.close(descriptor)
         with contextlib.suppress(OSError):
             for path in created:
                 path.rmdir()  # only where the run wrote nothing else
+        os.close(descriptor)

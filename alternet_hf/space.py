@@ -10,6 +10,7 @@ without that it names the command that makes it. Uploads are checked from their 
 is decoded, so memory stays bounded whatever size an image claims.
 """
 
+import contextlib
 import hashlib
 import io
 import json
@@ -36,6 +37,7 @@ from analysis.robustness import band_pass_noise
 MAX_SIDE = 4096  # larger images are refused from their header; anything above MAX_WORKING_SIDE is shrunk
 MAX_WORKING_SIDE = 512
 MAX_UPLOAD = "10mb"
+KEPT_OUTPUTS = 256  # output images kept on disk: a long-running Space's folder stays bounded
 FREQUENCY_NOISE = "frequency noise"
 EXAMPLES = ("astronaut", "coffee", "chelsea", "rocket")
 MINI_ZOO = Path("outputs/mini-zoo")  # what `alternet-reproduce` writes: models/<family>/, results/<family>/
@@ -149,9 +151,13 @@ def _png(image: Image.Image) -> bytes:
 
 def _write_once(path: Path, data: bytes) -> None:
     """Write `path` whole or not at all (a temporary name, then a rename), so that a reader never sees it half
-    written, whatever other threads or processes write the same file at the same time."""
-    if path.exists():
+    written, whatever other threads or processes write the same file at the same time. A file already there is
+    marked as just used (`_prune` keeps the newest)."""
+    try:
+        os.utime(path)
         return
+    except FileNotFoundError:
+        pass
     partial = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}")
     partial.write_bytes(data)
     os.replace(partial, path)
@@ -167,7 +173,19 @@ def image_file(image: Image.Image) -> str:
     folder.mkdir(exist_ok=True)
     path = folder / f"{hashlib.sha256(data).hexdigest()[:32]}.png"
     _write_once(path, data)
+    _prune(folder, keep=KEPT_OUTPUTS)
     return str(path)
+
+
+def _prune(folder: Path, *, keep: int) -> None:
+    """Remove all but the `keep` newest files of `folder` (Gradio has copied the older ones into its cache)."""
+    files = []
+    for path in folder.glob("*.png"):
+        with contextlib.suppress(FileNotFoundError):
+            files.append((path.stat().st_mtime, path))
+    for _, path in sorted(files, reverse=True)[keep:]:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
 
 
 def knows_only_digits(models: list) -> bool:

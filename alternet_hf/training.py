@@ -67,6 +67,8 @@ from .run_lock import hold_folder
 
 # What a second run on a folder in use is told (`run_lock.hold_folder`): resuming beside a live run would train twice.
 RUNNING_ADVICE = "wait for it to end, or stop it and then continue it with --resume"
+# What only a run that finished writes into its output folder (`best/` holds a metrics.json of its own).
+FINISHED_OUTPUTS = ("metrics.json", "history.json")
 # What a run writes into its output folder; `overwrite=True` removes these (and nothing else) first.
 RUN_OUTPUTS = (
     "checkpoints", "best", "logs", "training_config.json", "history.json", "metrics.json", "training_curves.png",
@@ -716,12 +718,15 @@ def _diverged_message(error: NonFiniteLossError, config: TrainingConfig, checkpo
 def _claim_output_dir(
     accelerator: Accelerator, output_dir: Path, checkpoints: CheckpointManager, *, resume: bool, overwrite: bool
 ) -> None:
-    """Refuse to write over an earlier run (unless `overwrite`: then remove its outputs, and only those)."""
+    """Refuse to write over an earlier run (unless `overwrite`: then remove its outputs, and only those). With
+    `resume`, a run killed before its first complete checkpoint (never finished, nothing to resume) starts again."""
     earlier = [name for name in RUN_OUTPUTS if (output_dir / name).exists()]
     has_checkpoints = bool(checkpoints.newest_first())
-    if not earlier or (resume and has_checkpoints):
+    finished = any((output_dir / name).exists() for name in FINISHED_OUTPUTS)
+    if not earlier or (resume and (has_checkpoints or not finished)):
         if resume and not has_checkpoints:
-            accelerator.print(f"no checkpoint in {checkpoints.root}: starting from scratch")
+            before = " (the run there stopped before its first)" if earlier else ""
+            accelerator.print(f"no checkpoint in {checkpoints.root}{before}: starting from scratch")
         return
     if not overwrite:
         if has_checkpoints:

@@ -69,22 +69,23 @@ def analyse_model(
     scaled_down: Sequence[str] = (),
     say: Callable[[str], None] = print,
 ) -> dict:
-    """Every analysis of `analyses` on the model `source` (see `analysis.models.load_model`), written into `out`
-    (held for the run: one analysis per folder at a time)."""
+    """Every analysis of `analyses` on the model `source` (see `analysis.models.load_model`), written into `out`,
+    which is held while the analyses write it (one analysis per folder at a time; the model and data are loaded
+    first, so that a bad input is said before the folder is claimed)."""
     from .models import load_model
 
+    torch.manual_seed(data.seed)
+    loaded = load_model(source, weights=weights)
+    loaded.model.to(device)
+    parameters = sum(p.numel() for p in loaded.model.parameters())
+    say(f"analysing {source} ({type(loaded.model).__name__}, {parameters:,} parameters) on {device}")
+    if scaled_down:
+        say(f"on a CPU, scaled down from the paper's amounts (pass the flags to change): {'; '.join(scaled_down)}")
+    batches = prepare_data(loaded, data, analyses, settings, DataCache(data), device=device)
+    if batches["augmentation"]:
+        say(f"Hessian/landscape batches augmented as: {batches['augmentation']['source']}")
+    meta = {"model": source, "dataset": data.dataset, "device": str(device), "scaled_down": list(scaled_down)}
     with hold_folder(out) if out is not None else contextlib.nullcontext():
-        torch.manual_seed(data.seed)
-        loaded = load_model(source, weights=weights)
-        loaded.model.to(device)
-        parameters = sum(p.numel() for p in loaded.model.parameters())
-        say(f"analysing {source} ({type(loaded.model).__name__}, {parameters:,} parameters) on {device}")
-        if scaled_down:
-            say(f"on a CPU, scaled down from the paper's amounts (pass the flags to change): {'; '.join(scaled_down)}")
-        batches = prepare_data(loaded, data, analyses, settings, DataCache(data), device=device)
-        if batches["augmentation"]:
-            say(f"Hessian/landscape batches augmented as: {batches['augmentation']['source']}")
-        meta = {"model": source, "dataset": data.dataset, "device": str(device), "scaled_down": list(scaled_down)}
         return analyse_loaded(loaded, analyses, settings, batches, device=device, out=out, meta=meta, say=say)
 
 
@@ -105,33 +106,34 @@ def compare_models(
 ) -> dict:
     """Analyse every model of `specs` ([(name, source)]) into `results_dir/<name>/` (as `analyse_model` writes),
     then write the comparison into `comparison_dir` (models below `competence` × chance accuracy named as near
-    chance). Returns the written paths (`analysis.report`)."""
+    chance); both folders are held for the run. Returns the written paths (`analysis.report`)."""
     from .models import load_model
 
-    torch.manual_seed(data.seed)
-    if scaled_down:
-        say(f"on a CPU, scaled down from the paper's amounts (pass the flags to change): {'; '.join(scaled_down)}")
-    weights = weights or {}
-    cache, results, summaries = DataCache(data), {}, {}
-    for name, source in specs:
-        loaded = load_model(source, name=name, weights=weights.get(name), image_size=image_size)
-        loaded.model.to(device)
-        batches = prepare_data(loaded, data, analyses, settings, cache, device=device)
-        augmentation = batches["augmentation"]
-        say(
-            f"{name}: {type(loaded.model).__name__} from {source}, {loaded.image_size}×{loaded.image_size} inputs"
-            + (f"; Hessian/landscape batches augmented as {augmentation['source']}" if augmentation else "")
-        )
-        meta = {"model": source, "dataset": data.dataset, "device": str(device), "scaled_down": list(scaled_down)}
-        results[name] = analyse_loaded(
-            loaded, analyses, settings, batches, device=device, out=results_dir / name, meta=meta, say=say
-        )
-        summaries[name] = model_summary(loaded, source, augmentation)
-        loaded.model.cpu()
-    return write_comparison_of(
-        results, summaries, data=data, settings=settings, device=device, comparison_dir=comparison_dir,
-        scaled_down=scaled_down, competence=competence,
-    )  # fmt: skip
+    with hold_folder(results_dir), hold_folder(comparison_dir):  # one comparison per folder at a time
+        torch.manual_seed(data.seed)
+        if scaled_down:
+            say(f"on a CPU, scaled down from the paper's amounts (pass the flags to change): {'; '.join(scaled_down)}")
+        weights = weights or {}
+        cache, results, summaries = DataCache(data), {}, {}
+        for name, source in specs:
+            loaded = load_model(source, name=name, weights=weights.get(name), image_size=image_size)
+            loaded.model.to(device)
+            batches = prepare_data(loaded, data, analyses, settings, cache, device=device)
+            augmentation = batches["augmentation"]
+            say(
+                f"{name}: {type(loaded.model).__name__} from {source}, {loaded.image_size}×{loaded.image_size} inputs"
+                + (f"; Hessian/landscape batches augmented as {augmentation['source']}" if augmentation else "")
+            )
+            meta = {"model": source, "dataset": data.dataset, "device": str(device), "scaled_down": list(scaled_down)}
+            results[name] = analyse_loaded(
+                loaded, analyses, settings, batches, device=device, out=results_dir / name, meta=meta, say=say
+            )
+            summaries[name] = model_summary(loaded, source, augmentation)
+            loaded.model.cpu()
+        return write_comparison_of(
+            results, summaries, data=data, settings=settings, device=device, comparison_dir=comparison_dir,
+            scaled_down=scaled_down, competence=competence,
+        )  # fmt: skip
 
 
 def compare_stored(

@@ -141,6 +141,10 @@ def test_the_finetune_benchmark_gives_trained_weights_the_fine_tuning_defaults(t
     from alternet_hf.benchmark.finetuning import write_faces_dataset
     from alternet_hf.recipe import FINETUNE_DEFAULTS
 
+    unnamed = run_command([installed_command("alternet-benchmark"), "--finetune"], cwd=tmp_path)
+    assert unnamed.returncode == 2 and "error: --finetune needs --models: presets (trained from scratch)" in (
+        unnamed.stderr
+    )
     alternet_hf.create_model("alternet-50-cifar100", **TINY["alternet-50-cifar100"]).save_pretrained(tmp_path / "m")
     completed = run_command(
         [installed_command("alternet-benchmark"), "--finetune", "--models", "m", "--seeds", "0", "1", "--output",

@@ -254,9 +254,17 @@ def _reads(command: str, path: str) -> bool:
     return path not in _outputs(command) and any(t == path or t.startswith(path + "/") for t in tokens)
 
 
+def _program(command: str) -> str:
+    """The command a line runs (`accelerate launch -m alternet_hf.cli.train ...`: the module)."""
+    words = command.split()
+    return words[words.index("-m") + 1] if "-m" in words else words[0]
+
+
 def check_all(commands: list[str], workspace: Workspace) -> None:
     """`check` each command; those whose output another one reads (`> run.json`, `--out tiny-zoo/`) first and in
-    order, the rest three at a time (each spends most of its time importing). Every failure is reported."""
+    order, the rest three programs at a time (each spends most of its time importing). The lines of one program
+    run in order, as a user runs them: two of them may write the same folder (its default, or the same `--out`),
+    and a second run on a folder in use stops at once (`alternet_hf.run_lock`). Every failure is reported."""
     writers = [c for c in commands if any(_reads(other, out) for out in _outputs(c) for other in commands)]
     failures = []
 
@@ -268,8 +276,12 @@ def check_all(commands: list[str], workspace: Workspace) -> None:
 
     for command in writers:
         attempt(command)
+    by_program = {}
+    for command in commands:
+        if command not in writers:
+            by_program.setdefault(_program(command), []).append(command)
     with ThreadPoolExecutor(max_workers=3) as pool:
-        list(pool.map(attempt, [c for c in commands if c not in writers]))
+        list(pool.map(lambda lines: [attempt(line) for line in lines], by_program.values()))
     assert not failures, "\n\n".join(failures)
 
 

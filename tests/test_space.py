@@ -276,7 +276,6 @@ def test_identical_visitors_at_once_each_get_a_whole_answer(space_url):
     url, folder = space_url
     Image.new("RGB", (120, 90), (200, 60, 40)).save(folder / "same.png")
     client = Client(url, verbose=False)
-    expected = None
 
     def visit(_):
         image, *_ = client.predict(handle_file(str(folder / "same.png")), "fog", 3, 0.5, api_name="/robustness")

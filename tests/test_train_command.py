@@ -158,3 +158,19 @@ def test_a_finished_run_is_not_overwritten_without_overwrite(tmp_path, tiny_data
     assert "--overwrite: removed the earlier run's" in replaced.stdout
     assert (tmp_path / "run" / "unrelated-notes.txt").read_text() == "mine"  # only the run's own outputs go
     assert json.loads((tmp_path / "run" / "training_config.json").read_text())["seed"] == 1
+
+
+def test_resume_after_a_kill_before_the_first_checkpoint_starts_again(tmp_path, tiny_dataset):
+    """Killed before its first complete checkpoint, a run left its settings, logs and a checkpoint being written:
+    nothing to resume, and nothing finished to protect, so --resume starts it again (the release's "run it again")."""
+    arguments = ("--dataset", tiny_dataset, "--output-dir", "run", "--epochs", "1")
+    run = tmp_path / "run"
+    (run / "logs").mkdir(parents=True)
+    (run / "checkpoints" / "checkpoint-00000004-0000.partial").mkdir(parents=True)
+    (run / "training_config.json").write_text("{}")
+    result = _train(tmp_path, *arguments, "--resume")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "(the run there stopped before its first): starting from scratch" in result.stdout
+    assert json.loads((run / "metrics.json").read_text())["accuracy"] >= 0
+    refused = _train(tmp_path, *arguments, "--resume", "--seed", "1")  # finished now: resuming it is another run
+    assert refused.returncode == 2

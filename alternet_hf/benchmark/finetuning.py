@@ -47,6 +47,8 @@ def finetune_accuracy(model: str, dataset: Path, out: Path, *, seed: int) -> dic
     result = finetune(model, str(dataset), out, seed=seed, overwrite=True, say=lines.append)
     return {
         "model": model,
+        "dataset": f"scikit-image's LFW subset, {' or '.join(FACES_CLASSES)}",
+        "images": {split: _rows(dataset, split) for split in ("train", "test")},
         "weights": "none (from scratch)" if result.from_scratch else "trained",
         "seed": seed,
         "accuracy_before": result.metrics_before["eval_accuracy"],
@@ -56,3 +58,9 @@ def finetune_accuracy(model: str, dataset: Path, out: Path, *, seed: int) -> dic
         "seconds": time.perf_counter() - started,
         "said": lines,
     }
+
+
+def _rows(dataset: Path, split: str) -> int:
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(dataset / "data" / f"{split}-00000-of-00001.parquet").metadata.num_rows

@@ -139,8 +139,9 @@ def finetune_table(rows: list[dict]) -> str:
     """Held-out accuracy of `alternet-finetune` with its defaults, per model and seed, and the median."""
     import statistics
 
+    first = rows[0]
     lines = [
-        f"{machine()}; scikit-image's LFW subset, faces vs other photographs (160 train, 40 test, 32×32)",
+        f"{machine()}; {first['dataset']} ({first['images']['train']} to train, {first['images']['test']} to test)",
         "| model | weights | epochs | learning rate | accuracy per seed (%) | median (%) | minutes per run |",
         "|---|---|---|---|---|---|---|",
     ]

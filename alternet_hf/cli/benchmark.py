@@ -23,13 +23,15 @@ from pathlib import Path
 from alternet_hf.cli._common import CommandError, command, make_parser
 
 DTYPES = ("float32", "bfloat16", "float16")
+DEFAULT_MODELS = ("alternet-50-cifar100", "resnet-50-cifar100", "vit-ti-cifar100")
 
 
 def build_parser():
     parser = make_parser(__doc__)
     parser.add_argument(
-        "--models", nargs="+", default=["alternet-50-cifar100", "resnet-50-cifar100", "vit-ti-cifar100"]
-    )
+        "--models", nargs="+",
+        help=f"default: {' '.join(DEFAULT_MODELS)}; --finetune takes them from you (presets or model folders)",
+    )  # fmt: skip
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[32])
     parser.add_argument(
         "--modes", nargs="+", default=["forward", "forward+backward"], choices=["forward", "forward+backward"]
@@ -104,8 +106,8 @@ def build_parser():
     )
     parser.add_argument(
         "--finetune", action="store_true",
-        help="held-out accuracy of alternet-finetune with its defaults on 200 real photographs (faces or not), from a "
-        "preset (from scratch) or a model folder (fine-tuned), per --seeds",
+        help="held-out accuracy of alternet-finetune with its defaults on real photographs (scikit-image's LFW "
+        "subset: faces or not), from a preset (from scratch) or a model folder (fine-tuned), per --seeds",
     )  # fmt: skip
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of the --finetune runs")
     parser.add_argument("--output", type=Path, default=None, help="also write the results as JSON here")
@@ -129,6 +131,12 @@ def main(argv: list[str] | None = None) -> None:
             "choose one of --corruptions/--hessian/--feature-maps, --evaluation, --training, --data-only, "
             "--engine-overhead, --reference-dir, --finetune"
         )
+    if args.finetune and not args.models:
+        raise CommandError(
+            "--finetune needs --models: presets (trained from scratch) and/or folders of trained models (fine-tuned), "
+            "e.g. --models alternet-50-cifar100 outputs/alternet-digits"
+        )
+    args.models = args.models or list(DEFAULT_MODELS)
     import torch
     from tqdm import tqdm
 
@@ -136,7 +144,11 @@ def main(argv: list[str] | None = None) -> None:
     from alternet_hf.benchmark import tables
 
     if args.finetune:
+        import importlib.util
         import tempfile
+
+        if importlib.util.find_spec("skimage") is None:
+            raise CommandError("--finetune reads scikit-image's photographs: pip install scikit-image")
 
         from alternet_hf.benchmark.finetuning import finetune_accuracy, write_faces_dataset
 

@@ -32,7 +32,8 @@ def build_parser():
     )  # fmt: skip
     parser.add_argument(
         "--warmup", type=float,
-        help=f"fraction of the steps over which the learning rate warms up (default: {trained['warmup']:g})",
+        help=f"fraction of the steps over which the learning rate warms up (default: {trained['warmup']:g} with "
+        f"trained weights, {scratch['warmup']:g} for a preset)",
     )  # fmt: skip
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument(

@@ -9,7 +9,9 @@ and evaluated again here, their top-1 checked against the paper's before anythin
 the file and its SHA-256; and AlterNet-50, which the authors never released, trained. Otherwise every model is
 trained. A model whose training would outlast `training_budget` on this machine (the paper's recipe on a CPU) is
 *pending*: the rest is published without it, and the same command run again where it can be trained (a GPU) adds it,
-redoing only what depends on it (the comparison, the Space).
+redoing only what depends on it (the comparison, the Space). Nothing is published before the release has checked its
+own numbers: CIFAR-100-C's labels against the test split's, each card against its repo as a user loads it, the Space
+against the model (`verify`).
 
 Every step is recorded in `<out>/release.json` (its settings, the hashes of its outputs, its wall time) and skipped
 when it is complete with the same settings and its outputs are unchanged, so a killed release resumes at the step it
@@ -30,6 +32,7 @@ With `dry_run` nothing is uploaded. The rehearsal (`rehearsal=True`) is the same
 - `run`: the manifest and the steps (`Release`);
 - `outputs`: the CIFAR-100-C evaluation within a time budget, the Space repo with its packages pinned;
 - `estimates`: durations, the H100 estimate, a CPU's training time;
+- `verify`: each repo as a user loads it against its card, and the Space against the model;
 - `rehearsal`: the stand-ins.
 """
 

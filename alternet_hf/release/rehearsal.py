@@ -43,7 +43,7 @@ REHEARSAL_MODELS = {
 }
 # How the rehearsal trains them: the paper's recipe (RandAugment, Mixup/CutMix, label smoothing, AdamW, warm-up then
 # cosine) with the epochs, learning rate and crops of a small model on a small dataset, and no flips (digits are not
-# symmetric). Far above chance (1%) in six epochs, so that a number gone wrong anywhere shows.
+# symmetric). Far above chance (1%) within these few epochs, so that a number gone wrong anywhere shows.
 REHEARSAL_TRAINING = dict(
     epochs=6, warmup_epochs=1, batch_size=32, eval_batch_size=100, learning_rate=5e-3, random_crop_padding=2,
     horizontal_flip=0.0, num_workers=0, eval_every_epochs=2, save_every_epochs=1, save_every_minutes=None,

@@ -27,6 +27,7 @@ PROBABILITY_TOLERANCE = 1e-4
 # Run with `python -c` in a fresh folder: only transformers, datasets and torch, as a user without alternet_hf has.
 USER_EVALUATION = r"""
 import json, sys
+sys.modules["alternet_hf"] = None  # as if not installed: remote code that needs it fails here, as for a user
 import torch
 from datasets import load_dataset
 from transformers import AutoImageProcessor, AutoModelForImageClassification
@@ -86,12 +87,15 @@ def space_probabilities(repo: Path, images) -> list[list[float]]:
     (loaded,) = load_models(f"model={repo}")
     if loaded.model is None:
         raise ReleaseError(f"the Space cannot load {repo}: {loaded.error}")
-    return [Space([loaded]).probabilities(image)[0][0].tolist() for image in images]
+    space = Space([loaded])
+    return [space.probabilities(image)[0][0].tolist() for image in images]
 
 
 def verify_repo(repo: Path, source: str, dataset_name: str, *, image_column: str, label_column: str) -> dict:
     """Check the repo folder as published: the card's top-1 against a user's evaluation, and the Space's
     predictions against the user's model on the first test images. Returns what was compared."""
+    import numpy as np
+
     from ..data import load_image_classification
 
     stated, user = card_top1(repo), evaluate_as_a_user(repo, source, image_column, label_column)
@@ -105,8 +109,6 @@ def verify_repo(repo: Path, source: str, dataset_name: str, *, image_column: str
         )
     test = load_image_classification(source, split="test", image_column=image_column, label_column=label_column)
     images = [test[i]["image"] for i in range(len(user["probabilities"]))]
-    import numpy as np
-
     space, expected = np.array(space_probabilities(repo, images)), np.array(user["probabilities"])
     gap = float(np.abs(space - expected).max())
     if gap > PROBABILITY_TOLERANCE or not np.array_equal(space.argmax(-1), expected.argmax(-1)):
