@@ -1,7 +1,7 @@
 """The recipe's augmentation: per image on the CPU (crop, flip, RandAugment), per batch on the device (Mixup/CutMix,
 normalisation), every random draw from a generator the caller hands in.
 
-The paper's recipe (PAPER.md §4) is torchvision's RandomCrop and flip, then timm's RandAugment
+The paper's recipe (docs/paper.md §4) is torchvision's RandomCrop and flip, then timm's RandAugment
 `rand-m9-n2-mstd1.0`, then timm's Mixup/CutMix with label smoothing. Those draw from the global RNGs (Python's
 `random`, NumPy's, torch's), so a deterministic augmentation per (epoch, image) used to need every global RNG
 seeded, saved and restored per image: three quarters of an image's cost. Here each draw comes from a NumPy

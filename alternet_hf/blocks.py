@@ -144,7 +144,7 @@ def residual_branches(model: PreTrainedModel) -> list[nn.Module | None]:
 
 
 def add_vit_stochastic_depth(model: nn.Module) -> nn.Module:
-    """Give transformers' ViT, which has none, the paper's stochastic depth (PAPER.md §4), from
+    """Give transformers' ViT, which has none, the paper's stochastic depth (docs/paper.md §4), from
     `config.drop_path_rate`: in training, layer i of L drops each sample's attention and MLP branches
     with probability rate·i/(L-1), as the reference ViT and our AlterNet do. A `DropPath` child on each
     branch, applied by a forward hook, so weights, state dict and inference stay transformers' own."""

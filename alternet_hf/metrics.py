@@ -1,4 +1,4 @@
-"""The paper's classification metrics (PAPER.md §5), as plain functions of logits and labels.
+"""The paper's classification metrics (docs/paper.md §5), as plain functions of logits and labels.
 
 With p = softmax(logits) and c = max p: accuracy; Acc-90 (accuracy where c > 0.9); Freq-90 (fraction
 with c > 0.9); Unc-90 (wrong predictions with c <= 0.9, over all wrong ones); NLL; IoU (mean over the

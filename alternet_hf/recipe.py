@@ -1,4 +1,4 @@
-"""Training recipes: the paper's strong-augmentation recipe (PAPER.md §4), a plain SGD one, and the
+"""Training recipes: the paper's strong-augmentation recipe (docs/paper.md §4), a plain SGD one, and the
 small offline default, as one dataclass that the command line and JSON config files fill in.
 
 The augmentation is timm's RandAugment and Mixup/CutMix with label smoothing, drawn from seeded generators
@@ -164,7 +164,7 @@ class TrainingConfig:
 # in runs up to 11 hours; `alternet-benchmark --training` computes it), where a checkpoint every 200 steps and
 # every epoch wrote 436 GB.
 GPU_RUN_CADENCE = dict(eval_every_epochs=5, save_every_epochs=10, save_every_minutes=10.0)
-# The paper's recipe for every CIFAR preset (PAPER.md §4): AdamW lr 1.25e-4 at batch 96. `batch_size`
+# The paper's recipe for every CIFAR preset (docs/paper.md §4): AdamW lr 1.25e-4 at batch 96. `batch_size`
 # is per process and the learning rate is not rescaled: on several GPUs, scale it with the global batch.
 PAPER_RECIPE = dict(
     epochs=305,

@@ -1,7 +1,7 @@
 """PiT-Ti and Swin-Ti, the reference's other released CIFAR-100 models: timm's own modules in transformers'
 `TimmWrapperForImageClassification`, as timm models live on the Hub.
 
-The reference built them from timm 0.5.4 with CIFAR arguments (its README; PAPER.md §1): PiT-Ti as
+The reference built them from timm 0.5.4 with CIFAR arguments (its README; docs/paper.md §1): PiT-Ti as
 `PoolingVisionTransformer(img_size=32, patch_size=2, stride=1, base_dims=[32, 32, 32], depth=[2, 6, 4],
 heads=[2, 4, 8], mlp_ratio=4)` (4,582,436 parameters with 100 classes) and Swin-Ti as `SwinTransformer(img_size=32,
 patch_size=1, window_size=4, embed_dim=96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24), qkv_bias=False)`

@@ -1,4 +1,4 @@
-"""Any model as the paper's sequence of tagged blocks (PAPER.md §6): stem, conv or MLP, MSA, pool, head.
+"""Any model as the paper's sequence of tagged blocks (docs/paper.md §6): stem, conv or MLP, MSA, pool, head.
 
 Zoo models know their blocks (`alternet_hf.block_kinds`, `block_states`, `residual_branches`). The
 families most analysed besides them are found automatically (`discover_blocks`): timm's ResNet,

@@ -1,4 +1,4 @@
-"""Minibatch CKA between blocks (Kornblith et al. 2019; Nguyen, Raghu & Kornblith 2021; PAPER.md §6).
+"""Minibatch CKA between blocks (Kornblith et al. 2019; Nguyen, Raghu & Kornblith 2021; docs/paper.md §6).
 
 Linear-kernel CKA with the unbiased HSIC estimator of Song et al. (2012), summed over minibatches:
 

@@ -1,4 +1,4 @@
-"""The paper's claims (PAPER.md, Park & Kim 2022), decided on the models of a comparison, with the numbers
+"""The paper's claims (docs/paper.md, Park & Kim 2022), decided on the models of a comparison, with the numbers
 that decide them.
 
 Each claim is checked on every model (or pair of models) it speaks about and reads `holds`, `does not
@@ -194,7 +194,7 @@ def _filter_claim(results, kinds, *, low_pass: bool) -> Claim:
             "MSAs are low-pass filters: they reduce the high-frequency amplitude of feature maps"
             if low_pass else "Convs and MLPs are high-pass filters: they amplify high frequencies"
         ),
-        source="Fig. 2 and 8; PAPER.md §6 (Fourier ΔlogA)",
+        source="Fig. 2 and 8; docs/paper.md §6 (Fourier ΔlogA)",
         rule=(
             f"the mean change of ΔlogA at π over a model's {'/'.join(kinds)} blocks is "
             f"{'below' if low_pass else 'above'} 0 by more than {NOISE_MULTIPLE:g} standard errors (over its blocks or "
@@ -236,7 +236,7 @@ def _variance_claim(results, kinds, *, reduces: bool) -> Claim:
             "MSAs reduce the variance of feature maps (they ensemble and smooth them)" if reduces
             else "Convs and MLPs increase the variance of feature maps"
         ),
-        source="Fig. 9; PAPER.md §6 (feature-map variance)",
+        source="Fig. 9; docs/paper.md §6 (feature-map variance)",
         rule=(
             f"the geometric mean of variance after / before a model's {'/'.join(kinds)} blocks is "
             f"{'below' if reduces else 'above'} 1 by more than {NOISE_MULTIPLE:g} standard errors of its log (over the "
@@ -310,7 +310,7 @@ def _hessian_flatness(results, roles) -> Claim:
     claim = Claim(
         key="msa-flat-hessian",
         statement="MSAs flatten the loss landscape: models with MSAs have smaller Hessian eigenvalues than CNNs",
-        source="Fig. 1b and 4; PAPER.md §6 (Hessian max-eigenvalue spectra)",
+        source="Fig. 1b and 4; docs/paper.md §6 (Hessian max-eigenvalue spectra)",
         rule=f"the mean over minibatches of the largest Hessian eigenvalue of each model with MSAs is below the "
         f"CNN's by more than {NOISE_MULTIPLE:g} standard errors of the difference",
     )
@@ -335,7 +335,7 @@ def _negative_eigenvalues(results, roles) -> Claim:
     claim = Claim(
         key="vit-negative-eigenvalues",
         statement="ViTs have negative Hessian eigenvalues (a non-convex loss) where CNNs have hardly any",
-        source="Fig. 1b and 4; PAPER.md §6 (negative values appear for ViTs)",
+        source="Fig. 1b and 4; docs/paper.md §6 (negative values appear for ViTs)",
         rule=f"|most negative eigenvalue| / largest (per minibatch, then the mean) is larger for each ViT-like model "
         f"than for the CNN by more than {NOISE_MULTIPLE:g} standard errors of the difference",
     )
@@ -370,7 +370,7 @@ def _landscape_flatness(results, roles) -> Claim:
     claim = Claim(
         key="msa-flat-landscape",
         statement="MSAs flatten the loss landscape: the NLL + L2 surface of models with MSAs is flatter than a CNN's",
-        source="Fig. 1a; PAPER.md §6 (loss landscape)",
+        source="Fig. 1a; docs/paper.md §6 (loss landscape)",
         rule="the mean rise of NLL + L2 over the grid from the trained weights is smaller than the CNN's (one surface "
         "per model: no spread to weigh the difference against)",
     )
@@ -394,7 +394,7 @@ def _high_frequency_robustness(results, roles) -> Claim:
         key="msa-robust-high-frequency",
         statement="MSAs are robust to high-frequency noise, Convs vulnerable: a ViT loses less accuracy than a "
         "ResNet under high-frequency noise",
-        source="Fig. 2b; PAPER.md §6 (frequency-band noise)",
+        source="Fig. 2b; docs/paper.md §6 (frequency-band noise)",
         rule=f"the mean Δaccuracy over noise bands ≥ {HIGH_FREQUENCIES}π of each ViT-like model is above (less "
         f"negative than) the CNN's by more than {NOISE_MULTIPLE:g} standard errors (over the bands) of the difference",
     )
@@ -437,7 +437,7 @@ def _stage_end_lesion(results, roles) -> Claim:
         key="stage-end-msa-lesion",
         statement="MSAs at the end of a stage play a key role: removing one costs more accuracy than removing "
         "another block",
-        source="Fig. 11 (lesion study); PAPER.md §6 (lesion)",
+        source="Fig. 11 (lesion study); docs/paper.md §6 (lesion)",
         rule="for a multi-stage model with MSAs, the mean accuracy drop of its stage-end MSAs exceeds that of "
         f"its other removable blocks (downsampling blocks apart) by more than {NOISE_MULTIPLE:g} standard errors "
         "(binomial, over the test images)",
@@ -484,8 +484,8 @@ def _ranking(results, roles, what: str) -> Claim:
             else "AlterNet is more robust to corruptions than the ResNet, which is more robust than ViT"
         ),
         source=(
-            "PAPER.md §1 (CIFAR-100 top-1: AlterNet 84.0, ResNet 82.5, ViT-Ti 66.5)" if accuracy
-            else "PAPER.md §1 (CIFAR-100-C mean accuracy: AlterNet 66.7, ResNet 65.0, ViT-Ti 51.9)"
+            "docs/paper.md §1 (CIFAR-100 top-1: AlterNet 84.0, ResNet 82.5, ViT-Ti 66.5)" if accuracy
+            else "docs/paper.md §1 (CIFAR-100-C mean accuracy: AlterNet 66.7, ResNet 65.0, ViT-Ti 51.9)"
         ),
         rule=(
             "test accuracy: every hybrid ≥ every CNN > every ViT-like model" if accuracy

@@ -69,7 +69,7 @@ import torch.nn.functional as F
 
 SEVERITIES = (1, 2, 3, 4, 5)
 
-# name -> parameters of severities 1..5: the CIFAR-C values (PAPER.md §6, make_cifar_c.py).
+# name -> parameters of severities 1..5: the CIFAR-C values (docs/paper.md §6, make_cifar_c.py).
 SEVERITY_PARAMETERS: dict[str, tuple] = {
     "gaussian_noise": (0.04, 0.06, 0.08, 0.09, 0.10),  # σ
     "shot_noise": (500, 250, 100, 75, 50),  # photons λ: Poisson(x·λ)/λ

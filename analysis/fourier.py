@@ -1,4 +1,4 @@
-"""Relative log amplitude of Fourier-transformed feature maps (Park & Kim 2022, Fig. 2; PAPER.md §6).
+"""Relative log amplitude of Fourier-transformed feature maps (Park & Kim 2022, Fig. 2; docs/paper.md §6).
 
 For every feature map: log(|fft2| + 1e-6), zero frequency shifted to the centre, averaged over batch
 and channels, read along the half-diagonal from frequency 0 to π, minus the value at 0. MSAs lower the

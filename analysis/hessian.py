@@ -1,5 +1,5 @@
 """The Hessian of the training loss: top eigenvalues, trace, spectral density, and the paper's
-max-eigenvalue spectra (Park & Kim 2022, Fig. 1 and 4; PAPER.md §6), all from Hessian-vector products.
+max-eigenvalue spectra (Park & Kim 2022, Fig. 1 and 4; docs/paper.md §6), all from Hessian-vector products.
 
 Never released by the authors; the tool people use instead, PyHessian, runs power iteration (largest
 *magnitude* eigenvalues, unsorted and mixed in sign), forces eval-mode BatchNorm and its `density()`

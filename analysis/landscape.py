@@ -1,5 +1,5 @@
 """Loss landscapes along random normalised directions (Li et al. 2018; Park & Kim 2022, Fig. 1;
-PAPER.md §6), under one of two named protocols:
+docs/paper.md §6), under one of two named protocols:
 
 - `"filter"` (Li et al.): each direction is Gaussian, rescaled filter by filter (each slice along
   dim 0) to the norm of the weights it perturbs; biases, normalisation parameters and position

@@ -1,4 +1,4 @@
-"""Lesion study (Park & Kim 2022, Fig. 11; PAPER.md §6): the accuracy lost when one block's residual
+"""Lesion study (Park & Kim 2022, Fig. 11; docs/paper.md §6): the accuracy lost when one block's residual
 branch is removed, one block at a time.
 
 A forward hook zeroes the branch's output, so the block becomes its shortcut (the identity, or the

@@ -1,5 +1,5 @@
 """Robustness: CIFAR-100-C from three sources behind one interface, and frequency-band noise
-(Hendrycks & Dietterich 2019; Park & Kim 2022, Fig. 2(b) and Table 1; PAPER.md §6).
+(Hendrycks & Dietterich 2019; Park & Kim 2022, Fig. 2(b) and Table 1; docs/paper.md §6).
 
 A corruption source yields `(images, labels)` batches — uint8 (B, 3, H, W) and int64 (B,) tensors —
 for each corruption and severity:

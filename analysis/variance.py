@@ -1,4 +1,4 @@
-"""Feature-map variance by depth (Park & Kim 2022, Fig. 9; PAPER.md §6).
+"""Feature-map variance by depth (Park & Kim 2022, Fig. 9; docs/paper.md §6).
 
 The variance over spatial positions of each sample and channel, averaged over samples and channels,
 for the input and every block output. MSAs reduce it (they ensemble and smooth feature maps);

@@ -33,7 +33,7 @@ def zenodo_arrays(root: Path, *, images: int = 16) -> Path:
 
 
 def reference_checkpoints(root: Path) -> dict[str, str]:
-    """Checkpoints in the layouts the reference released (see PAPER.md §3), with random weights."""
+    """Checkpoints in the layouts the reference released (see docs/paper.md §3), with random weights."""
     import timm
 
     root.mkdir(parents=True, exist_ok=True)

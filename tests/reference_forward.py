@@ -1,6 +1,6 @@
 """Independent, functional forward passes over the reference code's checkpoint layouts.
 
-Written from the reference's documented computation (PAPER.md §2-3: key names, op order, window
+Written from the reference's documented computation (docs/paper.md §2-3: key names, op order, window
 rearrangement and relative-position convention), not from its code, to give the converters a golden
 target that does not share a line with `alternet_hf`.
 """
@@ -118,7 +118,7 @@ def _rand_conv(sd, key, out_c, in_c, k, gen):
 
 
 def reference_resnet_state_dict(depths, widths, expansion, num_classes, stem=64, seed=0):
-    """Reference ResNet keys (PAPER.md §3) filled with random values."""
+    """Reference ResNet keys (docs/paper.md §3) filled with random values."""
     gen, sd = torch.Generator().manual_seed(seed), {}
     _rand_conv(sd, "layer0.0.weight", stem, 3, 3, gen)
     _rand_bn(sd, "layer0.1.", stem, gen)
@@ -147,7 +147,7 @@ def reference_resnet_state_dict(depths, widths, expansion, num_classes, stem=64,
 def reference_alternet_state_dict(
     depths, widths, expansion, msa_blocks, heads, num_classes, window=4, head_dim=64, stem=64, seed=0
 ):
-    """Reference AlterNet keys (PAPER.md §2: `layer0.layer0.0`, `bn`/`conv1`/`conv2.0`/`conv2.2`..., MSA
+    """Reference AlterNet keys (docs/paper.md §2: `layer0.layer0.0`, `bn`/`conv1`/`conv2.0`/`conv2.2`..., MSA
     `norm1`/`conv`/`norm2`/`attn.pos_embedding`/`attn.attn.to_q|to_kv|to_out.0`, head `classifier.0.bn|dense`)."""
     gen, sd = torch.Generator().manual_seed(seed), {}
     _rand_conv(sd, "layer0.layer0.0.weight", stem, 3, 3, gen)
