@@ -148,7 +148,7 @@ def build_model_card(
     dataset_aliases: dict[str, str] | None = None,
 ) -> ModelCard:
     """A model card with metadata (`model-index` from `metrics`, and CIFAR-100-C's mean accuracy from
-    `robustness`, the JSON `alternet_hf.release.write_robustness` writes), usage (transformers, pipeline, timm,
+    `robustness`, the JSON `zoo_release.write_robustness` writes), usage (transformers, pipeline, timm,
     remote code), results, `figures` ({title: path in the repo}), recipe and citation. For weights converted from
     the reference's release, `provenance` (the file, its SHA-256, the converter) and `reported` (the top-1 and
     CIFAR-100-C mean reported for the model, and by whom) say where they come from and how they compare;

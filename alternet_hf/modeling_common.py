@@ -38,9 +38,8 @@ class DropPath(nn.Module):
 def add_residual(drop_path: nn.Module, shortcut: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
     """`shortcut + drop_path(residual)`: a residual block's sum. With the zoo's `DropPath` in training, one fused
     multiply-add: the sum and its stochastic depth then cost one pass over the feature map instead of three forward
-    and two backward (with in-place ReLUs, about a tenth of an AlterNet-50 training step on a CPU). Any other
-    module in its place (a lesion's stand-in, `nn.Identity`), or hooks on it (the lesion study zeroes its output),
-    get the plain sum: they always see the branch."""
+    and two backward. Any other module in its place (a lesion's stand-in, `nn.Identity`), or hooks on it (the lesion
+    study zeroes its output), get the plain sum: they always see the branch."""
     if (
         not isinstance(drop_path, DropPath)
         or drop_path.rate == 0.0
@@ -100,15 +99,14 @@ def check_pixel_values(
 
 
 # The smallest batch computed in channels-last on the CPU. Below it, oneDNN's per-call work on the weights outweighs
-# what the layout saves: AlterNet-50 at 32×32 in eval, 2 threads, 2-core AMD EPYC: batch 1 75 ms channels-last
-# against 67 ms contiguous, batch 2 95 against 77, batch 8 even, batch 32 870 against 1,140 (training step 0.9×).
+# what the layout saves (`scripts/benchmark.py --reference-dir` measures both sides; docs/benchmarks.md).
 CHANNELS_LAST_MIN_BATCH = 8
 
 
 def compute_layout(pixel_values: torch.Tensor) -> torch.Tensor:
     """The images in the memory layout the convolutions run fastest in: channels-last on the CPU for a batch of
     `CHANNELS_LAST_MIN_BATCH` or more, where oneDNN reads and writes NHWC directly but reorders every NCHW input and
-    output into its own blocked layout (two extra passes per convolution; `alternet-benchmark --reference-dir`
+    output into its own blocked layout (two extra passes per convolution; `scripts/benchmark.py --reference-dir`
     measures the gain). Every later map follows the first convolution's layout, so contiguous images get the speed of
     channels-last ones: the same function, float32's summation order aside, and feature maps (`hidden_states`) that
     are channels-last tensors (`.reshape` them, not `.view`). Otherwise the caller's layout is kept: on CUDA the

@@ -29,7 +29,7 @@ DEFAULT_MODEL_OVERRIDES = dict(
 # What `alternet-finetune` trains with unless told otherwise. A model with trained weights is fine-tuned briefly, as
 # usual; a preset has none (the zoo's presets are architectures), so it is trained from scratch, which on a small
 # dataset takes many more steps (and a warm-up before the full learning rate). Chosen on a small real dataset:
-# `alternet-benchmark --finetune` measures both cases.
+# `scripts/benchmark.py --finetune` measures both cases.
 FINETUNE_DEFAULTS = dict(epochs=3.0, learning_rate=1e-3, warmup=0.1)
 FROM_SCRATCH_DEFAULTS = dict(epochs=30.0, learning_rate=2e-3, warmup=0.1)
 
@@ -161,7 +161,7 @@ class TrainingConfig:
 
 # How often a long GPU run evaluates and checkpoints: the full paper recipe (305 epochs of AlterNet-50, 397 MB
 # per checkpoint) writes 31 epoch checkpoints plus one per 10 minutes, 13.5 GB in a 30-minute run (and under 40 GB
-# in runs up to 11 hours; `alternet-benchmark --training` computes it), where a checkpoint every 200 steps and
+# in runs up to 11 hours; `scripts/benchmark.py --training` computes it), where a checkpoint every 200 steps and
 # every epoch wrote 436 GB.
 GPU_RUN_CADENCE = dict(eval_every_epochs=5, save_every_epochs=10, save_every_minutes=10.0)
 # The paper's recipe for every CIFAR preset (docs/paper.md §4): AdamW lr 1.25e-4 at batch 96. `batch_size`

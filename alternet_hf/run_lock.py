@@ -10,7 +10,7 @@ nothing in them.
 
 Under a multi-process launch (`accelerate launch`, `torchrun`: `RANK` set) the process of rank 0 holds the lock for
 all; where it is refused, it exits with the error and the launcher stops the others. Within one process the lock is
-re-entrant (`alternet-release` holds its folder for its checks, then `Release.run` for its steps).
+re-entrant (`scripts/release.py` holds its folder for its checks, then `Release.run` for its steps).
 """
 
 import contextlib

@@ -248,16 +248,17 @@ class CheckpointManager:
         from accelerate.utils import load
 
         manifest = path / self.MANIFEST
-        if manifest.exists():  # checkpoints of alternet-hf before 0.2 have none
-            try:
-                sizes = json.loads(manifest.read_text())
-            except ValueError:
-                return f"its {self.MANIFEST} is unreadable"
-            for name, size in sizes.items():
-                if not (path / name).is_file():
-                    return f"{name} is missing"
-                if (path / name).stat().st_size != size:
-                    return f"{name} has {(path / name).stat().st_size:,} bytes where {size:,} were written"
+        try:
+            sizes = json.loads(manifest.read_text())
+        except FileNotFoundError:
+            return f"its {self.MANIFEST} is missing"
+        except ValueError:
+            return f"its {self.MANIFEST} is unreadable"
+        for name, size in sizes.items():
+            if not (path / name).is_file():
+                return f"{name} is missing"
+            if (path / name).stat().st_size != size:
+                return f"{name} has {(path / name).stat().st_size:,} bytes where {size:,} were written"
         try:
             TrainState(**json.loads((path / "train_state.json").read_text()))
         except (OSError, ValueError, TypeError) as error:
@@ -363,8 +364,8 @@ def train_one_epoch(
     follows every batch. `timing["data"]` gains the seconds spent waiting for batches."""
     model.train()
     # Accelerate's optimizer wrapper looks an optional package up on disk twice per step and inspects a signature in
-    # `zero_grad`; its backward and clipping add a division and a walk over the parameters: ~0.3 ms per step, 3% of
-    # a GPU step's budget. Where all of them only forward to torch (no fp16 loss scaler; one device or DDP), torch is
+    # `zero_grad`; its backward and clipping add a division and a walk over the parameters (`scripts/benchmark.py
+    # --engine-overhead` measures what that costs). Where all of them only forward to torch (no fp16 loss scaler; one device or DDP), torch is
     # called directly, as they would call it.
     direct = accelerator.scaler is None and accelerator.distributed_type in DIRECT_TORCH_CALLS
     accumulation = accelerator.gradient_accumulation_steps
@@ -784,11 +785,6 @@ def _resume(accelerator: Accelerator, checkpoints: CheckpointManager, config: Tr
         if accelerator.is_main_process:
             os.replace(old, aside)
     state = TrainState(**json.loads((path / "train_state.json").read_text()))
-    if not state.scheduler:
-        raise ValueError(
-            f"{path} was written by an older alternet-hf that kept no learning-rate schedule state, so "
-            "it cannot be continued exactly: start a new run in another --output-dir"
-        )
     scheduler.load_state_dict(state.scheduler)
     earlier = " (the previous complete checkpoint)" if damaged else ""
     accelerator.print(f"resumed from {path}{earlier} (epoch {state.epoch + 1}, step {state.global_step})")

@@ -16,8 +16,6 @@ Each topic is a module with functions `fn(model, data, *, ..., device=None) -> S
 - `models`: any zoo, transformers or timm classifier loaded with its preprocessing (timm weights from local files)
 - `compare`: every analysis of one model (per-block ones in one pass), and the figures with all models in one plot
 - `claims`: the paper's claims decided on the models of a comparison; `report`: the comparison written to disk
-- `minizoo`: the offline mini-zoo (`alternet-reproduce`): small members of each family trained on digits and
-  compared
 - `runner`: the analyses of models read from disk or the Hub on a dataset, written as JSON and figures (what
   `alternet-analyze` and `alternet-compare` run)
 """
@@ -32,7 +30,6 @@ from . import (
     hessian,
     landscape,
     lesion,
-    minizoo,
     models,
     report,
     robustness,
@@ -41,6 +38,6 @@ from . import (
 )
 
 __all__ = [
-    "blocks", "cka", "claims", "compare", "corruptions", "fourier", "hessian", "landscape", "lesion", "minizoo",
+    "blocks", "cka", "claims", "compare", "corruptions", "fourier", "hessian", "landscape", "lesion",
     "models", "report", "robustness", "runner", "variance",
 ]  # fmt: skip

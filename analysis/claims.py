@@ -49,7 +49,7 @@ def mean_and_error(values) -> tuple[float, float]:
 def larger_error(over_blocks: float, over_images: float | None, blocks: int) -> tuple[float, str]:
     """The standard error a per-block statistic is judged by: the larger of its spread over the blocks (how much
     blocks of one kind differ; none for a single block) and over the images (how much the mean would move on
-    other test images; none for results written before it was measured, or from one image), and what it is."""
+    other test images; none from one image), and what it is."""
     candidates = {}
     if blocks > 1:
         candidates["over blocks"] = over_blocks

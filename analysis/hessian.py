@@ -8,7 +8,7 @@ fails on torch ≥ 2. Here:
 - `top_eigenvalues` runs Lanczos with full re-orthogonalisation and returns the algebraically
   largest eigenvalues, sorted and signed, stopping when the Lanczos residual bound |β_m s_mi| of every
   requested Ritz value is below `tol` relative to it; it needs about half the Hessian-vector products
-  of power iteration for the top one (`alternet-benchmark --hessian`). `extreme_eigenvalues` also
+  of power iteration for the top one (`scripts/benchmark.py --hessian`). `extreme_eigenvalues` also
   returns the most negative ones from the same Krylov space (both ends converge together), with
   their tolerance relative to the spectrum's scale |λ|max, since they may lie near zero: the paper's
   negative eigenvalues of ViTs live at that end.

@@ -7,7 +7,7 @@ models and writes the comparison (`analysis.report`). Both read the dataset once
 of models, feed the Hessian and landscape with training batches augmented as the model was trained (its
 `training_config.json`; `DataOptions.augmentation` to choose), and say how long each analysis will take
 before it starts. `read_results` reads a model's written results back into their classes, and `compare_stored`
-writes the comparison from them without analysing again (what `alternet-release` does after a step per model).
+writes the comparison from them without analysing again (what `scripts/release.py` does after a step per model).
 """
 
 import contextlib

@@ -1,7 +1,251 @@
-#!/usr/bin/env python
-"""The installed `alternet-benchmark` command, runnable from a checkout: see alternet_hf/cli/benchmark.py."""
+"""Images/s of zoo presets on this machine: bare forward and forward+backward steps, eager and
+torch.compile; or the training engine: end to end (--training), its data path per loader worker (--data-only),
+its loop overhead against a hand-written loop (--engine-overhead), a race against the reference code's
+(--reference-dir); or the analyses, the CIFAR-100-C pass and alternet-finetune's defaults.
 
-from alternet_hf.cli.benchmark import main
+    python scripts/benchmark.py  # the three zoo models, batch 32, eager
+    python scripts/benchmark.py --batch-sizes 256 1024 --compile both --dtype bfloat16  # on a GPU
+    python scripts/benchmark.py --training --models alternet-50-cifar100 --batch-sizes 96 --num-workers 8
+    python scripts/benchmark.py --data-only --models alternet-50-cifar100  # CPU ms per image, one loader worker
+    python scripts/benchmark.py --engine-overhead  # engine loop vs a hand-written loop, ms per step
+    python scripts/benchmark.py --reference-dir how-do-vits-work/  # AlterNet-50 vs the reference code's
+    python scripts/benchmark.py --evaluation --models pit-ti-cifar100 --batch-sizes 64 --compile both
+    python scripts/benchmark.py --corruptions --num-images 1000  # CIFAR-C generation vs per-image NumPy
+    python scripts/benchmark.py --hessian --models outputs/alternet-digits  # Lanczos vs power iteration
+    python scripts/benchmark.py --feature-maps --models alternet-18-cifar10 --num-images 256
+    python scripts/benchmark.py --finetune --models alternet-50-cifar100 outputs/alternet-digits --seeds 0 1 2
+"""
+
+import json
+from pathlib import Path
+
+from alternet_hf.cli._common import CommandError, command, make_parser
+
+DTYPES = ("float32", "bfloat16", "float16")
+DEFAULT_MODELS = ("alternet-50-cifar100", "resnet-50-cifar100", "vit-ti-cifar100")
+
+
+def build_parser():
+    parser = make_parser(__doc__)
+    parser.add_argument(
+        "--models", nargs="+",
+        help=f"default: {' '.join(DEFAULT_MODELS)}; --finetune takes them from you (presets or model folders)",
+    )  # fmt: skip
+    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[32])
+    parser.add_argument(
+        "--modes", nargs="+", default=["forward", "forward+backward"], choices=["forward", "forward+backward"]
+    )
+    parser.add_argument(
+        "--compile",
+        choices=["no", "yes", "both"],
+        default=None,
+        help="time torch.compile'd models too (compilation is not timed, except inside --training; default: no, "
+        "and for --training the engine's default, compiled on CUDA)",
+    )
+    parser.add_argument("--dtype", choices=DTYPES, default="float32", help="autocast dtype of bare steps")
+    parser.add_argument("--device", default=None, help="default: cuda if available, else cpu")
+    parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument(
+        "--training",
+        action="store_true",
+        help="time alternet-train end to end (paper recipe, loader workers, evaluation and a checkpoint every epoch)",
+    )
+    parser.add_argument("--training-images", type=int, default=960, help="training images per --training epoch")
+    parser.add_argument("--training-epochs", type=int, default=2, help="epochs of the --training run")
+    parser.add_argument("--num-workers", type=int, default=2, help="data-loading processes for --training")
+    parser.add_argument(
+        "--data-only", action="store_true", help="CPU time per image of the training data path, as one loader worker"
+    )
+    parser.add_argument(
+        "--engine-overhead", action="store_true", help="ms per step of the engine's loop beyond a hand-written one"
+    )
+    parser.add_argument(
+        "--reference-dir",
+        type=Path,
+        help="a checkout of xxxnell/how-do-vits-work: race AlterNet-50 against its, both given each memory "
+        "format, by wall and CPU time (forward and forward+backward at the first --batch-sizes, inference at "
+        "--inference-batch-sizes)",
+    )
+    parser.add_argument(
+        "--inference-batch-sizes",
+        type=int,
+        nargs="+",
+        default=[1, 256],
+        help="batch sizes of the --reference-dir race's inference pass (eval, no grad)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=5,
+        help="repetitions of --data-only / --engine-overhead / --reference-dir measurements",
+    )
+    parser.add_argument(
+        "--evaluation", action="store_true",
+        help="images/s (and per core) of the release's CIFAR-100-C pass (eval, uint8 images normalised on the device) "
+        "at each --batch-sizes, eager and/or compiled (--compile)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--corruptions", action="store_true", help="time CIFAR-C corruption generation against imagecorruptions"
+    )
+    parser.add_argument("--num-images", type=int, default=1000, help="images per corruption for --corruptions")
+    parser.add_argument("--corruption-names", nargs="+", default=None, help="a subset of corruptions to time")
+    parser.add_argument("--severity", type=int, default=3, help="severity for --corruptions")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads for --corruptions")
+    parser.add_argument(
+        "--hessian",
+        action="store_true",
+        help="count Hessian-vector products of Lanczos and power iteration for the top eigenvalue (digits batch)",
+    )
+    parser.add_argument(
+        "--feature-maps",
+        action="store_true",
+        help="seconds of Fourier + variance on --num-images digits: separate passes, one shared pass, and the "
+        "reference notebooks' computation on the same maps",
+    )
+    parser.add_argument(
+        "--finetune", action="store_true",
+        help="held-out accuracy of alternet-finetune with its defaults on real photographs (scikit-image's LFW "
+        "subset: faces or not), from a preset (from scratch) or a model folder (fine-tuned), per --seeds",
+    )  # fmt: skip
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of the --finetune runs")
+    parser.add_argument("--output", type=Path, default=None, help="also write the results as JSON here")
+    return parser
+
+
+@command
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    special = (
+        args.corruptions or args.hessian or args.feature_maps,
+        args.evaluation,
+        args.training,
+        args.data_only,
+        args.engine_overhead,
+        args.reference_dir,
+        args.finetune,
+    )
+    if sum(map(bool, special)) > 1:
+        raise CommandError(
+            "choose one of --corruptions/--hessian/--feature-maps, --evaluation, --training, --data-only, "
+            "--engine-overhead, --reference-dir, --finetune"
+        )
+    if args.finetune and not args.models:
+        raise CommandError(
+            "--finetune needs --models: presets (trained from scratch) and/or folders of trained models (fine-tuned), "
+            "e.g. --models alternet-50-cifar100 outputs/alternet-digits"
+        )
+    args.models = args.models or list(DEFAULT_MODELS)
+    import torch
+    from tqdm import tqdm
+
+    import zoo_benchmark as benchmark
+    from zoo_benchmark import tables
+
+    if args.finetune:
+        import importlib.util
+        import tempfile
+
+        if importlib.util.find_spec("skimage") is None:
+            raise CommandError("--finetune reads scikit-image's photographs: pip install scikit-image")
+
+        from zoo_benchmark.finetuning import finetune_accuracy, write_faces_dataset
+
+        with tempfile.TemporaryDirectory(prefix="alternet-finetune-benchmark-") as work:
+            faces = write_faces_dataset(Path(work) / "faces")
+            runs = [(name, seed) for name in args.models for seed in args.seeds]
+            rows = [
+                finetune_accuracy(name, faces, Path(work) / "runs" / f"{Path(name).name}-{seed}", seed=seed)
+                for name, seed in tqdm(runs, desc="fine-tuning", unit="run")
+            ]
+        report = tables.finetune_table(rows)
+    elif args.engine_overhead:
+        result = benchmark.measure_engine_overhead(repeats=args.repeats)
+        report, rows = tables.engine_overhead_table(result, args.repeats), [result]
+    elif args.reference_dir:
+        rows = benchmark.race_reference(
+            args.reference_dir,
+            batch_size=args.batch_sizes[0],
+            inference_batch_sizes=tuple(args.inference_batch_sizes),
+            repeats=args.repeats,
+        )
+        report = tables.reference_race_table(rows)
+    elif args.data_only:
+        results = [
+            benchmark.measure_data_path(name, images=args.training_images, repeats=args.repeats) for name in args.models
+        ]
+        report, rows = "\n".join(map(tables.data_path_line, results)), [r.to_dict() for r in results]
+    elif args.training:
+        compiled = {None: None, "no": False, "yes": True}[args.compile]
+        results = [
+            benchmark.measure_training_run(
+                name,
+                epochs=args.training_epochs,
+                images=args.training_images,
+                batch_size=batch_size,
+                num_workers=args.num_workers,
+                compiled=compiled,
+            )  # fmt: skip
+            for name in args.models
+            for batch_size in args.batch_sizes
+        ]
+        report, rows = "\n\n".join(map(tables.training_run_lines, results)), [r.to_dict() for r in results]
+    elif args.evaluation:
+        compiled_options = {"no": [False], "yes": [True], "both": [False, True]}[args.compile or "no"]
+        runs = [(n, b, c) for n in args.models for c in compiled_options for b in args.batch_sizes]
+        rows = [
+            benchmark.evaluation_throughput(
+                name, batch_size=batch, compiled=compiled, device=args.device, repeats=args.iterations
+            )  # fmt: skip
+            for name, batch, compiled in tqdm(runs, desc="evaluation", unit="run")
+        ]
+        report = tables.evaluation_table(rows)
+    elif args.feature_maps:
+        rows = [
+            benchmark.per_block_speed(name, num_images=args.num_images, repeats=args.repeats, device=args.device)
+            for name in tqdm(args.models, desc="feature maps", unit="model")
+        ]
+        report = tables.feature_maps_table(rows)
+    elif args.corruptions:
+        from analysis.corruptions import CORRUPTIONS
+
+        rows = benchmark.corruption_speed(
+            num_images=args.num_images, severity=args.severity, corruptions=args.corruption_names or CORRUPTIONS,
+            device=args.device, num_threads=args.threads,
+        )  # fmt: skip
+        report = tables.corruptions_table(rows)
+    elif args.hessian:
+        rows = [
+            benchmark.hessian_convergence(name, batch_size=batch_size, device=args.device)
+            for name in tqdm(args.models, desc="hessian", unit="model")
+            for batch_size in args.batch_sizes
+        ]
+        report = tables.hessian_table(rows)
+    else:
+        compiled_options = {"no": [False], "yes": [True], "both": [False, True]}[args.compile or "no"]
+        runs = [
+            (n, b, m, c) for n in args.models for b in args.batch_sizes for m in args.modes for c in compiled_options
+        ]
+        results = [
+            benchmark.measure_throughput(
+                name,
+                batch_size=batch_size,
+                mode=mode,
+                compiled=compiled,
+                device=args.device,
+                dtype=getattr(torch, args.dtype),
+                warmup=args.warmup,
+                iterations=args.iterations,
+            )  # fmt: skip
+            for name, batch_size, mode, compiled in tqdm(runs, desc="benchmark", unit="run")
+        ]
+        report, rows = tables.throughput_table(results), [r.to_dict() for r in results]
+    print(f"\n{report}")
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(rows, indent=2))
+        print(f"\nwrote {args.output}")
+
 
 if __name__ == "__main__":
     main()

@@ -9,7 +9,8 @@ script's entry point as the script does, runs the exit handlers and exits with t
 computes is what a cold start computes after its first import. Cold starts are tested too: `test_cli` runs every
 installed command's `--help` in a fresh interpreter, and the README's main job runs in one.
 
-A command runs cold (a plain subprocess) when it is not an installed console script, or when its environment
+The repository's tools (`python scripts/<tool>.py ...`) are forked the same way, run as Python runs a script.
+A command runs cold (a plain subprocess) when it is neither, or when its environment
 differs from the fork server's in a variable that libraries read while being imported (the Hub's offline switch,
 cache folders, PYTHONPATH, ...): the warm import would then not be the one the command makes.
 """
@@ -58,9 +59,14 @@ def run(request):
     sys.path[:] = request["sys_path"]
     status = 0
     try:
-        import importlib
-        module, _, function = request["entry_point"].partition(":")
-        result = getattr(importlib.import_module(module), function)()
+        if "script" in request:  # python scripts/<tool>.py
+            import runpy
+            runpy.run_path(request["script"], run_name="__main__")
+            result = 0
+        else:
+            import importlib
+            module, _, function = request["entry_point"].partition(":")
+            result = getattr(importlib.import_module(module), function)()
         status = result if isinstance(result, int) else 0
     except SystemExit as exit:
         if exit.code is None or isinstance(exit.code, int):
@@ -142,7 +148,8 @@ class _ForkServer:
                     env=cls.environment, cwd=tempfile.gettempdir(),
                 )  # fmt: skip
                 atexit.register(cls.stop)
-            cls.process.stdin.write(json.dumps({**request, "sys_path": cls.script_path}) + "\n")
+            sys_path = [request.pop("path0", cls.script_path[0]), *cls.script_path[1:]]
+            cls.process.stdin.write(json.dumps({**request, "sys_path": sys_path}) + "\n")
             cls.process.stdin.flush()
             answer = cls.process.stdout.readline()
             if not answer:
@@ -162,6 +169,14 @@ class _ForkServer:
             cls.process.wait(30)
 
 
+def _python_script(argv: list[str], cwd: Path) -> Path | None:
+    """The script of `python path/to/script.py ...` (the repository's `scripts/`), else None."""
+    if len(argv) >= 2 and Path(argv[0]).name in ("python", "python3", Path(sys.executable).name):
+        if argv[1].endswith(".py") and (Path(cwd) / argv[1]).is_file():
+            return (Path(cwd) / argv[1]).resolve()
+    return None
+
+
 class CommandProcess:
     """A started command, with `subprocess.Popen`'s `pid`, `returncode`, `poll`, `wait`, `communicate`,
     `send_signal`, `terminate` and `kill`; its output goes to files, read by `communicate` or `output`."""
@@ -178,13 +193,15 @@ class CommandProcess:
         self._merge = merge
         self.returncode: int | None = None
         scripts, name = console_scripts(), Path(argv[0]).name
-        self.warm = warm and name in scripts and _ForkServer.matches(env)
+        script = _python_script(argv, cwd)
+        self.warm = warm and (name in scripts or script is not None) and _ForkServer.matches(env)
         if self.warm:
-            request = dict(
-                argv=[str(Path(sys.executable).parent / name), *argv[1:]], cwd=str(cwd), env=env,
-                stdout=str(self._stdout), stderr=None if merge else str(self._stderr), status=str(self._status),
-                entry_point=scripts[name],
-            )  # fmt: skip
+            request = dict(cwd=str(cwd), env=env, stdout=str(self._stdout), status=str(self._status))
+            request["stderr"] = None if merge else str(self._stderr)
+            if script is None:
+                request |= dict(argv=[str(Path(sys.executable).parent / name), *argv[1:]], entry_point=scripts[name])
+            else:  # sys.path of `python script.py`: the script's folder first
+                request |= dict(argv=[str(script), *argv[2:]], script=str(script), path0=str(script.parent))
             self.pid = _ForkServer.start(request)
         else:
             with open(self._stdout, "wb") as out, open(self._stderr, "wb") as err:
@@ -279,6 +296,6 @@ def run_shell(command: str, *, cwd: Path, env: dict, timeout: float = 900) -> su
     if len(words) >= 3 and words[-2] == ">":
         words, stdout_file = words[:-2], Path(cwd) / words[-1]
     plain = not any(word in ("|", "&&", "||", ";", "<", ">", ">>", "2>", "&") for word in words)
-    if plain and words and words[0] in console_scripts():
+    if plain and words and (words[0] in console_scripts() or _python_script(words, cwd)):
         return run_command(words, cwd=cwd, env=env, timeout=timeout, stdout_file=stdout_file)
     return run_command(["bash", "-c", command], cwd=cwd, env=env, timeout=timeout)

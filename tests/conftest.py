@@ -93,6 +93,19 @@ def installed_command(name: str) -> str:
     return found
 
 
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"  # the maintainer's tools, run from the clone
+sys.path.insert(0, str(SCRIPTS))  # their modules (zoo_release, zoo_benchmark), imported by the tests
+
+
+def tool_command(name: str) -> list[str]:
+    """`python scripts/<name>.py`, as a maintainer runs a tool from the clone."""
+    return [sys.executable, str(SCRIPTS / f"{name}.py")]
+
+
+def tool_names() -> list[str]:
+    return sorted(path.stem for path in SCRIPTS.glob("*.py"))
+
+
 def command_names() -> list[str]:
     """Every console script that setup.cfg installs."""
     setup = (Path(__file__).resolve().parents[1] / "setup.cfg").read_text()

@@ -2,10 +2,10 @@ import json
 
 import pytest
 from commands import run_command
-from conftest import TINY, installed_command
+from conftest import TINY, tool_command
 
 import alternet_hf
-from alternet_hf.benchmark import measure_throughput
+from zoo_benchmark import measure_throughput
 
 
 def test_measure_throughput_runs_both_modes():
@@ -19,7 +19,7 @@ def test_benchmark_script_writes_json(tmp_path):
     out = tmp_path / "bench.json"
     result = run_command(
         [
-            installed_command("alternet-benchmark"),
+            *tool_command("benchmark"),
             "--models",
             "resnet-18-cifar10",
             "--batch-sizes",
@@ -42,8 +42,8 @@ def test_benchmark_script_writes_json(tmp_path):
 
 
 def test_the_evaluation_benchmark_times_the_release_pass_per_core():
-    from alternet_hf.benchmark import evaluation_throughput
-    from alternet_hf.benchmark.tables import evaluation_table
+    from zoo_benchmark import evaluation_throughput
+    from zoo_benchmark.tables import evaluation_table
 
     row = evaluation_throughput("resnet-18-cifar10", batch_size=4, compiled=False, repeats=1)
     assert row["images_per_second"] > 0 and row["threads"] >= 1
@@ -54,7 +54,7 @@ def test_the_evaluation_benchmark_times_the_release_pass_per_core():
 
 @pytest.mark.commands
 def test_the_training_benchmark_runs_the_real_engine_end_to_end(tmp_path):
-    from alternet_hf.benchmark import measure_training_run
+    from zoo_benchmark import measure_training_run
 
     tiny = {key: value for key, value in TINY["resnet-50-cifar100"].items() if key != "num_labels"}
     run = measure_training_run(
@@ -69,7 +69,7 @@ def test_the_training_benchmark_runs_the_real_engine_end_to_end(tmp_path):
 
 
 def test_data_path_and_engine_overhead_benchmarks(tmp_path):
-    from alternet_hf.benchmark import measure_data_path, measure_engine_overhead
+    from zoo_benchmark import measure_data_path, measure_engine_overhead
 
     speed = measure_data_path("resnet-18-cifar10", images=48, batch_size=16, repeats=2, workdir=str(tmp_path))
     assert speed.images == 48 and len(speed.milliseconds_per_image) == 2 and speed.images_per_second_per_worker > 0
@@ -79,7 +79,7 @@ def test_data_path_and_engine_overhead_benchmarks(tmp_path):
 
 @pytest.mark.commands
 def test_the_reference_comparison_names_a_folder_that_is_not_the_reference_code(tmp_path):
-    command = [installed_command("alternet-benchmark"), "--reference-dir", str(tmp_path)]
+    command = [*tool_command("benchmark"), "--reference-dir", str(tmp_path)]
     result = run_command(command, cwd=tmp_path)
     assert result.returncode == 2 and "is not a checkout of the reference code" in result.stderr
 
@@ -94,7 +94,7 @@ def test_the_reference_race_gives_both_models_the_same_format_and_both_clocks(tm
     (models / "preresnet_dnn_block.py").write_text("Bottleneck = object()\n")
     (models / "alternet.py").write_text(STAND_IN_ALTERNET)
     out = tmp_path / "race.json"
-    command = [installed_command("alternet-benchmark"), "--reference-dir", str(tmp_path / "checkout")]
+    command = [*tool_command("benchmark"), "--reference-dir", str(tmp_path / "checkout")]
     command += ["--batch-sizes", "2", "--inference-batch-sizes", "1", "3", "--repeats", "1", "--output", str(out)]
     result = run_command(command, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -136,18 +136,18 @@ class AlterNet(torch.nn.Module):
 
 @pytest.mark.commands
 def test_the_finetune_benchmark_gives_trained_weights_the_fine_tuning_defaults(tmp_path):
-    """`alternet-benchmark --finetune` on a model folder (trained weights): the fine-tuning defaults, per seed, on
+    """`scripts/benchmark.py --finetune` on a model folder (trained weights): the fine-tuning defaults, per seed, on
     the 200 real photographs; a preset would get the from-scratch ones (`recipe.FROM_SCRATCH_DEFAULTS`)."""
-    from alternet_hf.benchmark.finetuning import write_faces_dataset
     from alternet_hf.recipe import FINETUNE_DEFAULTS
+    from zoo_benchmark.finetuning import write_faces_dataset
 
-    unnamed = run_command([installed_command("alternet-benchmark"), "--finetune"], cwd=tmp_path)
+    unnamed = run_command([*tool_command("benchmark"), "--finetune"], cwd=tmp_path)
     assert unnamed.returncode == 2 and "error: --finetune needs --models: presets (trained from scratch)" in (
         unnamed.stderr
     )
     alternet_hf.create_model("alternet-50-cifar100", **TINY["alternet-50-cifar100"]).save_pretrained(tmp_path / "m")
     completed = run_command(
-        [installed_command("alternet-benchmark"), "--finetune", "--models", "m", "--seeds", "0", "1", "--output",
+        [*tool_command("benchmark"), "--finetune", "--models", "m", "--seeds", "0", "1", "--output",
          "finetune.json"],
         cwd=tmp_path, timeout=600,
     )  # fmt: skip

@@ -6,15 +6,17 @@ The commands of a test run concurrently, one thread each.
 """
 
 import hashlib
+import importlib.machinery
 import importlib.util
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from commands import start_command
-from conftest import TINY, command_names, installed_command
+from conftest import SCRIPTS, TINY, command_names, installed_command, tool_command, tool_names
 
 import alternet_hf
 
@@ -81,8 +83,9 @@ def _image_folder(root: Path, *, splits: bool) -> Path:
 
 def test_no_script_shadows_an_installed_package():
     """Running scripts/x.py puts scripts/ first on sys.path: a scripts/evaluate.py hid the `evaluate` package."""
-    for script in (ROOT / "scripts").glob("*.py"):
-        assert importlib.util.find_spec(script.stem) is None, f"scripts/{script.name} shadows a module"
+    elsewhere = [p for p in sys.path if Path(p or ".").resolve() != SCRIPTS]
+    for name in {path.stem for path in SCRIPTS.iterdir() if path.suffix == ".py" or path.is_dir()} - {"__pycache__"}:
+        assert importlib.machinery.PathFinder.find_spec(name, elsewhere) is None, f"scripts/{name} shadows a module"
 
 
 def test_every_command_answers_help(tmp_path):
@@ -96,6 +99,15 @@ def test_every_command_answers_help(tmp_path):
     results = cold | run_all({name: [name, "--help"] for name in names[1:]}, tmp_path)
     for name, result in results.items():
         assert result.returncode == 0 and result.stdout.startswith("usage: " + name), (name, result.stderr[-2000:])
+
+
+def test_every_tool_answers_help(tmp_path):
+    """The maintainer's tools in scripts/, run from the clone as `python scripts/<tool>.py --help`."""
+    names = tool_names()
+    assert {"benchmark", "release"} <= set(names)
+    results = run_all({name: [*tool_command(name), "--help"] for name in names}, tmp_path)
+    for name, result in results.items():
+        assert result.returncode == 0 and result.stdout.startswith(f"usage: {name}.py"), (name, result.stderr[-2000:])
 
 
 def test_finetune_runs_as_the_readme_shows_it(tiny_model, tmp_path):

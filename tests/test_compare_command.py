@@ -142,9 +142,9 @@ def test_a_transformers_model_takes_its_size_and_normalisation_from_its_image_pr
 @pytest.mark.commands
 def test_the_papers_lineup_from_a_folder_of_preset_folders(tmp_path):
     """`alternet-compare --paper <folder>`: the five models of the paper (tiny, untrained), found by preset name in
-    the layout alternet-release writes (<folder>/models/<preset>), on a dataset in uoft-cs/cifar100's schema."""
+    the layout scripts/release.py writes (<folder>/models/<preset>), on a dataset in uoft-cs/cifar100's schema."""
     from alternet_hf.presets import PAPER_MODELS
-    from alternet_hf.release.rehearsal import write_stand_in_dataset
+    from zoo_release.rehearsal import write_stand_in_dataset
 
     for preset in PAPER_MODELS:
         alternet_hf.create_model(preset, **{**TINY[preset], "num_labels": 100}).save_pretrained(

@@ -582,7 +582,7 @@ def test_bad_input_says_what_is_wrong(photos):
 
 
 def test_corruption_speed_reports_both_sides_or_says_why_not(monkeypatch):
-    from alternet_hf.benchmark import corruption_speed
+    from zoo_benchmark import corruption_speed
 
     threads = torch.get_num_threads()
     rows = corruption_speed(3, 2, ("contrast", "glass_blur"), repeats=1, num_threads=1)

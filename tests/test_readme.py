@@ -1,4 +1,4 @@
-"""Every command and Python snippet of the README, run as a user runs them: in order, in one fresh folder,
+"""Every command and Python snippet of the README and of docs/, run as a user runs them: in order, in one fresh folder,
 offline, after the quickstart's main job. Placeholders (`<org>`, `path/to/imagefolder`, ...) are filled
 with small local data. What needs the Hub must fail with the clear offline message; what takes minutes of
 timing (benchmarks) has its arguments checked by the command's own parser; everything else must succeed.
@@ -24,12 +24,14 @@ from pathlib import Path
 
 import pytest
 from commands import run_command, run_shell, start_command
-from conftest import command_names
+from conftest import SCRIPTS, command_names, tool_names
 
 pytestmark = pytest.mark.commands  # runs installed commands (see CONTRIBUTING.md)
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+# The README, then the pages it links to: a command of docs/ is run like one of the README.
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 
 RUN, CLEAR_ERROR, PARSE_ONLY, SERVER, SKIP = "run", "clear error", "parse-only", "server", "skip"
 # How a command is checked, by the first pattern it matches (default: RUN, it must succeed). Every rule
@@ -37,9 +39,9 @@ RUN, CLEAR_ERROR, PARSE_ONLY, SERVER, SKIP = "run", "clear error", "parse-only",
 RULES = [
     (r"^pip install", SKIP, "the install itself: .ci/run does it on a fresh machine"),
     (r"-m pytest", SKIP, "the test command: .ci/run runs it"),
-    (r"^alternet-release(?!.*--rehearsal)", CLEAR_ERROR, "needs CIFAR-100-C's Zenodo arrays, then the Hub"),
+    (r"scripts/release\.py(?!.*--rehearsal)", CLEAR_ERROR, "needs CIFAR-100-C's Zenodo arrays, then the Hub"),
     (
-        r"^alternet-release .*--rehearsal",
+        r"scripts/release\.py .*--rehearsal",
         PARSE_ONLY,
         "minutes; tests/test_release.py runs it end to end, killed and resumed",
     ),
@@ -47,7 +49,7 @@ RULES = [
     (r"--recipe paper --model \S+-cifar(?!.*--print-config)|-paper\b", CLEAR_ERROR, "the paper's recipe on Hub data"),
     (r"--config my_run\.json", CLEAR_ERROR, "my_run.json: a run on the Hub's CIFAR-10"),
     (r"^alternet-(push|publish-cifar100c)(?!.*--dry-run)", CLEAR_ERROR, "uploads to the Hub"),
-    (r"^alternet-benchmark|scripts/benchmark\.py", PARSE_ONLY, "minutes of timing on a CPU"),
+    (r"scripts/benchmark\.py", PARSE_ONLY, "minutes of timing on a CPU"),
     (r"--paper", CLEAR_ERROR, "the paper's five models (AlterNet-50: no released weights) and CIFAR-100, from the Hub"),
     (r"^alternet-space", SERVER, "a web server: it must come up and serve the page"),
 ]
@@ -96,10 +98,12 @@ def _strip_comment(line: str) -> str:
 
 
 def _parser(command: str):
-    """The argument parser of an installed command (`alternet-x` or a path ending in it), built in this process:
-    what `--help` prints and what the command parses, without a second process importing the package
-    (test_cli runs every installed `--help` itself)."""
-    module = Path(command).name.removesuffix(".py").removeprefix("alternet-").replace("-", "_")
+    """The argument parser of an installed command (`alternet-x`) or of a tool (`scripts/x.py`), built in this
+    process: what `--help` prints and what the command parses, without a second process importing the package
+    (test_cli runs every `--help` itself)."""
+    if command.endswith(".py"):
+        return importlib.import_module(Path(command).stem).build_parser()  # scripts/ is on sys.path (conftest)
+    module = command.removeprefix("alternet-").replace("-", "_")
     return importlib.import_module(f"alternet_hf.cli.{module}").build_parser()
 
 
@@ -107,7 +111,8 @@ def help_examples(command: str) -> list[str]:
     """The example command lines of a command's --help (from its module docstring)."""
     text = _parser(command).format_help()
     description = text.split("\noptions:")[0].split("\n\n", 1)[-1]  # after the usage lines
-    return [c for c in shell_commands(description) if re.match(r"(alternet-[a-z0-9-]+|accelerate launch)( |$)", c)]
+    programs = r"(alternet-[a-z0-9-]+|accelerate launch|python scripts/\w+\.py)( |$)"
+    return [c for c in shell_commands(description) if re.match(programs, c)]
 
 
 @dataclass
@@ -219,12 +224,13 @@ build({str(data)!r})
     built = run_command([sys.executable, "-c", script], cwd=data, env=_env(threads=2))
     assert built.returncode == 0, built.stderr[-3000:]
     placeholders = json.loads((data / "placeholders.json").read_text())
-    placeholders["bash scripts/"] = f"bash {ROOT / 'scripts'}/"  # run from a clone: the repository's scripts
+    for program in ("bash", "python"):  # run from a clone: the repository's scripts
+        placeholders[f"{program} scripts/"] = f"{program} {SCRIPTS}/"
     return Workspace(folder, placeholders)
 
 
 MAIN_JOB = "alternet-train"  # the quickstart's main job: the workspace fixture runs it first
-BLOCKS = fenced_blocks(README.read_text())
+BLOCKS = [block for page in PAGES for block in fenced_blocks(page.read_text())]
 # In README order, `a && b` as two commands, each once (a user does not run the same line twice).
 README_COMMANDS = list(
     dict.fromkeys(
@@ -240,6 +246,16 @@ README_SNIPPETS = [code for lang, code in BLOCKS if lang == "python"]
 
 def test_the_readme_has_commands_and_snippets():
     assert MAIN_JOB in README_COMMANDS and len(README_SNIPPETS) >= 3
+    assert len(PAGES) >= 7 and len(README.read_text().splitlines()) <= 200  # a front door; the detail is in docs/
+
+
+def test_every_link_of_the_docs_resolves_inside_the_repository():
+    """The README and docs/ link to each other and to the repo's files, never to a file outside it."""
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", page.read_text()):
+            if not re.match(r"https?://", target):
+                resolved = (page.parent / target).resolve()
+                assert resolved.is_relative_to(ROOT) and resolved.exists(), f"{page.name}: {target}"
     assert all(rule_for(c)[0] != SKIP or c.startswith(("pip install", "python -m pytest")) for c in README_COMMANDS)
 
 
@@ -297,5 +313,6 @@ def test_every_readme_python_snippet(workspace, index):
 
 
 def test_every_help_example(workspace):
-    examples = sorted({example for name in command_names() for example in help_examples(name)} - set(README_COMMANDS))
+    programs = [*command_names(), *(f"scripts/{name}.py" for name in tool_names())]
+    examples = sorted({example for name in programs for example in help_examples(name)} - set(README_COMMANDS))
     check_all(examples, workspace)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from alternet_hf import reference, release
+import zoo_release as release
+from alternet_hf import reference
 
 DATA = bytes(range(256)) * 4096  # 1 MiB
 

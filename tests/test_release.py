@@ -1,4 +1,4 @@
-"""`alternet-release --from-reference --rehearsal`: the whole release rehearsed offline on stand-ins of the
+"""`scripts/release.py --from-reference --rehearsal`: the whole release rehearsed offline on stand-ins of the
 reference's four released files (small models trained on the stand-in data, written in the reference's formats),
 first with AlterNet-50 pending, then run again to train it, killed in the middle and resumed; and every repository it
 writes checked the way its user meets it (transformers, pipeline, timm, remote code without the package; the dataset
@@ -21,16 +21,16 @@ import numpy as np
 import pytest
 import torch
 from commands import run_command, start_command
-from conftest import installed_command
+from conftest import tool_command
 from PIL import Image
 from test_space import free_port
 
 import alternet_hf
-from alternet_hf import release
+import zoo_release as release
 from alternet_hf.presets import display_name
 from alternet_hf.reference import REFERENCE_FILES
-from alternet_hf.release import rehearsal
 from analysis.corruptions import CORRUPTIONS
+from zoo_release import rehearsal
 
 pytestmark = pytest.mark.commands
 
@@ -39,8 +39,8 @@ CONVERTED = tuple(REFERENCE_FILES)
 TRAINED = "alternet-50-cifar100"
 PRESETS = (*CONVERTED, TRAINED)
 # The README's command, with a CIFAR-100-C budget that the stand-ins' evaluation exceeds: the subset path runs.
-README_COMMAND = ["alternet-release", "--org", ORG, "--from-reference", "--rehearsal", "--dry-run", "rehearsal"]
-ARGV = [*README_COMMAND, "--cifar100c-budget", "1s"]
+README_ARGUMENTS = ["--org", ORG, "--from-reference", "--rehearsal", "--dry-run", "rehearsal"]
+ARGV = [*tool_command("release"), *README_ARGUMENTS, "--cifar100c-budget", "1s"]
 
 
 def offline_env(**extra) -> dict:
@@ -121,7 +121,7 @@ def test_the_same_release_run_again_elsewhere_gives_the_same_files_and_numbers(r
     from test_same_seed import without_wall_clock
 
     cwd, preset = rehearsal_run["cwd"], "resnet-50-cifar100"
-    argv = [installed_command("alternet-release"), *ARGV[1:-3], "again", "--cifar100c-budget", "1s", "--no-estimate"]
+    argv = [*tool_command("release"), *README_ARGUMENTS[:-1], "again", "--cifar100c-budget", "1s", "--no-estimate"]
     argv += ["--models", preset]
     completed = run_command(argv, cwd=cwd, env=offline_env(), timeout=900, warm=False)
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
@@ -655,7 +655,7 @@ def assert_refused(result, *fragments):
 
 
 def test_refusals_come_before_any_training(tmp_path):
-    base = [installed_command("alternet-release"), "--no-estimate"]
+    base = [*tool_command("release"), "--no-estimate"]
     runs = {
         "bad org": [*base, "--org", "my..org", "--rehearsal", "--dry-run", "out"],
         "no arrays": [*base, "--org", ORG, "--dry-run", "out"],
@@ -700,7 +700,7 @@ def test_a_folder_of_another_release_is_refused_unless_overwrite(tmp_path):
     (other / release.MANIFEST).write_text(json.dumps({"release": {"org": "someone-else"}, "steps": {}}))
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep me")
-    argv = ["alternet-release", "--no-estimate", "--org", ORG, "--rehearsal", "--dry-run"]
+    argv = [*tool_command("release"), "--no-estimate", "--org", ORG, "--rehearsal", "--dry-run"]
     for folder, what in (("other", "another release"), ("mine", "files that are not a release")):
         result = run_command([*argv, folder], cwd=tmp_path, env=offline_env())
         assert_refused(result, what, "--overwrite")

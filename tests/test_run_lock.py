@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from commands import run_command, start_command
-from conftest import installed_command
+from conftest import installed_command, tool_command, tool_names
 from test_training import TINY_ALTERNET
 
 from alternet_hf.run_lock import LOCK_FILE, FolderInUse, hold_folder
@@ -112,7 +112,7 @@ def test_a_second_training_on_a_folder_in_use_stops_at_once_and_resumes_once_the
         ("alternet-finetune", ["--model", "alternet-18-cifar10", "--dataset", "digits", "--output-dir", "{folder}"]),
         ("alternet-analyze", ["--model", "alternet-18-cifar10", "--analyses", "fourier", "--out", "{folder}"]),
         (
-            "alternet-release",
+            "release",
             ["--org", "me", "--rehearsal", "--models", "resnet-50-cifar100", "--without-cifar100c", "--no-estimate",
              "--dry-run", "{folder}"],
         ),
@@ -122,7 +122,8 @@ def test_every_command_that_writes_a_folder_refuses_one_in_use(tmp_path, command
     folder = tmp_path / "out"
     holder = _hold_elsewhere(folder)
     try:
-        argv = [installed_command(command), *(a.format(folder=folder) for a in arguments)]
+        program = tool_command(command) if command in tool_names() else [installed_command(command)]
+        argv = [*program, *(a.format(folder=folder) for a in arguments)]
         message = _error(run_command(argv, cwd=tmp_path, env=OFFLINE, timeout=120))
         assert f"{folder} is in use by another run (pid {holder.pid} on " in message
         assert sorted(p.name for p in folder.iterdir()) == [LOCK_FILE]  # nothing written beside the running one

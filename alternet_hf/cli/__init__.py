@@ -9,7 +9,6 @@
     alternet-convert     a reference checkpoint (.pth.tar) to a zoo model folder
     alternet-push        publish a trained model to the Hub (or --dry-run)
     alternet-publish-cifar100c   the Zenodo CIFAR-100-C arrays as a parquet dataset
-    alternet-benchmark   images/s of the models, the engine and the analyses
     alternet-space       the Gradio Space
 
 Each module imports only the standard library at the top, so `--help` answers at once; the heavy

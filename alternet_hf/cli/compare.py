@@ -7,7 +7,7 @@ in one plot, one JSON with every number, and a report that decides each claim of
 
 --paper (the default without --models) compares the paper's models: ResNet-50, ViT-Ti, PiT-Ti, Swin-Ti and
 AlterNet-50 for CIFAR-100, from the Hub repos of an organisation (default alternet-hf) or from a folder holding
-one folder per preset (what alternet-convert, alternet-train --recipe paper or alternet-release --dry-run write),
+one folder per preset (what alternet-convert, alternet-train --recipe paper or scripts/release.py --dry-run write),
 on uoft-cs/cifar100 unless --dataset says otherwise.
 
 A model is a zoo preset or folder, a transformers model (folder or Hub id) or a timm model `timm:<name>`,
@@ -88,7 +88,7 @@ def assign_weights(specs: list[tuple[str, str]], weights: list[tuple[str | None,
 
 def paper_models(source: str) -> list[tuple[str, str]]:
     """The paper's line-up (`alternet_hf.presets.PAPER_MODELS`) as (name, source): from a folder of preset-named
-    folders (also under its `models/`, as alternet-release lays them out), else from a Hub organisation."""
+    folders (also under its `models/`, as scripts/release.py lays them out), else from a Hub organisation."""
     from alternet_hf.presets import PAPER_MODELS, display_name
 
     folder = Path(source)

@@ -22,7 +22,7 @@ from pathlib import Path
 from alternet_hf.cli._common import CommandError, command, make_parser
 from alternet_hf.cli.analyze import add_analysis_arguments
 
-# The same names as analysis.minizoo's (a test keeps them equal), read before the analyses load.
+# The same names as alternet_hf.minizoo's (a test keeps them equal), read before the analyses load.
 FAMILIES = ("resnet", "vit", "alternet")
 # --quick: the data batch of the smallest analyses (their amounts are analysis.compare.Settings.QUICK_AMOUNTS).
 QUICK_BATCH_SIZE = 64
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     matplotlib.use("Agg")
     from alternet_hf.cli.analyze import data_options, settings_from_args
     from alternet_hf.cli.compare import print_verdicts
-    from analysis.minizoo import reproduce
+    from alternet_hf.minizoo import reproduce
     from analysis.runner import choose_device
 
     device = choose_device(args.device)

@@ -1,4 +1,4 @@
-"""Speed measurement, in one place (`alternet-benchmark` runs it; benchmarks, not tests).
+"""Speed measurement, in one place (`scripts/benchmark.py` runs it; benchmarks, not tests).
 
 - `models`: images per second of the zoo's models, bare steps, eager or compiled; the release's CIFAR-100-C pass;
   AlterNet-50 raced against the reference implementation's;

@@ -26,6 +26,7 @@ def write_robustness(
     error that leaves on the mean accuracy."""
     import matplotlib.pyplot as plt
 
+    from alternet_hf.presets import create_model
     from analysis.compare import finite
     from analysis.corruptions import SEVERITIES
     from analysis.robustness import (
@@ -35,8 +36,6 @@ def write_robustness(
         plot_corruptions,
         stratified_subset,
     )
-
-    from ..presets import create_model
 
     model = create_model(str(model_dir)).eval()
     source = ParquetCorruptions(dataset_repo)
@@ -98,7 +97,7 @@ def space_requirements(template: Path) -> str:
     from packaging.requirements import Requirement
 
     lines = [
-        "# Pinned by alternet-release to the versions it ran with; torch and torchvision as CPU builds.",
+        "# Pinned by scripts/release.py to the versions it ran with; torch and torchvision as CPU builds.",
         f"--extra-index-url {TORCH_CPU_INDEX}",
     ]
     for line in template.read_text().splitlines():
@@ -131,7 +130,7 @@ def write_space_repo(
     template = Path(__file__).resolve().parents[2] / "spaces"
     if not (template / "app.py").is_file():
         raise ReleaseError(
-            f"the Space's files are not beside this alternet_hf ({template} has no app.py): run alternet-release "
+            f"the Space's files are not beside this alternet_hf ({template} has no app.py): run scripts/release.py "
             "from a clone of alternet-hf installed with `pip install -e .`"
         )
     folder.mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""The release rehearsal's stand-ins, built offline in the real schemas and file formats (`alternet-release
+"""The release rehearsal's stand-ins, built offline in the real schemas and file formats (`scripts/release.py
 --rehearsal`), so that the rehearsal runs the release's own code on everything but the data's source and size.
 
 - The data: a 100-class dataset in `uoft-cs/cifar100`'s columns (img, fine_label, coarse_label; train and test) whose
@@ -19,7 +19,7 @@ import colorsys
 import json
 from pathlib import Path
 
-from ..data import KNOWN_COLUMNS
+from alternet_hf.data import KNOWN_COLUMNS
 
 COLUMNS = KNOWN_COLUMNS["uoft-cs/cifar100"]
 STAND_IN_NAME = "the rehearsal's stand-in for CIFAR-100 (digits on ten hues)"  # as cards name it
@@ -119,9 +119,8 @@ def write_stand_in_dataset(folder: Path) -> Path:
 def write_stand_in_cifar100c(dataset: Path, folder: Path) -> Path:
     """CIFAR-100-C's Zenodo layout (`<corruption>.npy`, `labels.npy`) of the stand-in's test split, made by the zoo's
     corruption generator."""
+    from alternet_hf.data import load_image_classification
     from analysis.robustness import GeneratedCorruptions, save_as_arrays
-
-    from ..data import load_image_classification
 
     test = load_image_classification(str(dataset), split="test", image_column=COLUMNS.image, label_column=COLUMNS.label)
     return save_as_arrays(GeneratedCorruptions.from_dataset(test), folder)
@@ -131,10 +130,10 @@ def write_reference_stand_ins(dataset: Path, folder: Path, *, say=print) -> list
     """Train the stand-ins of the reference's four released models on `dataset`, and write each as its released
     file into `folder` with `reported.json` (the top-1 each reached on the test split, in percent, as the paper
     reports its models'). Returns the files written."""
-    from ..convert import save_reference_checkpoint
-    from ..recipe import TrainingConfig
-    from ..reference import REFERENCE_FILES
-    from ..training import train
+    from alternet_hf.convert import save_reference_checkpoint
+    from alternet_hf.recipe import TrainingConfig
+    from alternet_hf.reference import REFERENCE_FILES
+    from alternet_hf.training import train
 
     folder = Path(folder)
     reported, written = {}, []

@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .compare import ANALYSES, Settings
-from .runner import DataOptions, compare_models
+from analysis.compare import ANALYSES, Settings
+from analysis.runner import DataOptions, compare_models
 
 FAMILIES = ("resnet", "vit", "alternet")
 # Small members of each family at comparable size (1.27 M to 1.58 M parameters, within 1.25x): the AlterNet is the
@@ -59,7 +59,7 @@ TINY = {
 def training_config(family: str, out: Path, *, epochs: int | None, quick: bool):
     """The one recipe (the offline first run's: AdamW, crop, on digits) for every family, for the family's `EPOCHS`
     (`epochs` for all when given; 1 when `quick`)."""
-    from alternet_hf.recipe import TrainingConfig
+    from .recipe import TrainingConfig
 
     preset, overrides = (TINY if quick else SMALL)[family]
     fields = dict(
@@ -71,7 +71,7 @@ def training_config(family: str, out: Path, *, epochs: int | None, quick: bool):
 
 def train_family(config, say=print):
     """Train (or reuse, or resume) one model; returns its folder."""
-    from alternet_hf.training import RESUMABLE_CHANGES, train
+    from .training import RESUMABLE_CHANGES, train
 
     folder = Path(config.output_dir)
     saved = folder / "training_config.json"

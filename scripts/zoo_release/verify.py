@@ -53,7 +53,7 @@ def card_top1(repo: Path) -> float:
     """The clean top-1 the card's `model-index` states (the first accuracy that is not CIFAR-100-C's)."""
     from huggingface_hub import ModelCard
 
-    from ..hub import CIFAR_C_METRIC
+    from alternet_hf.hub import CIFAR_C_METRIC
 
     results = ModelCard.load(repo / "README.md").data.eval_results or []
     for result in results:
@@ -82,7 +82,7 @@ def evaluate_as_a_user(repo: Path, source: str, image_column: str, label_column:
 
 def space_probabilities(repo: Path, images) -> list[list[float]]:
     """The Space's class probabilities for `images` (PIL), its model loaded from `repo` as the Space loads it."""
-    from ..space import Space, load_models
+    from alternet_hf.space import Space, load_models
 
     (loaded,) = load_models(f"model={repo}")
     if loaded.model is None:
@@ -96,7 +96,7 @@ def verify_repo(repo: Path, source: str, dataset_name: str, *, image_column: str
     predictions against the user's model on the first test images. Returns what was compared."""
     import numpy as np
 
-    from ..data import load_image_classification
+    from alternet_hf.data import load_image_classification
 
     stated, user = card_top1(repo), evaluate_as_a_user(repo, source, image_column, label_column)
     allowed = TIED_IMAGES / user["images"]

@@ -6,8 +6,7 @@ import time
 import torch
 
 # The H100 estimate: NVIDIA's dense bf16 peak of an H100 SXM, and the share of it these 32x32 models are assumed to
-# sustain: 8% is what the engine's H100 goal (8,500 AlterNet-50 training images/s, README) means in FLOPs. An
-# assumption, not a measurement.
+# sustain: 8% is what the engine's H100 goal (8,500 AlterNet-50 training images/s) means in FLOPs. An assumption.
 H100_BF16_FLOPS = 989e12
 ASSUMED_UTILISATION = 0.08
 CIFAR_TRAIN_IMAGES, CIFAR_TEST_IMAGES = 50_000, 10_000
@@ -42,7 +41,7 @@ def training_flops_per_image(preset: str, **overrides) -> float:
     its input size, counted by torch's FlopCounterMode on the meta device (shapes only: instant, no memory)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from ..presets import create_model
+    from alternet_hf.presets import create_model
 
     with torch.device("meta"):
         model = create_model(preset, **overrides)
@@ -55,7 +54,7 @@ def training_flops_per_image(preset: str, **overrides) -> float:
 def h100_estimate(presets, epochs: int | None = None, **overrides) -> tuple[float, str]:
     """Hours the real release's training takes on one H100 by measured FLOPs at an assumed sustained rate, and
     the lines that say how."""
-    from ..recipe import PAPER_RECIPE
+    from alternet_hf.recipe import PAPER_RECIPE
 
     epochs = epochs or PAPER_RECIPE["epochs"]
     rate = H100_BF16_FLOPS * ASSUMED_UTILISATION
@@ -78,7 +77,7 @@ def h100_estimate(presets, epochs: int | None = None, **overrides) -> tuple[floa
 def seconds_per_training_image(config, *, batch_size: int = 16, steps: int = 2) -> float:
     """Seconds per image of a training step of `config`'s model (forward, loss, backward, AdamW) on this CPU, in
     float32, timed over `steps` steps after one untimed: what the release weighs a CPU's training time by."""
-    from ..presets import create_model
+    from alternet_hf.presets import create_model
 
     model = create_model(config.model, **config.model_overrides).train()
     size = model.config.image_size

@@ -2,11 +2,11 @@
 trained with the paper's recipe), evaluated on the clean test split and CIFAR-100-C, analysed and compared, with its
 card, and push the Space configured for this organisation. One command, resumable.
 
-    alternet-release --org <org> --from-reference --cifar100c-dir CIFAR-100-C/   # the reference's four, on any machine
-    alternet-release --org <org> --from-reference ckpts/ --cifar100c-dir CIFAR-100-C/   # the four files from ckpts/
-    alternet-release --org <org> --cifar100c-dir CIFAR-100-C/            # train all three, on a GPU machine
-    alternet-release --org <org> --cifar100c-dir CIFAR-100-C/ --dry-run zoo-release/   # all but the uploads
-    alternet-release --org <org> --from-reference --rehearsal --dry-run rehearsal/     # the whole release offline
+    python scripts/release.py --org <org> --from-reference --cifar100c-dir CIFAR-100-C/  # the reference's four
+    python scripts/release.py --org <org> --from-reference ckpts/ --cifar100c-dir CIFAR-100-C/  # files in ckpts/
+    python scripts/release.py --org <org> --cifar100c-dir CIFAR-100-C/  # train all three, on a GPU machine
+    python scripts/release.py --org <org> --cifar100c-dir CIFAR-100-C/ --dry-run zoo-release/  # all but uploads
+    python scripts/release.py --org <org> --from-reference --rehearsal --dry-run rehearsal/  # offline
 
 --from-reference releases the paper's five models: ResNet-50, ViT-Ti, PiT-Ti and Swin-Ti from the reference's
 released CIFAR-100 files (downloaded, or read from DIR), each converted, its top-1 checked against the paper's
@@ -28,7 +28,7 @@ import argparse
 from pathlib import Path
 
 from alternet_hf.cli._common import CommandError, command, make_parser
-from alternet_hf.release import CIFAR100C_BUDGET, MAX_ACCURACY_GAP, TRAINING_BUDGET, parse_duration
+from zoo_release import CIFAR100C_BUDGET, MAX_ACCURACY_GAP, TRAINING_BUDGET, parse_duration
 
 
 def build_parser():
@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    from alternet_hf.release import (
+    from alternet_hf.run_lock import hold_folder
+    from zoo_release import (
         RUNNING_ADVICE,
         Release,
         ReleaseOptions,
@@ -102,7 +103,6 @@ def main(argv: list[str] | None = None) -> None:
         format_duration,
         h100_estimate,
     )
-    from alternet_hf.run_lock import hold_folder
 
     if args.cifar100c_dir is not None and args.without_cifar100c:
         raise CommandError("--cifar100c-dir and --without-cifar100c exclude each other: choose one")

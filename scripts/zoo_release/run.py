@@ -14,11 +14,12 @@ from pathlib import Path
 
 import torch
 
-from ..hub import write_release
-from ..presets import display_name
-from ..recipe import recipe_config
-from ..reference import PAPER_RESULTS, REFERENCE_FILES
-from ..run_lock import hold_folder
+from alternet_hf.hub import write_release
+from alternet_hf.presets import display_name
+from alternet_hf.recipe import recipe_config
+from alternet_hf.reference import PAPER_RESULTS, REFERENCE_FILES
+from alternet_hf.run_lock import hold_folder
+
 from . import rehearsal
 from .checks import (
     CIFAR100C_REPO,
@@ -330,9 +331,8 @@ class Release:
 
     def write_dataset(self) -> list[Path]:
         """CIFAR-100-C as the Hub dataset, once its labels are checked against the clean test split's."""
+        from alternet_hf.data import load_image_classification
         from analysis.robustness import write_hub_dataset
-
-        from ..data import load_image_classification
 
         test = load_image_classification(
             self.source, split="test", image_column=COLUMNS.image, label_column=COLUMNS.label
@@ -350,7 +350,7 @@ class Release:
 
     def fetch_settings(self, preset: str) -> dict:
         """Where the file comes from; a file given in a folder is fetched again (hashed) once it changes."""
-        from ..reference import file_url
+        from alternet_hf.reference import file_url
 
         path = self.reference_file(preset)
         if self.options.rehearsal or self.options.reference_dir:  # not its folder: a moved folder is the same file
@@ -361,7 +361,7 @@ class Release:
     def fetch(self, preset: str) -> list[Path]:
         """The released file, downloaded unless it was given; its provenance (`work/reference/<preset>.json`:
         name, where from, size, SHA-256) is what the card states."""
-        from ..reference import DownloadError, download, file_url
+        from alternet_hf.reference import DownloadError, download, file_url
 
         path, url = self.reference_file(preset), file_url(REFERENCE_FILES[preset])
         downloaded = not (self.options.rehearsal or self.options.reference_dir)
@@ -388,8 +388,7 @@ class Release:
         """The zoo model of the released file (`alternet_hf.convert`: every key consumed, none left over), saved
         with `provenance.json`: the file's record, the converter's version, the numbers the paper reports."""
         import alternet_hf
-
-        from ..convert import convert_original_checkpoint
+        from alternet_hf.convert import convert_original_checkpoint
 
         path, folder = self.reference_file(preset), self.model_dir(preset)
         try:
@@ -509,7 +508,7 @@ class Release:
         """Clean test split (float32, the card's numbers; a converted model's checked against the reported top-1)
         and, where there is CIFAR-100-C, its corruptions and severities from the published parquet:
         `eval_<dataset>_test.json` and `robustness_cifar100-c.json` + figures."""
-        from ..evaluation import evaluate_model, write_evaluation
+        from alternet_hf.evaluation import evaluate_model, write_evaluation
 
         folder = self.model_dir(preset)
         metrics, logits, labels = evaluate_model(
@@ -642,7 +641,7 @@ class Release:
     def device_name(self) -> str:
         if self.device.type == "cuda":
             return torch.cuda.get_device_name(self.device)
-        from ..benchmark.tables import machine
+        from zoo_benchmark.tables import machine
 
         return f"a CPU ({machine()})"
 
@@ -684,7 +683,7 @@ class Release:
         api, repo_id = HfApi(), f"{self.options.org}/{name}"
         extra = {"space_sdk": "gradio"} if kind == "space" else {}
         api.create_repo(repo_id, repo_type=kind, private=self.options.private, exist_ok=True, **extra)
-        api.upload_folder(repo_id=repo_id, repo_type=kind, folder_path=folder, commit_message="alternet-release")
+        api.upload_folder(repo_id=repo_id, repo_type=kind, folder_path=folder, commit_message="scripts/release.py")
         self.say(f"published https://huggingface.co/{'' if kind == 'model' else kind + 's/'}{repo_id}")
         return tree_files(folder)
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import torch
 
-from ..data import KNOWN_COLUMNS
-from ..presets import PAPER_MODELS
-from ..reference import REFERENCE_FILES
-from ..run_lock import LOCK_FILE
+from alternet_hf.data import KNOWN_COLUMNS
+from alternet_hf.presets import PAPER_MODELS
+from alternet_hf.reference import REFERENCE_FILES
+from alternet_hf.run_lock import LOCK_FILE
 
 DATASET = "uoft-cs/cifar100"
 COLUMNS = KNOWN_COLUMNS[DATASET]
@@ -37,7 +37,7 @@ class ReleaseError(ValueError):
 
 @dataclass
 class ReleaseOptions:
-    """What `alternet-release` was asked for. `out` is the dry-run folder or the staging folder of a real release."""
+    """What `scripts/release.py` was asked for. `out` is the dry-run folder or the staging folder of a real release."""
 
     org: str
     out: Path
@@ -84,7 +84,7 @@ def check_options(options: ReleaseOptions) -> None:
     """Every refusal that needs no training: organisation name, presets, CIFAR-100-C arrays, the folder."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
-    from ..presets import list_models
+    from alternet_hf.presets import list_models
 
     try:
         validate_repo_id(f"{options.org}/{SPACE_REPO}")
@@ -185,7 +185,7 @@ def check_hub(options: ReleaseOptions) -> str:
     """The user the token belongs to, or one clear error (no token, or the Hub unreachable) before any training."""
     from huggingface_hub import HfApi, get_token
 
-    from ..hub import hub_unauthenticated, hub_unreachable
+    from alternet_hf.hub import hub_unauthenticated, hub_unreachable
 
     if get_token() is None:
         raise ReleaseError(
@@ -210,7 +210,7 @@ def check_training_data(options: ReleaseOptions) -> None:
     would otherwise convert CIFAR-100-C into its folder and only then stop, at training."""
     if options.rehearsal:
         return
-    from ..data import DatasetUnavailableError, load_raw_dataset
+    from alternet_hf.data import DatasetUnavailableError, load_raw_dataset
 
     try:
         load_raw_dataset(DATASET, split="test")
@@ -228,7 +228,7 @@ def check_training_data(options: ReleaseOptions) -> None:
 def check_reference_files(options: ReleaseOptions) -> None:
     """The reference's files the release converts can be had before anything is written: in `reference_dir`, or
     already downloaded into the release folder, or reachable at their release URL."""
-    from ..reference import DownloadError, file_url, where_to_get_them
+    from alternet_hf.reference import DownloadError, file_url, where_to_get_them
 
     presets = [p for p in options.models if options.converted(p)]
     if not presets or options.rehearsal:
@@ -257,7 +257,7 @@ def reachable(url: str, timeout: float = 20.0) -> None:
     import urllib.error
     import urllib.request
 
-    from ..reference import DownloadError
+    from alternet_hf.reference import DownloadError
 
     try:
         urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout).close()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch
 
-from ..augmentation import normalize_images
-from ..presets import create_model
+from alternet_hf.augmentation import normalize_images
+from alternet_hf.presets import create_model
 
 
 def cifar_like_dataset(path: str, *, num_labels: int, image_size: int, train: int, test: int, seed: int = 0) -> str:
@@ -67,9 +67,9 @@ def measure_data_path(
     shared machine's other jobs do not count), on one thread as in a worker."""
     import tempfile
 
-    from ..presets import create_config
-    from ..recipe import recipe_config
-    from ..training import build_model_and_data
+    from alternet_hf.presets import create_config
+    from alternet_hf.recipe import recipe_config
+    from alternet_hf.training import build_model_and_data
 
     config = create_config(name)
     threads = torch.get_num_threads()
@@ -108,9 +108,9 @@ def measure_engine_overhead(*, steps: int = 50, batch_size: int = 8, repeats: in
     from accelerate import Accelerator
     from tqdm.auto import tqdm
 
-    from ..augmentation import channel_statistics
-    from ..recipe import TrainingConfig, build_optimizer, build_scheduler
-    from ..training import LossMonitor, TrainState, build_steps, train_one_epoch, training_loss
+    from alternet_hf.augmentation import channel_statistics
+    from alternet_hf.recipe import TrainingConfig, build_optimizer, build_scheduler
+    from alternet_hf.training import LossMonitor, TrainState, build_steps, train_one_epoch, training_loss
 
     smallest = dict(
         embedding_size=8, depths=[2], hidden_sizes=[8], num_attention_blocks=[1], num_attention_heads=[1],
@@ -235,9 +235,9 @@ def measure_training_run(
     `model_overrides` replace the recipe's (for a smaller model, whose checkpoints are then smaller)."""
     import tempfile
 
-    from ..presets import create_config
-    from ..recipe import recipe_config
-    from ..training import train
+    from alternet_hf.presets import create_config
+    from alternet_hf.recipe import recipe_config
+    from alternet_hf.training import train
 
     full_recipe = recipe_config(name, recipe)
     overrides = full_recipe.model_overrides if model_overrides is None else model_overrides

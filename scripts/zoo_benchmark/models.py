@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from ..presets import create_model
+from alternet_hf.presets import create_model
 
 
 @dataclass

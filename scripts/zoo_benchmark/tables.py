@@ -1,4 +1,4 @@
-"""The benchmark results as text: the Markdown tables `alternet-benchmark` prints (and the README quotes)."""
+"""The benchmark results as text: the Markdown tables `scripts/benchmark.py` prints (and the README quotes)."""
 
 import os
 import platform

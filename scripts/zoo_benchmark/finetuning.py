@@ -40,7 +40,7 @@ def write_faces_dataset(folder: Path) -> Path:
 
 def finetune_accuracy(model: str, dataset: Path, out: Path, *, seed: int) -> dict:
     """One `finetune` with its defaults: held-out accuracy before and after, the defaults used, wall time."""
-    from ..finetuning import finetune
+    from alternet_hf.finetuning import finetune
 
     lines = []
     started = time.perf_counter()

@@ -1,4 +1,4 @@
-"""The release of the zoo as one resumable run (`alternet-release`): CIFAR-100-C published as parquet, each model
+"""The release of the zoo as one resumable run (`scripts/release.py`): CIFAR-100-C published as parquet, each model
 converted from the reference's released weights or trained with the paper's recipe, evaluated on the clean test split
 and on CIFAR-100-C, analysed and compared, pushed with its card, and the Space pushed configured for this release's
 organisation.
