@@ -39,9 +39,12 @@ def evaluate_model(
     accelerator = Accelerator(mixed_precision=mixed_precision)
     model = create_model(model_name_or_path)
     data = load_image_classification(
-        source, split=split, image_column=image_column, label_column=label_column,
+        source,
+        split=split,
+        image_column=image_column,
+        label_column=label_column,
         class_names=class_names_of(model.config),
-    )  # fmt: skip
+    )
     num_classes = data.features["label"].num_classes
     if num_classes > model.config.num_labels:
         raise ValueError(
@@ -61,9 +64,14 @@ def evaluate_model(
     model, loader = accelerator.prepare(model, loader)
     mean, std = channel_statistics(image_mean, image_std, device=accelerator.device)
     _, eval_step = build_steps(
-        model, mean=mean, std=std, num_labels=num_classes, label_smoothing=0.0, channels_last=False,
+        model,
+        mean=mean,
+        std=std,
+        num_labels=num_classes,
+        label_smoothing=0.0,
+        channels_last=False,
         compile_mode=compile_mode,
-    )  # fmt: skip
+    )
     return evaluate(model, loader, accelerator, eval_step=eval_step)
 
 

@@ -112,9 +112,13 @@ def finetune(
         if horizontal_flip is None:
             horizontal_flip = default_horizontal_flip(model_name_or_path, dataset)
         splits = load_train_and_eval(
-            dataset, train_split=train_split, eval_split=eval_split, image_column=image_column,
-            label_column=label_column, seed=seed,
-        )  # fmt: skip
+            dataset,
+            train_split=train_split,
+            eval_split=eval_split,
+            image_column=image_column,
+            label_column=label_column,
+            seed=seed,
+        )
         train_data, eval_data = splits.train, splits.eval
         names = train_data.features["label"].names
         model = create_model(model_name_or_path, num_labels=len(names), **(model_overrides or {}))

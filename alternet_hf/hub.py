@@ -274,9 +274,19 @@ def write_release(
         shutil.copy(path, target)
         shown[title] = f"figures/{target.name}"
     card = build_model_card(
-        model, repo_id, metrics, dataset, split, model_dir, robustness=robustness_payload, figures=shown,
-        provenance=provenance, reported=reported, evaluated_on=evaluated_on, dataset_aliases={recorded: dataset},
-    )  # fmt: skip
+        model,
+        repo_id,
+        metrics,
+        dataset,
+        split,
+        model_dir,
+        robustness=robustness_payload,
+        figures=shown,
+        provenance=provenance,
+        reported=reported,
+        evaluated_on=evaluated_on,
+        dataset_aliases={recorded: dataset},
+    )
     card.save(output_dir / "README.md")
     return output_dir
 

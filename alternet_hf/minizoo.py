@@ -25,13 +25,13 @@ SMALL = {
     "vit": (
         "vit-ti-cifar10",
         dict(hidden_size=160, num_hidden_layers=6, num_attention_heads=4, intermediate_size=320, patch_size=8),
-    ),  # fmt: skip
+    ),
     "alternet": (
         "alternet-18-cifar10",
         dict(
             hidden_sizes=[32, 64, 128, 256], embedding_size=32, num_attention_heads=[1, 2, 4, 4], attention_head_dim=32
         ),
-    ),  # fmt: skip
+    ),
 }
 # One recipe (the first run's: AdamW, crop, on digits), with the epochs each family needs to be competent (>= 90% on
 # the hold-out): the CNNs 6, the ViT 30, since without convolutions' locality it learns from 1,437 images far slower
@@ -42,7 +42,7 @@ TINY = {
     "vit": (
         "vit-ti-cifar10",
         dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, patch_size=8),
-    ),  # fmt: skip
+    ),
     "alternet": (
         "alternet-18-cifar10",
         dict(
@@ -52,7 +52,7 @@ TINY = {
             num_attention_heads=[1, 1, 1, 1],
             attention_head_dim=8,
         ),
-    ),  # fmt: skip
+    ),
 }
 
 
@@ -63,9 +63,11 @@ def training_config(family: str, out: Path, *, epochs: int | None, quick: bool):
 
     preset, overrides = (TINY if quick else SMALL)[family]
     fields = dict(
-        model=preset, model_overrides={**overrides, "drop_path_rate": 0.0}, output_dir=str(out / "models" / family),
+        model=preset,
+        model_overrides={**overrides, "drop_path_rate": 0.0},
+        output_dir=str(out / "models" / family),
         epochs=epochs or (1 if quick else EPOCHS[family]),
-    )  # fmt: skip
+    )
     return TrainingConfig(**fields)
 
 
@@ -129,8 +131,15 @@ def reproduce(
         trained[family] = train_family(config, say=say)
     training_seconds = time.perf_counter() - started
     written = compare_models(
-        [(family, str(folder)) for family, folder in trained.items()], analyses, data=data, settings=settings,
-        device=device, results_dir=out / "results", comparison_dir=comparison_dir(out, families, analyses),
-        image_size=image_size, scaled_down=scaled_down, say=say,
-    )  # fmt: skip
+        [(family, str(folder)) for family, folder in trained.items()],
+        analyses,
+        data=data,
+        settings=settings,
+        device=device,
+        results_dir=out / "results",
+        comparison_dir=comparison_dir(out, families, analyses),
+        image_size=image_size,
+        scaled_down=scaled_down,
+        say=say,
+    )
     return {**written, "training_minutes": training_seconds / 60, "minutes": (time.perf_counter() - started) / 60}

@@ -119,12 +119,31 @@ class TrainingConfig:
                     "null" if a is type(None) else a.__name__ for a in allowed if a is not int or float not in allowed
                 )
                 raise ValueError(f"TrainingConfig.{f.name} must be {names}, got {value!r}")
-        for name in ("learning_rate", "warmup_epochs", "weight_decay", "momentum", "clip_grad_norm", "horizontal_flip",
-                     "mixup_alpha", "cutmix_alpha", "label_smoothing", "save_every_minutes"):  # fmt: skip
+        for name in (
+            "learning_rate",
+            "warmup_epochs",
+            "weight_decay",
+            "momentum",
+            "clip_grad_norm",
+            "horizontal_flip",
+            "mixup_alpha",
+            "cutmix_alpha",
+            "label_smoothing",
+            "save_every_minutes",
+        ):
             if getattr(self, name) is not None and not math.isfinite(getattr(self, name)):
                 raise ValueError(f"TrainingConfig.{name} must be a finite number, got {getattr(self, name)}")
-        for name in ("epochs", "batch_size", "gradient_accumulation_steps", "eval_batch_size", "eval_every_epochs",
-                     "log_every_steps", "save_every_epochs", "save_every_steps", "keep_checkpoints"):  # fmt: skip
+        for name in (
+            "epochs",
+            "batch_size",
+            "gradient_accumulation_steps",
+            "eval_batch_size",
+            "eval_every_epochs",
+            "log_every_steps",
+            "save_every_epochs",
+            "save_every_steps",
+            "keep_checkpoints",
+        ):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"TrainingConfig.{name} must be at least 1, got {getattr(self, name)}")
         for name in ("learning_rate", "save_every_minutes", "clip_grad_norm"):
@@ -134,8 +153,15 @@ class TrainingConfig:
         for name in ("horizontal_flip", "label_smoothing"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"TrainingConfig.{name} must be within 0…1, got {getattr(self, name)}")
-        for name in ("warmup_epochs", "weight_decay", "momentum", "mixup_alpha", "cutmix_alpha", "random_crop_padding",
-                     "num_workers"):  # fmt: skip
+        for name in (
+            "warmup_epochs",
+            "weight_decay",
+            "momentum",
+            "mixup_alpha",
+            "cutmix_alpha",
+            "random_crop_padding",
+            "num_workers",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"TrainingConfig.{name} must not be negative, got {getattr(self, name)}")
         if self.optimizer not in ("adamw", "sgd"):

@@ -119,9 +119,15 @@ def download(
         total = _total_length(response, offset)
         mode = "ab" if offset else "wb"
         bar = tqdm(
-            total=total, initial=offset, unit="B", unit_scale=True, unit_divisor=1024, desc=target.name,
-            disable=not progress, leave=False,
-        )  # fmt: skip
+            total=total,
+            initial=offset,
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            desc=target.name,
+            disable=not progress,
+            leave=False,
+        )
         try:
             with open(partial, mode) as handle, bar:
                 while chunk := response.read(chunk_size):

@@ -42,8 +42,14 @@ FREQUENCY_NOISE = "frequency noise"
 EXAMPLES = ("astronaut", "coffee", "chelsea", "rocket")
 MINI_ZOO = Path("outputs/mini-zoo")  # what `alternet-reproduce` writes: models/<family>/, results/<family>/
 MINI_ZOO_COMMAND = "alternet-reproduce"
-BLOCK_NAMES = {"stem": "the stem", "head": "the last", "msa": "an MSA", "mlp": "an MLP", "conv": "a Conv",
-               "pool": "a downsampling"}  # fmt: skip
+BLOCK_NAMES = {
+    "stem": "the stem",
+    "head": "the last",
+    "msa": "an MSA",
+    "mlp": "an MLP",
+    "conv": "a Conv",
+    "pool": "a downsampling",
+}
 MODELS_SYNTAX = "alternet-space --models Name=folder_or_hub_id,... (or ALTERNET_SPACE_MODELS)"
 
 
@@ -264,12 +270,15 @@ class Space:
 
     def status(self) -> str:
         lines = [
-            f"- **{m.name}**: {type(m.model).__name__} from `{m.source}`" if m.model is not None else
-            f"- **{m.name}**: not loaded from `{m.source}` ({m.error})"
+            f"- **{m.name}**: {type(m.model).__name__} from `{m.source}`"
+            if m.model is not None
+            else f"- **{m.name}**: not loaded from `{m.source}` ({m.error})"
             for m in self.models
-        ]  # fmt: skip
-        lines += [f"- **{name}**: pending: its weights are not published yet (they are still to be trained)"
-                  for name in self.pending]  # fmt: skip
+        ]
+        lines += [
+            f"- **{name}**: pending: its weights are not published yet (they are still to be trained)"
+            for name in self.pending
+        ]
         text = "Models:\n" + "\n".join(lines)
         if len(self.ready) < len(self.models):
             text += f"\n\nChoose the models with `{MODELS_SYNTAX}`."
@@ -337,8 +346,9 @@ class Space:
     @torch.no_grad()
     def robustness(self, path: str | None, corruption: str, severity: int, frequency: float):
         self._require_models()
-        if corruption != FREQUENCY_NOISE and (float(severity) != int(float(severity)) or int(float(severity)) not in
-                                              SEVERITIES):  # fmt: skip
+        if corruption != FREQUENCY_NOISE and (
+            float(severity) != int(float(severity)) or int(float(severity)) not in SEVERITIES
+        ):
             raise gr.Error(f"The severity is an integer from {min(SEVERITIES)} to {max(SEVERITIES)}, not {severity}.")
         severity = int(float(severity))
         image = open_image(path)
@@ -396,9 +406,16 @@ class Space:
         else:
             ax.axis("off")
             where = f"in {self.results_dir}/<model name>/" if self.results_dir else "(no --results folder given)"
-            ax.text(0.5, 0.5, f"No stored results for these models {where}.\nRun alternet-analyze --out "
-                    "<results>/<model name>, then start the Space\nwith --results <results> "
-                    "(or ALTERNET_SPACE_RESULTS).", ha="center", va="center", fontsize=9)  # fmt: skip
+            ax.text(
+                0.5,
+                0.5,
+                f"No stored results for these models {where}.\nRun alternet-analyze --out "
+                "<results>/<model name>, then start the Space\nwith --results <results> "
+                "(or ALTERNET_SPACE_RESULTS).",
+                ha="center",
+                va="center",
+                fontsize=9,
+            )
         return figure
 
 
@@ -454,9 +471,13 @@ def build_demo(space: Space) -> gr.Blocks:
                         min(SEVERITIES), max(SEVERITIES), value=3, step=1, label="Severity (CIFAR-C, 1-5)"
                     )  # a number in the API, as documented: an integer 1-5
                     frequency = gr.Slider(
-                        0.1, 0.9, value=0.5, step=0.1, label="Noise frequency (π), for frequency noise",
+                        0.1,
+                        0.9,
+                        value=0.5,
+                        step=0.1,
+                        label="Noise frequency (π), for frequency noise",
                         interactive=False,
-                    )  # fmt: skip
+                    )
                     run = gr.Button("Corrupt and classify", variant="primary")
             corruption.change(_severity_or_frequency, corruption, [severity, frequency])
             gr.Examples(examples, inputs=[robust_image], label=examples_label)
@@ -466,7 +487,9 @@ def build_demo(space: Space) -> gr.Blocks:
             gr.Markdown("**Accuracy from stored analysis results**")
             curves = gr.Plot(show_label=False)
             run.click(
-                space.robustness, [robust_image, corruption, severity, frequency], [corrupted, *labels, curves],
+                space.robustness,
+                [robust_image, corruption, severity, frequency],
+                [corrupted, *labels, curves],
                 api_name="robustness",
-            )  # fmt: skip
+            )
     return demo

@@ -463,9 +463,14 @@ def _entrypoint(name: str, architecture: str, datasets: dict[str, str]):
             levels = tuple(range(1 + len(kwargs.get("hidden_sizes", config.hidden_sizes))))
         feature_cfg = dict(feature_cls="getter", out_indices=levels)
         return build_model_with_cfg(
-            TimmZooModel, name, pretrained, feature_cfg=feature_cfg, pretrained_filter_fn=checkpoint_filter_fn,
-            preset=preset, **kwargs,
-        )  # fmt: skip
+            TimmZooModel,
+            name,
+            pretrained,
+            feature_cfg=feature_cfg,
+            pretrained_filter_fn=checkpoint_filter_fn,
+            preset=preset,
+            **kwargs,
+        )
 
     create.__name__ = create.__qualname__ = name
     create.__module__ = __name__

@@ -71,9 +71,19 @@ RUNNING_ADVICE = "wait for it to end, or stop it and then continue it with --res
 FINISHED_OUTPUTS = ("metrics.json", "history.json")
 # What a run writes into its output folder; `overwrite=True` removes these (and nothing else) first.
 RUN_OUTPUTS = (
-    "checkpoints", "best", "logs", "training_config.json", "history.json", "metrics.json", "training_curves.png",
-    "reliability_diagram.png", "config.json", "model.safetensors", "preprocessor_config.json", "holdout.json",
-)  # fmt: skip
+    "checkpoints",
+    "best",
+    "logs",
+    "training_config.json",
+    "history.json",
+    "metrics.json",
+    "training_curves.png",
+    "reliability_diagram.png",
+    "config.json",
+    "model.safetensors",
+    "preprocessor_config.json",
+    "holdout.json",
+)
 
 
 @dataclass
@@ -365,8 +375,8 @@ def train_one_epoch(
     model.train()
     # Accelerate's optimizer wrapper looks an optional package up on disk twice per step and inspects a signature in
     # `zero_grad`; its backward and clipping add a division and a walk over the parameters (`scripts/benchmark.py
-    # --engine-overhead` measures what that costs). Where all of them only forward to torch (no fp16 loss scaler; one device or DDP), torch is
-    # called directly, as they would call it.
+    # --engine-overhead` measures what that costs). Where all of them only forward to torch (no fp16 loss scaler;
+    # one device or DDP), torch is called directly, as they would call it.
     direct = accelerator.scaler is None and accelerator.distributed_type in DIRECT_TORCH_CALLS
     accumulation = accelerator.gradient_accumulation_steps
     batches = iter(loader)
@@ -810,10 +820,21 @@ def _check_world_size(path: Path, accelerator: Accelerator, config: TrainingConf
 # What a resumed run may change: where it writes, and how fast (not what) it computes. Everything else
 # defines the run (model, data, augmentation, optimizer, schedule, seed) and must stay as it was.
 RESUMABLE_CHANGES = (
-    "output_dir", "num_workers", "eval_batch_size", "eval_every_epochs", "log_every_steps", "save_every_epochs",
-    "save_every_minutes", "save_every_steps", "keep_checkpoints", "compile", "compile_mode", "channels_last",
-    "mixed_precision", "deterministic",
-)  # fmt: skip
+    "output_dir",
+    "num_workers",
+    "eval_batch_size",
+    "eval_every_epochs",
+    "log_every_steps",
+    "save_every_epochs",
+    "save_every_minutes",
+    "save_every_steps",
+    "keep_checkpoints",
+    "compile",
+    "compile_mode",
+    "channels_last",
+    "mixed_precision",
+    "deterministic",
+)
 
 
 def _check_resumable(config: TrainingConfig, saved_path: Path) -> None:

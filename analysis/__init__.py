@@ -38,6 +38,18 @@ from . import (
 )
 
 __all__ = [
-    "blocks", "cka", "claims", "compare", "corruptions", "fourier", "hessian", "landscape", "lesion",
-    "models", "report", "robustness", "runner", "variance",
-]  # fmt: skip
+    "blocks",
+    "cka",
+    "claims",
+    "compare",
+    "corruptions",
+    "fourier",
+    "hessian",
+    "landscape",
+    "lesion",
+    "models",
+    "report",
+    "robustness",
+    "runner",
+    "variance",
+]

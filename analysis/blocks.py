@@ -209,9 +209,7 @@ def _timm_cut(model, family: str) -> BlockAdapter:
             f"variant. {_ADAPTER_HELP}"
         ) from error
     paths = {module: name for name, module in model.named_modules()}
-    blocks = [
-        Block(b.kind, b.module, paths.get(b.named or b.module, ""), b.branch, b.read) for b in cut.blocks
-    ]  # fmt: skip
+    blocks = [Block(b.kind, b.module, paths.get(b.named or b.module, ""), b.branch, b.read) for b in cut.blocks]
     return BlockAdapter(blocks, num_prefix_tokens=cut.num_prefix_tokens, channels_last=cut.channels_last)
 
 
@@ -304,13 +302,15 @@ DISCOVERERS: list[tuple[str, tuple[str, ...], Callable[[nn.Module], BlockAdapter
     ("timm.models.swin_transformer", ("SwinTransformer",), lambda m: _timm_cut(m, "timm SwinTransformer")),
     ("timm.models.convnext", ("ConvNeXt",), _timm_convnext),
     ("timm.models.resnet", ("ResNet",), _timm_resnet),
-    ("transformers.models.deit", ("DeiTModel", "DeiTForImageClassification",
-                                  "DeiTForImageClassificationWithTeacher"),
-     lambda m: _hf_vit_like(m, "deit", "transformers DeiT")),
+    (
+        "transformers.models.deit",
+        ("DeiTModel", "DeiTForImageClassification", "DeiTForImageClassificationWithTeacher"),
+        lambda m: _hf_vit_like(m, "deit", "transformers DeiT"),
+    ),
     ("transformers.models.swin", ("SwinModel", "SwinForImageClassification"), _hf_swin),
     ("transformers.models.convnext", ("ConvNextModel", "ConvNextForImageClassification"), _hf_convnext),
     ("transformers.models.resnet", ("ResNetModel", "ResNetForImageClassification"), _hf_resnet),
-]  # fmt: skip
+]
 
 KNOWN_FAMILIES = (
     "the zoo's AlterNet, ResNet, ViT, PiT and Swin; timm's ResNet, VisionTransformer (ViT, DeiT), SwinTransformer, "

@@ -189,9 +189,15 @@ def cka(
     """
     if other is None:
         (result,) = accumulate(
-            model, data, [CKAAccumulator()], adapter=adapter, max_batches=max_batches, device=device,
-            progress=progress, desc="CKA",
-        )  # fmt: skip
+            model,
+            data,
+            [CKAAccumulator()],
+            adapter=adapter,
+            max_batches=max_batches,
+            device=device,
+            progress=progress,
+            desc="CKA",
+        )
         return result
     device = resolve_device(model, device)
     adapter, other_adapter = describe_blocks(model, adapter), describe_blocks(other, other_adapter)

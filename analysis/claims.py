@@ -93,10 +93,16 @@ class Claim:
 
     def to_dict(self) -> dict:
         return {
-            "key": self.key, "statement": self.statement, "source": self.source, "rule": self.rule,
-            "verdict": self.verdict, "checks": self.checks, "evidence": self.evidence, "numbers": self.numbers,
+            "key": self.key,
+            "statement": self.statement,
+            "source": self.source,
+            "rule": self.rule,
+            "verdict": self.verdict,
+            "checks": self.checks,
+            "evidence": self.evidence,
+            "numbers": self.numbers,
             "below_competence": self.below_competence,
-        }  # fmt: skip
+        }
 
 
 def role(kinds: list[str]) -> str:
@@ -192,7 +198,8 @@ def _filter_claim(results, kinds, *, low_pass: bool) -> Claim:
         key="msa-low-pass" if low_pass else "conv-high-pass",
         statement=(
             "MSAs are low-pass filters: they reduce the high-frequency amplitude of feature maps"
-            if low_pass else "Convs and MLPs are high-pass filters: they amplify high frequencies"
+            if low_pass
+            else "Convs and MLPs are high-pass filters: they amplify high frequencies"
         ),
         source="Fig. 2 and 8; docs/paper.md §6 (Fourier ΔlogA)",
         rule=(
@@ -200,7 +207,7 @@ def _filter_claim(results, kinds, *, low_pass: bool) -> Claim:
             f"{'below' if low_pass else 'above'} 0 by more than {NOISE_MULTIPLE:g} standard errors (over its blocks or "
             "over the test images, whichever is larger; downsampling blocks apart)"
         ),
-    )  # fmt: skip
+    )
     for name, found in results.items():
         if "fourier" not in found:
             continue
@@ -213,9 +220,13 @@ def _filter_claim(results, kinds, *, low_pass: bool) -> Claim:
             error, spread_of = larger_error(over_blocks, over_images, changes.size)
             claim.checks[f"{name} {kind}"] = decide(-mean if low_pass else mean, error)
             claim.numbers.setdefault(name, {})[kind] = {
-                "mean": mean, "standard_error": error, "standard_error_over_blocks": over_blocks,
-                "standard_error_over_images": over_images, "blocks": int(changes.size), "values": changes.tolist(),
-            }  # fmt: skip
+                "mean": mean,
+                "standard_error": error,
+                "standard_error_over_blocks": over_blocks,
+                "standard_error_over_images": over_images,
+                "blocks": int(changes.size),
+                "values": changes.tolist(),
+            }
             spread = _range(changes)
             claim.evidence.append(
                 f"{name}: {kind.upper() if kind == 'msa' else kind} {mean:+.3f} ± {error:.3f} ({spread_of}) on "
@@ -233,7 +244,8 @@ def _variance_claim(results, kinds, *, reduces: bool) -> Claim:
     claim = Claim(
         key="msa-reduce-variance" if reduces else "conv-increase-variance",
         statement=(
-            "MSAs reduce the variance of feature maps (they ensemble and smooth them)" if reduces
+            "MSAs reduce the variance of feature maps (they ensemble and smooth them)"
+            if reduces
             else "Convs and MLPs increase the variance of feature maps"
         ),
         source="Fig. 9; docs/paper.md §6 (feature-map variance)",
@@ -242,7 +254,7 @@ def _variance_claim(results, kinds, *, reduces: bool) -> Claim:
             f"{'below' if reduces else 'above'} 1 by more than {NOISE_MULTIPLE:g} standard errors of its log (over the "
             "blocks or the test images, whichever is larger; our definition, the reference notebook's in brackets)"
         ),
-    )  # fmt: skip
+    )
     for name, found in results.items():
         if "variance" not in found:
             continue
@@ -254,18 +266,22 @@ def _variance_claim(results, kinds, *, reduces: bool) -> Claim:
             ours = _geometric_mean(ratios)
             reference = (
                 _geometric_mean(variance_ratios(result.reference_variance, result.kinds, kind))
-                if result.reference_variance is not None else float("nan")
-            )  # fmt: skip
+                if result.reference_variance is not None
+                else float("nan")
+            )
             logs = np.log(ratios[np.isfinite(ratios) & (ratios > 0)])
             mean_log, over_blocks = mean_and_error(logs)
             over_images = getattr(result, "kind_log_ratio_error", {}).get(kind)
             error, spread_of = larger_error(over_blocks, over_images, logs.size)
             claim.checks[f"{name} {kind}"] = decide(-mean_log if reduces else mean_log, error)
             claim.numbers.setdefault(name, {})[kind] = {
-                "ratio": ours, "reference_ratio": reference, "log_standard_error": error,
-                "log_standard_error_over_blocks": over_blocks, "log_standard_error_over_images": over_images,
+                "ratio": ours,
+                "reference_ratio": reference,
+                "log_standard_error": error,
+                "log_standard_error_over_blocks": over_blocks,
+                "log_standard_error_over_images": over_images,
                 "ratios": ratios.tolist(),
-            }  # fmt: skip
+            }
             claim.evidence.append(
                 f"{name}: {kind.upper() if kind == 'msa' else kind} ×{ours:.4g} (×/÷{np.exp(error):.3g}, {spread_of}; "
                 f"reference definition ×{reference:.4g}) over {ratios.size} block{'s' if ratios.size > 1 else ''}"
@@ -289,10 +305,11 @@ def variance_definitions_agree(results: dict[str, dict]) -> dict:
                 continue
             reference = variance_ratios(result.reference_variance, result.kinds, kind)
             rows[f"{name} {kind}"] = {
-                "ours": ours.tolist(), "reference": reference.tolist(),
+                "ours": ours.tolist(),
+                "reference": reference.tolist(),
                 "same_direction": bool(np.all((ours > 1) == (reference > 1))),
                 "largest_relative_difference": float(np.max(np.abs(reference / ours - 1))),
-            }  # fmt: skip
+            }
     return rows
 
 
@@ -318,8 +335,12 @@ def _hessian_flatness(results, roles) -> Claim:
         if "hessian" in found:
             tops = np.asarray(found["hessian"].eigenvalues, dtype=float)[:, 0]
             mean, error = mean_and_error(tops)
-            claim.numbers[name] = {"median_top_eigenvalue": _median_top(found["hessian"]), "mean_top_eigenvalue": mean,
-                                   "standard_error": error, "minibatches": int(tops.size)}  # fmt: skip
+            claim.numbers[name] = {
+                "median_top_eigenvalue": _median_top(found["hessian"]),
+                "mean_top_eigenvalue": mean,
+                "standard_error": error,
+                "minibatches": int(tops.size),
+            }
             claim.evidence.append(
                 f"{name} ({roles[name]}): λmax {mean:.4g} ± {error:.2g} (mean of {tops.size} minibatches, median "
                 f"{claim.numbers[name]['median_top_eigenvalue']:.4g})"
@@ -346,8 +367,11 @@ def _negative_eigenvalues(results, roles) -> Claim:
         smallest = np.asarray(result.smallest_eigenvalues, dtype=float)[:, 0]
         largest = np.abs(np.asarray(result.eigenvalues, dtype=float)[:, 0])
         ratio, error = mean_and_error(np.maximum(-smallest, 0.0) / largest)
-        claim.numbers[name] = {"median_smallest_eigenvalue": float(np.median(smallest)), "negative_ratio": ratio,
-                               "standard_error": error}  # fmt: skip
+        claim.numbers[name] = {
+            "median_smallest_eigenvalue": float(np.median(smallest)),
+            "negative_ratio": ratio,
+            "standard_error": error,
+        }
         claim.evidence.append(
             f"{name} ({roles[name]}): λmin {np.median(smallest):.4g} (median), |λmin|/λmax {ratio:.3g} ± {error:.2g}"
         )
@@ -407,8 +431,11 @@ def _high_frequency_robustness(results, roles) -> Claim:
         if not high.size:
             continue
         mean, error = mean_and_error(high)
-        claim.numbers[name] = {"mean_high_frequency_delta": mean, "standard_error": error,
-                               "delta_accuracy": delta.tolist()}  # fmt: skip
+        claim.numbers[name] = {
+            "mean_high_frequency_delta": mean,
+            "standard_error": error,
+            "delta_accuracy": delta.tolist(),
+        }
         claim.evidence.append(
             f"{name} ({roles[name]}): {100 * mean:+.1f} ± {100 * error:.1f} points at ≥ {HIGH_FREQUENCIES}π "
             f"({100 * delta[-1]:+.1f} at {frequencies[-1]:.1f}π)"
@@ -459,8 +486,12 @@ def _stage_end_lesion(results, roles) -> Claim:
             np.hypot(*(_mean_binomial_error(lesioned[group], result.num_samples) for group in (ends, others)))
         )
         claim.checks[name] = decide(end_drop - other_drop, error)
-        claim.numbers[name] = {"stage_end_msa_drop": end_drop, "other_drop": other_drop, "standard_error": error,
-                               "stage_end_msas": ends}  # fmt: skip
+        claim.numbers[name] = {
+            "stage_end_msa_drop": end_drop,
+            "other_drop": other_drop,
+            "standard_error": error,
+            "stage_end_msas": ends,
+        }
         claim.evidence.append(
             f"{name}: stage-end MSAs −{100 * end_drop:.1f} points on average ({len(ends)}), other blocks "
             f"−{100 * other_drop:.1f} ({len(others)}); difference ± {100 * error:.1f}"
@@ -480,19 +511,23 @@ def _ranking(results, roles, what: str) -> Claim:
     claim = Claim(
         key="accuracy-order" if accuracy else "robustness-order",
         statement=(
-            "AlterNet is more accurate than the ResNet, which is more accurate than ViT" if accuracy
+            "AlterNet is more accurate than the ResNet, which is more accurate than ViT"
+            if accuracy
             else "AlterNet is more robust to corruptions than the ResNet, which is more robust than ViT"
         ),
         source=(
-            "docs/paper.md §1 (CIFAR-100 top-1: AlterNet 84.0, ResNet 82.5, ViT-Ti 66.5)" if accuracy
+            "docs/paper.md §1 (CIFAR-100 top-1: AlterNet 84.0, ResNet 82.5, ViT-Ti 66.5)"
+            if accuracy
             else "docs/paper.md §1 (CIFAR-100-C mean accuracy: AlterNet 66.7, ResNet 65.0, ViT-Ti 51.9)"
         ),
         rule=(
-            "test accuracy: every hybrid ≥ every CNN > every ViT-like model" if accuracy
+            "test accuracy: every hybrid ≥ every CNN > every ViT-like model"
+            if accuracy
             else "mean accuracy over the corruptions: every hybrid ≥ every CNN > every ViT-like model"
-        ) + f", each by more than {NOISE_MULTIPLE:g} standard errors of the difference ("
+        )
+        + f", each by more than {NOISE_MULTIPLE:g} standard errors of the difference ("
         + ("binomial, over the test images)" if accuracy else "over the corruptions and severities)"),
-    )  # fmt: skip
+    )
     values, errors = {}, {}
     for name, found in results.items():
         if accuracy and "accuracy" in found:

@@ -73,14 +73,23 @@ class Settings:
         density_vectors=0,
         landscape_points=9,
         corruption_images=128,
-    )  # fmt: skip  (every severity: the robustness curve is over severities, as the paper's)
+    )  # every severity: the robustness curve is over severities, as the paper's
 
     # The smallest amounts that still run every analysis's whole path (`alternet-reproduce --quick`, the release's
     # rehearsal): seconds per tiny model.
     QUICK_AMOUNTS = dict(
-        max_batches=1, train_batch_size=16, hessian_batches=1, top_k=1, bottom_k=1, lanczos_steps=4, density_vectors=0,
-        landscape_points=3, corruptions=("gaussian_noise", "fog"), severities=(3,), corruption_images=32,
-    )  # fmt: skip
+        max_batches=1,
+        train_batch_size=16,
+        hessian_batches=1,
+        top_k=1,
+        bottom_k=1,
+        lanczos_steps=4,
+        density_vectors=0,
+        landscape_points=3,
+        corruptions=("gaussian_noise", "fog"),
+        severities=(3,),
+        corruption_images=32,
+    )
 
     @classmethod
     def for_device(cls, device: torch.device | str, **given) -> tuple["Settings", list[str]]:
@@ -205,9 +214,14 @@ def analyse(
         }
         chosen = {name: accumulators[name] for name in per_block} | {"accuracy": AccuracyAccumulator()}
         computed = accumulate(
-            model, test_data, list(chosen.values()), adapter=adapter, max_batches=settings.max_batches,
-            desc="+".join(per_block), **common,
-        )  # fmt: skip
+            model,
+            test_data,
+            list(chosen.values()),
+            adapter=adapter,
+            max_batches=settings.max_batches,
+            desc="+".join(per_block),
+            **common,
+        )
         results.update({name: result for name, result in zip(chosen, computed) if result is not None})
         for name in per_block:
             if on_result:
@@ -220,33 +234,56 @@ def analyse(
             on_start(name)
         if name == "hessian":
             results[name] = hessian.max_eigenvalue_spectrum(
-                model, train_data(), top_k=settings.top_k, bottom_k=settings.bottom_k,
-                weight_decay=settings.weight_decay, penalty=settings.penalty, batchnorm=settings.hessian_batchnorm,
-                tol=settings.hessian_tol, max_steps=settings.lanczos_steps, max_batches=settings.hessian_batches,
-                density_vectors=settings.density_vectors, density_steps=settings.density_steps,
-                time_limit=settings.hessian_time_limit, seed=settings.seed,
-                on_batch=(lambda partial: on_partial("hessian", partial)) if on_partial else None, **common,
-            )  # fmt: skip
+                model,
+                train_data(),
+                top_k=settings.top_k,
+                bottom_k=settings.bottom_k,
+                weight_decay=settings.weight_decay,
+                penalty=settings.penalty,
+                batchnorm=settings.hessian_batchnorm,
+                tol=settings.hessian_tol,
+                max_steps=settings.lanczos_steps,
+                max_batches=settings.hessian_batches,
+                density_vectors=settings.density_vectors,
+                density_steps=settings.density_steps,
+                time_limit=settings.hessian_time_limit,
+                seed=settings.seed,
+                on_batch=(lambda partial: on_partial("hessian", partial)) if on_partial else None,
+                **common,
+            )
         elif name == "landscape":
             results[name] = landscape.loss_landscape(
-                model, train_data(), num_points=settings.landscape_points, span=settings.landscape_span,
-                weight_decay=settings.weight_decay, penalty=settings.penalty, protocol=settings.landscape_protocol,
-                batchnorm=settings.landscape_batchnorm, max_batches=settings.landscape_batches, seed=settings.seed,
+                model,
+                train_data(),
+                num_points=settings.landscape_points,
+                span=settings.landscape_span,
+                weight_decay=settings.weight_decay,
+                penalty=settings.penalty,
+                protocol=settings.landscape_protocol,
+                batchnorm=settings.landscape_batchnorm,
+                max_batches=settings.landscape_batches,
+                seed=settings.seed,
                 **common,
-            )  # fmt: skip
+            )
         elif name == "robustness":
             results[name] = robustness.evaluate_corruptions(
-                model, corruption_source, corruptions=settings.corruptions, severities=settings.severities,
-                image_size=preprocessing.image_size, image_mean=preprocessing.image_mean,
-                image_std=preprocessing.image_std, **common,
-            )  # fmt: skip
+                model,
+                corruption_source,
+                corruptions=settings.corruptions,
+                severities=settings.severities,
+                image_size=preprocessing.image_size,
+                image_mean=preprocessing.image_mean,
+                image_std=preprocessing.image_std,
+                **common,
+            )
         elif name == "frequency-noise":
             results[name] = robustness.frequency_noise(
                 model, test_data, max_batches=settings.max_batches, seed=settings.seed, **common
             )
         elif name == "lesion":
-            results[name] = lesion.lesion_study(model, test_data, adapter=adapter, max_batches=settings.max_batches,
-                                                **common)  # fmt: skip
+            results[name] = lesion.lesion_study(
+                model, test_data, adapter=adapter, max_batches=settings.max_batches, **common
+            )
         if on_result:
             on_result(name, results[name])
     return results
@@ -294,8 +331,15 @@ def _arrays(values: dict) -> dict:
 # --- all models in one figure ---------------------------------------------------------------------------
 
 # Every kind visibly coloured on a white page (a white Conv swatch read as a gap).
-STRIP_COLOURS = {"msa": "0.55", "pool": "#6baed6", "conv": "#f6dfb2", "mlp": "#b8e0b0", "stem": "0.88",
-                 "head": "0.88", "input": "0.97"}  # fmt: skip
+STRIP_COLOURS = {
+    "msa": "0.55",
+    "pool": "#6baed6",
+    "conv": "#f6dfb2",
+    "mlp": "#b8e0b0",
+    "stem": "0.88",
+    "head": "0.88",
+    "input": "0.97",
+}
 KIND_MARKERS = {"msa": "o", "pool": "v", "conv": "D", "mlp": "s", "stem": "x", "head": "x", "input": "."}
 
 
@@ -311,8 +355,15 @@ def _colours(names):
     return {name: palette[i % len(palette)] for i, name in enumerate(names)}
 
 
-def _by_depth_figure(series: dict[str, tuple[np.ndarray, list[str]]], *, ylabel: str, title: str, log: bool = False,
-                     extra: dict[str, np.ndarray] | None = None, extra_label: str = ""):  # fmt: skip
+def _by_depth_figure(
+    series: dict[str, tuple[np.ndarray, list[str]]],
+    *,
+    ylabel: str,
+    title: str,
+    log: bool = False,
+    extra: dict[str, np.ndarray] | None = None,
+    extra_label: str = "",
+):
     """One axis with every model's curve over normalised depth (markers by block kind), and below it one
     strip per model showing where its MSA and downsampling blocks are."""
     import matplotlib.pyplot as plt
@@ -332,9 +383,14 @@ def _by_depth_figure(series: dict[str, tuple[np.ndarray, list[str]]], *, ylabel:
             chosen = [i for i, k in enumerate(kinds) if k == kind]
             filled = kind in ("msa", "pool")
             ax.scatter(
-                depth[chosen], np.asarray(values)[chosen], marker=KIND_MARKERS.get(kind, "."), s=22 if filled else 12,
-                color=colours[name], facecolors=colours[name] if filled else "none", zorder=3,
-            )  # fmt: skip
+                depth[chosen],
+                np.asarray(values)[chosen],
+                marker=KIND_MARKERS.get(kind, "."),
+                s=22 if filled else 12,
+                color=colours[name],
+                facecolors=colours[name] if filled else "none",
+                zorder=3,
+            )
         if extra and name in extra:
             ax.plot(depth, extra[name], color=colours[name], linewidth=0.8, linestyle="--")
     if log:
@@ -377,16 +433,19 @@ def comparison_figures(results: dict[str, dict[str, AnalysisResult]]) -> dict[st
     if found := having("fourier"):
         figures["fourier_by_depth"] = _by_depth_figure(
             {name: (r.high_frequency, r.kinds) for name, r in found.items()},
-            ylabel="ΔlogA at π", title="High-frequency ΔlogA by depth (Fig. 2c / 8)",
-        )  # fmt: skip
+            ylabel="ΔlogA at π",
+            title="High-frequency ΔlogA by depth (Fig. 2c / 8)",
+        )
         figures["fourier_spectra"] = _panels(found, fourier.plot_fourier_curves, "ΔlogA spectra (Fig. 2a)", (3.6, 3.2))
     if found := having("variance"):
         figures["variance_by_depth"] = _by_depth_figure(
-            {name: (r.variance, r.kinds) for name, r in found.items()}, ylabel="feature-map variance",
-            title="Feature-map variance by depth (Fig. 9)", log=True,
+            {name: (r.variance, r.kinds) for name, r in found.items()},
+            ylabel="feature-map variance",
+            title="Feature-map variance by depth (Fig. 9)",
+            log=True,
             extra={n: r.reference_variance for n, r in found.items() if r.reference_variance is not None},
             extra_label="reference notebook's definition",
-        )  # fmt: skip
+        )
     if found := having("hessian"):
         figures["hessian_spectra"] = _hessian_figure(found)
     if found := having("landscape"):
@@ -396,8 +455,10 @@ def comparison_figures(results: dict[str, dict[str, AnalysisResult]]) -> dict[st
     if found := having("lesion"):
         drops = {n: (np.concatenate([[np.nan], 100 * r.accuracy_drop]), ["input", *r.kinds]) for n, r in found.items()}
         figures["lesion"] = _by_depth_figure(
-            drops, ylabel="accuracy drop (points)", title="Lesion study: accuracy lost without each block (Fig. 11)",
-        )  # fmt: skip
+            drops,
+            ylabel="accuracy drop (points)",
+            title="Lesion study: accuracy lost without each block (Fig. 11)",
+        )
     if found := having("robustness"):
         ax = _common.new_axes(None, figsize=(6, 3.5))
         for name, result in found.items():
@@ -433,11 +494,13 @@ def _hessian_figure(found: dict):
     import matplotlib.pyplot as plt
 
     densities = {name: r.density for name, r in found.items() if r.density is not None}
-    figure, axes = plt.subplots(1, 1 + bool(densities), figsize=(5.5 * (1 + bool(densities)), 3.6), squeeze=False,
-                                constrained_layout=True)  # fmt: skip
+    figure, axes = plt.subplots(
+        1, 1 + bool(densities), figsize=(5.5 * (1 + bool(densities)), 3.6), squeeze=False, constrained_layout=True
+    )
     colours = _colours(list(found))
-    values = np.concatenate([np.concatenate([np.ravel(r.eigenvalues), np.ravel(r.smallest_eigenvalues)])
-                             for r in found.values()])  # fmt: skip
+    values = np.concatenate(
+        [np.concatenate([np.ravel(r.eigenvalues), np.ravel(r.smallest_eigenvalues)]) for r in found.values()]
+    )
     values = values[np.isfinite(values)]
     edges = np.linspace(values.min(), values.max(), 41) if values.size and values.min() < values.max() else 41
     ax = axes[0, 0]
@@ -456,8 +519,12 @@ def _hessian_figure(found: dict):
         ax = axes[0, 1]
         for name, density in densities.items():
             density = _arrays(density)
-            ax.plot(density["grid"], np.maximum(density["density"], 1e-12 * density["density"].max()), label=name,
-                    color=colours[name])  # fmt: skip
+            ax.plot(
+                density["grid"],
+                np.maximum(density["density"], 1e-12 * density["density"].max()),
+                label=name,
+                color=colours[name],
+            )
         ax.axvline(0.0, color="0.5", linewidth=0.8, linestyle="--")
         ax.set(yscale="log", xlabel="Hessian eigenvalue", ylabel="density", title="SLQ spectral density")
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
@@ -469,8 +536,9 @@ def _landscape_figure(found: dict):
     one axis, and each model's contour map."""
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, 1 + len(found), figsize=(4.2 * (1 + len(found)), 3.8), squeeze=False,
-                                constrained_layout=True)  # fmt: skip
+    figure, axes = plt.subplots(
+        1, 1 + len(found), figsize=(4.2 * (1 + len(found)), 3.8), squeeze=False, constrained_layout=True
+    )
     colours = _colours(list(found))
     ax = axes[0, 0]
     for name, result in found.items():
@@ -478,11 +546,19 @@ def _landscape_figure(found: dict):
         centre = len(result.coordinates) // 2
         slices = [loss] if loss.ndim == 1 else [loss[:, centre], loss[centre, :]]
         for direction, values in enumerate(slices):
-            ax.plot(result.coordinates, values - loss[(centre,) * loss.ndim], color=colours[name],
-                    linestyle="-" if direction == 0 else ":", label=name if direction == 0 else None)  # fmt: skip
+            ax.plot(
+                result.coordinates,
+                values - loss[(centre,) * loss.ndim],
+                color=colours[name],
+                linestyle="-" if direction == 0 else ":",
+                label=name if direction == 0 else None,
+            )
     protocols = sorted({r.protocol for r in found.values()})
-    ax.set(xlabel="step along direction 1 (solid) / 2 (dotted)", ylabel="loss − loss at the trained weights",
-           title=f"Loss-landscape slices ({', '.join(protocols)} protocol)")  # fmt: skip
+    ax.set(
+        xlabel="step along direction 1 (solid) / 2 (dotted)",
+        ylabel="loss − loss at the trained weights",
+        title=f"Loss-landscape slices ({', '.join(protocols)} protocol)",
+    )
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     # One colour scale for every model's map (each on its own linear levels made the flattest look the sharpest),
     # logarithmic where the losses span decades (the reference protocol's edges reach thousands).
@@ -565,9 +641,14 @@ def measure_costs(model: nn.Module, *, test_batch, train_batch=None, device=None
 
 
 def estimate_seconds(
-    analyses: Sequence[str], costs: dict[str, float], settings: Settings, *, test_batches: int, num_branches: int,
+    analyses: Sequence[str],
+    costs: dict[str, float],
+    settings: Settings,
+    *,
+    test_batches: int,
+    num_branches: int,
     corruption_images: int | None = None,
-) -> dict[str, tuple[float, str]]:  # fmt: skip
+) -> dict[str, tuple[float, str]]:
     """{analysis: (seconds, how that was reckoned)} from measured `costs`; per-block analyses share
     one entry (they share one pass). Upper bounds for the Hessian (every Lanczos step taken)."""
     test = costs["test_forward"]
@@ -581,9 +662,13 @@ def estimate_seconds(
         estimates["hessian"] = (
             products * hvp,
             f"at most {settings.hessian_batches} minibatches × {settings.lanczos_steps} Lanczos steps"
-            + (f" + {settings.density_vectors}×{settings.density_steps} for the density" if settings.density_vectors
-               else "") + f", about {hvp:.2g} s per Hessian-vector product",
-        )  # fmt: skip
+            + (
+                f" + {settings.density_vectors}×{settings.density_steps} for the density"
+                if settings.density_vectors
+                else ""
+            )
+            + f", about {hvp:.2g} s per Hessian-vector product",
+        )
     if "landscape" in analyses and "train_forward" in costs:
         points = settings.landscape_points**2
         estimates["landscape"] = (

@@ -174,18 +174,28 @@ def fourier_log_amplitude(
     with other per-block analyses in one pass, give a `FourierAccumulator` to `analysis.blocks.accumulate`.
     """
     (result,) = accumulate(
-        model, images, [FourierAccumulator(num_frequencies)], adapter=adapter, max_batches=max_batches,
-        device=device, progress=progress, desc="fourier",
-    )  # fmt: skip
+        model,
+        images,
+        [FourierAccumulator(num_frequencies)],
+        adapter=adapter,
+        max_batches=max_batches,
+        device=device,
+        progress=progress,
+        desc="fourier",
+    )
     return result
 
 
 def plot_fourier(result: FourierResult, ax=None):
     """ΔlogA at π by depth, MSA and downsampling blocks shaded: the paper's Fig. 2 (right)."""
     return _common.plot_by_depth(
-        result.high_frequency, result.kinds, ax, ylabel="ΔlogA at π",
-        title="High-frequency log amplitude", color="tab:blue",
-    )  # fmt: skip
+        result.high_frequency,
+        result.kinds,
+        ax,
+        ylabel="ΔlogA at π",
+        title="High-frequency log amplitude",
+        color="tab:blue",
+    )
 
 
 def plot_fourier_curves(result: FourierResult, ax=None):

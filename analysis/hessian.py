@@ -249,9 +249,20 @@ def top_eigenvalues(
     basis holds up to `max_steps` float64 vectors of the parameter count (33 M for AlterNet-50: 264 MB each).
     """
     return extreme_eigenvalues(
-        model, data, loss_fn=loss_fn, top_k=top_k, bottom_k=0, weight_decay=weight_decay, penalty=penalty,
-        batchnorm=batchnorm, tol=tol, max_steps=max_steps, max_batches=max_batches, seed=seed, device=device,
-    )  # fmt: skip
+        model,
+        data,
+        loss_fn=loss_fn,
+        top_k=top_k,
+        bottom_k=0,
+        weight_decay=weight_decay,
+        penalty=penalty,
+        batchnorm=batchnorm,
+        tol=tol,
+        max_steps=max_steps,
+        max_batches=max_batches,
+        seed=seed,
+        device=device,
+    )
 
 
 def extreme_eigenvalues(
@@ -477,8 +488,17 @@ def max_eigenvalue_spectrum(
     per_batch, num_hvps, complete, first_batch = [], 0, True, None
 
     def spectrum_so_far(density=None, done=False) -> SpectrumResult:
-        return _pooled(per_batch, num_hvps, bins, complete=complete and done, requested=total, density=density,
-                       weight_decay=weight_decay, penalty=penalty, batchnorm=batchnorm)  # fmt: skip
+        return _pooled(
+            per_batch,
+            num_hvps,
+            bins,
+            complete=complete and done,
+            requested=total,
+            density=density,
+            weight_decay=weight_decay,
+            penalty=penalty,
+            batchnorm=batchnorm,
+        )
 
     with analysis_mode(model, batchnorm=batchnorm, device=device):
         batches = _common.iterate_batches(data, max_batches=max_batches)
@@ -490,9 +510,14 @@ def max_eigenvalue_spectrum(
             first_batch = first_batch or batch
             operator = HessianOperator(model, batch, loss_fn=loss_fn, weight_decay=weight_decay, penalty=penalty)
             result = _lanczos_extremes(
-                operator, top_k=top_k, bottom_k=bottom_k, tol=tol, max_steps=max_steps, seed=seed + index,
+                operator,
+                top_k=top_k,
+                bottom_k=bottom_k,
+                tol=tol,
+                max_steps=max_steps,
+                seed=seed + index,
                 deadline=deadline,
-            )  # fmt: skip
+            )
             num_hvps += result.num_hvps
             if not np.isnan(result.eigenvalues).any():
                 per_batch.append(result)
@@ -527,17 +552,27 @@ def max_eigenvalue_spectrum(
     return spectrum
 
 
-def _pooled(per_batch: list[EigenvalueResult], num_hvps: int, bins: int, *, complete: bool, requested, density,
-            **settings) -> SpectrumResult:  # fmt: skip
+def _pooled(
+    per_batch: list[EigenvalueResult], num_hvps: int, bins: int, *, complete: bool, requested, density, **settings
+) -> SpectrumResult:
     eigenvalues = np.array([r.eigenvalues for r in per_batch])
     smallest = np.array([r.smallest for r in per_batch])
     found = np.concatenate([eigenvalues.ravel(), smallest.ravel()])
     counts, edges = np.histogram(found[np.isfinite(found)], bins=bins)
     return SpectrumResult(
-        eigenvalues, np.array([r.residuals for r in per_batch]), np.array([r.converged for r in per_batch]),
-        counts, edges, num_hvps, smallest, np.array([r.smallest_residuals for r in per_batch]), complete,
-        requested, density=density, **settings,
-    )  # fmt: skip
+        eigenvalues,
+        np.array([r.residuals for r in per_batch]),
+        np.array([r.converged for r in per_batch]),
+        counts,
+        edges,
+        num_hvps,
+        smallest,
+        np.array([r.smallest_residuals for r in per_batch]),
+        complete,
+        requested,
+        density=density,
+        **settings,
+    )
 
 
 def plot_spectrum(result: SpectrumResult, ax=None, *, label: str | None = None, color=None, fill: bool = True):

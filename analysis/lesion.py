@@ -91,8 +91,12 @@ def lesion_study(
 
 
 # Bar colours of the lesion plot by block kind (the shading behind them is `_common.SHADES`).
-BAR_COLOURS = {"conv": ("tab:blue", "Conv"), "mlp": ("tab:green", "MLP"), "msa": ("tab:orange", "MSA"),
-               "pool": ("tab:purple", "downsampling block")}  # fmt: skip
+BAR_COLOURS = {
+    "conv": ("tab:blue", "Conv"),
+    "mlp": ("tab:green", "MLP"),
+    "msa": ("tab:orange", "MSA"),
+    "pool": ("tab:purple", "downsampling block"),
+}
 
 
 def plot_lesion(result: LesionResult, ax=None):

@@ -82,10 +82,16 @@ def _load_transformers(source: str, name: str) -> LoadedModel:
     size = fields["image_size"]
     config_path = training_config_path(source)
     return LoadedModel(
-        name, source, model, int(size if isinstance(size, int) else size[0]), tuple(fields["image_mean"]),
-        tuple(fields["image_std"]), training_config=json.loads(config_path.read_text()) if config_path else None,
-        training_config_path=config_path, preprocessing_note=note,
-    )  # fmt: skip
+        name,
+        source,
+        model,
+        int(size if isinstance(size, int) else size[0]),
+        tuple(fields["image_mean"]),
+        tuple(fields["image_std"]),
+        training_config=json.loads(config_path.read_text()) if config_path else None,
+        training_config_path=config_path,
+        preprocessing_note=note,
+    )
 
 
 def _from_image_processor(source: str, fields: dict) -> tuple[dict, str]:
@@ -140,9 +146,14 @@ def _load_timm(source: str, name: str, weights) -> LoadedModel:
         model = _timm_with_weights(architecture, Path(weights))
     config = resolve_data_config({}, model=model)
     return LoadedModel(
-        name, source, model, int(config["input_size"][-1]), tuple(config["mean"]), tuple(config["std"]),
+        name,
+        source,
+        model,
+        int(config["input_size"][-1]),
+        tuple(config["mean"]),
+        tuple(config["std"]),
         preprocessing_note="timm's data config of the architecture",
-    )  # fmt: skip
+    )
 
 
 def weight_file(path: Path) -> Path:

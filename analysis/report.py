@@ -75,7 +75,7 @@ def write_comparison(
                 "results": {analysis: result.to_dict() for analysis, result in found.items()},
             }
             for name, found in results.items()
-        },  # fmt: skip
+        },
         "claims": [claim.to_dict() for claim in claims],
         "variance_definitions": definitions,
     }
@@ -107,8 +107,9 @@ def report_markdown(results, summaries, claims: list[Claim], definitions: dict, 
     lines += ["| model | source | role | parameters | blocks | test accuracy |", "|---|---|---|---|---|---|"]
     for name, found in results.items():
         summary = summaries[name]
-        counts = ", ".join(f"{count} {kind}" for kind, count in summary["block_counts"].items()
-                           if kind not in ("stem", "head"))  # fmt: skip
+        counts = ", ".join(
+            f"{count} {kind}" for kind, count in summary["block_counts"].items() if kind not in ("stem", "head")
+        )
         accuracy = f"{100 * found['accuracy'].accuracy:.2f}%" if "accuracy" in found else "–"
         lines.append(
             f"| {name} | `{summary.get('source', '')}` | {role(summary['kinds'])} | {summary['parameters']:,} | "
@@ -116,14 +117,21 @@ def report_markdown(results, summaries, claims: list[Claim], definitions: dict, 
         )
     weak = meta.get("below_competence") or {}
     if weak:
-        named = ", ".join(f"{name} ({100 * accuracy:.1f}% < {100 * threshold:.1f}%)" for name, (accuracy, threshold)
-                          in weak.items())  # fmt: skip
+        named = ", ".join(
+            f"{name} ({100 * accuracy:.1f}% < {100 * threshold:.1f}%)" for name, (accuracy, threshold) in weak.items()
+        )
         multiple = meta.get("competence", COMPETENCE)
-        lines += ["", f"**Near chance**: {named} — below {multiple:g}× chance accuracy. Verdicts that rest on these "
-                  "models say nothing about the paper's claims."]  # fmt: skip
+        lines += [
+            "",
+            f"**Near chance**: {named} — below {multiple:g}× chance accuracy. Verdicts that rest on these "
+            "models say nothing about the paper's claims.",
+        ]
     lines += ["", "## Claims of the paper on these models", ""]
-    lines += [f"A check counts only where its difference exceeds {NOISE_MULTIPLE:g} standard errors; otherwise the "
-              "claim is undecided, with the numbers (value ± standard error).", ""]  # fmt: skip
+    lines += [
+        f"A check counts only where its difference exceeds {NOISE_MULTIPLE:g} standard errors; otherwise the "
+        "claim is undecided, with the numbers (value ± standard error).",
+        "",
+    ]
     lines += ["| claim (paper) | verdict | the numbers that decide it |", "|---|---|---|"]
     for claim in claims:
         verdict = f"**{claim.verdict}**" if claim.verdict == HOLDS else claim.verdict
@@ -133,9 +141,12 @@ def report_markdown(results, summaries, claims: list[Claim], definitions: dict, 
         lines.append(f"| {claim.statement} ({claim.source}) | {verdict} | {evidence}<br>*rule: {claim.rule}* |")
     failing = [c for c in claims if any(ok is False for ok in c.checks.values())]
     if failing:
-        lines += ["", "Claims that do not hold (or not on every model) here: "
-                  + "; ".join(f"{c.key} ({', '.join(k for k, ok in c.checks.items() if ok is False)})" for c in failing)
-                  + ". The verdicts are about these models on this data, not the paper's models."]  # fmt: skip
+        lines += [
+            "",
+            "Claims that do not hold (or not on every model) here: "
+            + "; ".join(f"{c.key} ({', '.join(k for k, ok in c.checks.items() if ok is False)})" for c in failing)
+            + ". The verdicts are about these models on this data, not the paper's models.",
+        ]
     lines += ["", "## Feature-map variance: the metric or the models?", "", variance_paragraph(definitions), ""]
     lines += ["## Settings", ""]
     for key in ("augmentation", "landscape_protocol", "settings"):

@@ -301,8 +301,12 @@ def save_as_parquet(
             for severity in severities:
                 for images, labels in source.batches(corruption, severity):
                     for image, label in zip(images.permute(0, 2, 3, 1).cpu().numpy(), labels.tolist()):
-                        yield {"image": Image.fromarray(image), "label": label, "corruption": corruption,
-                               "severity": severity}  # fmt: skip
+                        yield {
+                            "image": Image.fromarray(image),
+                            "label": label,
+                            "corruption": corruption,
+                            "severity": severity,
+                        }
 
     features = datasets.Features(
         {
@@ -444,10 +448,11 @@ def stratified_subset(labels: Sequence[int], per_class: int, *, seed: int = 0) -
     labels = np.asarray(labels)
     generator = np.random.default_rng(seed)
     chosen = [
-        generator.choice(np.flatnonzero(labels == label), size=min(per_class, int((labels == label).sum())),
-                         replace=False)
+        generator.choice(
+            np.flatnonzero(labels == label), size=min(per_class, int((labels == label).sum())), replace=False
+        )
         for label in np.unique(labels)
-    ]  # fmt: skip
+    ]
     return np.sort(np.concatenate(chosen))
 
 

@@ -27,8 +27,13 @@ from .compare import Settings
 AUGMENTATIONS = ("model", "paper", "none")  # or the path of a training_config.json
 # The fields of a training config that say how its batches were augmented (`alternet_hf.recipe.TrainingConfig`).
 AUGMENTATION_FIELDS = (
-    "random_crop_padding", "horizontal_flip", "rand_augment", "mixup_alpha", "cutmix_alpha", "label_smoothing",
-)  # fmt: skip
+    "random_crop_padding",
+    "horizontal_flip",
+    "rand_augment",
+    "mixup_alpha",
+    "cutmix_alpha",
+    "label_smoothing",
+)
 
 
 @dataclass
@@ -131,9 +136,15 @@ def compare_models(
             summaries[name] = model_summary(loaded, source, augmentation)
             loaded.model.cpu()
         return write_comparison_of(
-            results, summaries, data=data, settings=settings, device=device, comparison_dir=comparison_dir,
-            scaled_down=scaled_down, competence=competence,
-        )  # fmt: skip
+            results,
+            summaries,
+            data=data,
+            settings=settings,
+            device=device,
+            comparison_dir=comparison_dir,
+            scaled_down=scaled_down,
+            competence=competence,
+        )
 
 
 def compare_stored(
@@ -159,13 +170,23 @@ def compare_stored(
     for name, source in specs:
         results[name] = read_results(results_dir / name)
         loaded = load_model(source, name=name, image_size=image_size)
-        stored = [json.loads((results_dir / name / f"{a}.json").read_text()) for a in ("hessian", "landscape")
-                  if (results_dir / name / f"{a}.json").is_file()]  # fmt: skip
+        stored = [
+            json.loads((results_dir / name / f"{a}.json").read_text())
+            for a in ("hessian", "landscape")
+            if (results_dir / name / f"{a}.json").is_file()
+        ]
         summaries[name] = model_summary(loaded, source, stored[0].get("augmentation") if stored else None)
     return write_comparison_of(
-        results, summaries, data=data, settings=settings, device=device, comparison_dir=comparison_dir,
-        scaled_down=scaled_down, competence=competence, pending=pending,
-    )  # fmt: skip
+        results,
+        summaries,
+        data=data,
+        settings=settings,
+        device=device,
+        comparison_dir=comparison_dir,
+        scaled_down=scaled_down,
+        competence=competence,
+        pending=pending,
+    )
 
 
 def model_summary(loaded, source: str, augmentation: dict | None) -> dict:
@@ -173,23 +194,36 @@ def model_summary(loaded, source: str, augmentation: dict | None) -> dict:
     from .compare import summary_of
 
     return {
-        **summary_of(loaded.model), "source": source, "augmentation": augmentation,
-        "image_size": loaded.image_size, "preprocessing_note": loaded.preprocessing_note,
-    }  # fmt: skip
+        **summary_of(loaded.model),
+        "source": source,
+        "augmentation": augmentation,
+        "image_size": loaded.image_size,
+        "preprocessing_note": loaded.preprocessing_note,
+    }
 
 
 def write_comparison_of(
-    results: dict, summaries: dict, *, data: DataOptions, settings: Settings, device, comparison_dir: Path,
-    scaled_down: Sequence[str], competence: float, pending: Sequence[str] = (),
-) -> dict:  # fmt: skip
+    results: dict,
+    summaries: dict,
+    *,
+    data: DataOptions,
+    settings: Settings,
+    device,
+    comparison_dir: Path,
+    scaled_down: Sequence[str],
+    competence: float,
+    pending: Sequence[str] = (),
+) -> dict:
     """`analysis.report.write_comparison` with the run's settings as its meta and notes."""
     from .report import write_comparison
 
     meta = {
-        "dataset": data.dataset, "device": str(device), "settings": settings.to_dict(),
+        "dataset": data.dataset,
+        "device": str(device),
+        "settings": settings.to_dict(),
         "landscape_protocol": settings.landscape_protocol,
         "augmentation": {name: (s["augmentation"] or {}).get("source") for name, s in summaries.items()},
-    }  # fmt: skip
+    }
     notes = [
         f"landscape: the {settings.landscape_protocol} protocol; L2 term: {settings.penalty}, weight decay "
         f"{settings.weight_decay} (the same in the Hessian)"
@@ -241,9 +275,11 @@ class MixedBatches:
         self.mixer = None
         if augmentation["mixup_alpha"] or augmentation["cutmix_alpha"]:
             self.mixer = BatchMixer(
-                mixup_alpha=augmentation["mixup_alpha"], cutmix_alpha=augmentation["cutmix_alpha"],
-                image_size=image_size, seed=seed,
-            )  # fmt: skip
+                mixup_alpha=augmentation["mixup_alpha"],
+                cutmix_alpha=augmentation["cutmix_alpha"],
+                image_size=image_size,
+                seed=seed,
+            )
 
     def __len__(self):
         return len(self.loader)
@@ -274,9 +310,12 @@ class DataCache:
         key = (name, tuple(class_names) if class_names else None)
         if key not in self.splits:
             self.splits[key] = load_image_classification(
-                self.options.dataset, split=name, image_column=self.options.image_column,
-                label_column=self.options.label_column, class_names=class_names,
-            )  # fmt: skip
+                self.options.dataset,
+                split=name,
+                image_column=self.options.image_column,
+                label_column=self.options.label_column,
+                class_names=class_names,
+            )
         return self.splits[key]
 
 
@@ -284,9 +323,13 @@ def _loader(dataset, transform, batch_size: int, *, shuffle: bool, seed: int, dr
     from alternet_hf.data import collate_images, with_transform
 
     return torch.utils.data.DataLoader(
-        with_transform(dataset, transform), batch_size=batch_size, shuffle=shuffle, drop_last=drop_last,
-        generator=torch.Generator().manual_seed(seed), collate_fn=collate_images,
-    )  # fmt: skip
+        with_transform(dataset, transform),
+        batch_size=batch_size,
+        shuffle=shuffle,
+        drop_last=drop_last,
+        generator=torch.Generator().manual_seed(seed),
+        collate_fn=collate_images,
+    )
 
 
 class TestBatches:
@@ -330,11 +373,16 @@ def prepare_data(loaded, options: DataOptions, analyses, settings: Settings, cac
                 f"{batch_size}"
             )
         transform = SeededAugmentation(
-            train_transform(size, mean, std, crop_padding=augmentation["random_crop_padding"],
-                            horizontal_flip=augmentation["horizontal_flip"],
-                            rand_augment=augmentation["rand_augment"] or None),
+            train_transform(
+                size,
+                mean,
+                std,
+                crop_padding=augmentation["random_crop_padding"],
+                horizontal_flip=augmentation["horizontal_flip"],
+                rand_augment=augmentation["rand_augment"] or None,
+            ),
             options.seed,
-        )  # fmt: skip
+        )
 
         def train():
             # A fresh loader per analysis: each sees the same shuffled, augmented batches whatever ran before.
@@ -350,9 +398,11 @@ def prepare_data(loaded, options: DataOptions, analyses, settings: Settings, cac
             if settings.corruption_images is not None:
                 clean = test_set.select(range(min(len(test_set), settings.corruption_images)))
             data["corruptions"] = robustness.GeneratedCorruptions.from_dataset(
-                clean, seed=options.seed, device=device,
+                clean,
+                seed=options.seed,
+                device=device,
                 name=f"the {options.test_split} split of {options.dataset}, corrupted by analysis.corruptions",
-            )  # fmt: skip
+            )
     return data
 
 
@@ -372,10 +422,13 @@ def analyse_loaded(
     costs = measure_costs(loaded.model, test_batch=test_batch, train_batch=train_batch, device=device)
     test_batches = len(data["test"]) if settings.max_batches is None else min(len(data["test"]), settings.max_batches)
     estimates = estimate_seconds(
-        analyses, costs, settings, test_batches=test_batches,
+        analyses,
+        costs,
+        settings,
+        test_batches=test_batches,
         num_branches=sum(b.residual_branch is not None for b in adapter.blocks),
         corruption_images=len(data["corruptions"].images) if hasattr(data["corruptions"], "images") else None,
-    )  # fmt: skip
+    )
     total = sum(seconds for seconds, _ in estimates.values())
     say(f"{loaded.name}: all analyses about {_duration(total)} on {device}")
 
@@ -403,11 +456,20 @@ def analyse_loaded(
             plt.close(figure)
 
     results = analyse(
-        loaded.model, analyses, test_data=data["test"], train_data=data["train"],
-        corruption_source=data["corruptions"], settings=settings, adapter=adapter,
-        preprocessing=Preprocessing(loaded.image_size, loaded.image_mean, loaded.image_std), device=device,
-        progress=True, on_partial=on_partial, on_start=on_start, on_result=on_result,
-    )  # fmt: skip
+        loaded.model,
+        analyses,
+        test_data=data["test"],
+        train_data=data["train"],
+        corruption_source=data["corruptions"],
+        settings=settings,
+        adapter=adapter,
+        preprocessing=Preprocessing(loaded.image_size, loaded.image_mean, loaded.image_std),
+        device=device,
+        progress=True,
+        on_partial=on_partial,
+        on_start=on_start,
+        on_result=on_result,
+    )
     if out is not None and "accuracy" in results:  # the clean accuracy of the per-block pass: what claims weigh
         write_result(out, "accuracy", results["accuracy"], {**meta_of("accuracy"), "partial": False})
     return results
@@ -432,11 +494,16 @@ def result_types() -> dict[str, type]:
     from .compare import AccuracyResult
 
     return {
-        "fourier": fourier.FourierResult, "variance": variance.VarianceResult, "cka": cka.CKAResult,
-        "hessian": hessian.SpectrumResult, "landscape": landscape.LandscapeResult,
-        "robustness": robustness.CorruptionResult, "frequency-noise": robustness.FrequencyNoiseResult,
-        "lesion": lesion.LesionResult, "accuracy": AccuracyResult,
-    }  # fmt: skip
+        "fourier": fourier.FourierResult,
+        "variance": variance.VarianceResult,
+        "cka": cka.CKAResult,
+        "hessian": hessian.SpectrumResult,
+        "landscape": landscape.LandscapeResult,
+        "robustness": robustness.CorruptionResult,
+        "frequency-noise": robustness.FrequencyNoiseResult,
+        "lesion": lesion.LesionResult,
+        "accuracy": AccuracyResult,
+    }
 
 
 def read_result(path: Path):

@@ -95,17 +95,27 @@ def feature_map_variance(
     (model inputs (B, C, H, W), one batch `(inputs, targets)` or a DataLoader), by our definition and
     the reference notebook's."""
     (result,) = accumulate(
-        model, data, [VarianceAccumulator()], adapter=adapter, max_batches=max_batches, device=device,
-        progress=progress, desc="variance",
-    )  # fmt: skip
+        model,
+        data,
+        [VarianceAccumulator()],
+        adapter=adapter,
+        max_batches=max_batches,
+        device=device,
+        progress=progress,
+        desc="variance",
+    )
     return result
 
 
 def plot_variance(result: VarianceResult, ax=None):
     """Feature-map variance by depth on a log scale, MSA and downsampling blocks shaded."""
     ax = _common.plot_by_depth(
-        result.variance, result.kinds, ax, ylabel="feature-map variance",
-        title="Feature-map variance", color="tab:red",
-    )  # fmt: skip
+        result.variance,
+        result.kinds,
+        ax,
+        ylabel="feature-map variance",
+        title="Feature-map variance",
+        color="tab:red",
+    )
     ax.set_yscale("log")
     return ax

@@ -28,9 +28,10 @@ DEFAULT_MODELS = ("alternet-50-cifar100", "resnet-50-cifar100", "vit-ti-cifar100
 def build_parser():
     parser = make_parser(__doc__)
     parser.add_argument(
-        "--models", nargs="+",
+        "--models",
+        nargs="+",
         help=f"default: {' '.join(DEFAULT_MODELS)}; --finetune takes them from you (presets or model folders)",
-    )  # fmt: skip
+    )
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[32])
     parser.add_argument(
         "--modes", nargs="+", default=["forward", "forward+backward"], choices=["forward", "forward+backward"]
@@ -81,10 +82,11 @@ def build_parser():
         help="repetitions of --data-only / --engine-overhead / --reference-dir measurements",
     )
     parser.add_argument(
-        "--evaluation", action="store_true",
+        "--evaluation",
+        action="store_true",
         help="images/s (and per core) of the release's CIFAR-100-C pass (eval, uint8 images normalised on the device) "
         "at each --batch-sizes, eager and/or compiled (--compile)",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--corruptions", action="store_true", help="time CIFAR-C corruption generation against imagecorruptions"
     )
@@ -104,10 +106,11 @@ def build_parser():
         "reference notebooks' computation on the same maps",
     )
     parser.add_argument(
-        "--finetune", action="store_true",
+        "--finetune",
+        action="store_true",
         help="held-out accuracy of alternet-finetune with its defaults on real photographs (scikit-image's LFW "
         "subset: faces or not), from a preset (from scratch) or a model folder (fine-tuned), per --seeds",
-    )  # fmt: skip
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of the --finetune runs")
     parser.add_argument("--output", type=Path, default=None, help="also write the results as JSON here")
     return parser
@@ -185,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
                 batch_size=batch_size,
                 num_workers=args.num_workers,
                 compiled=compiled,
-            )  # fmt: skip
+            )
             for name in args.models
             for batch_size in args.batch_sizes
         ]
@@ -196,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
         rows = [
             benchmark.evaluation_throughput(
                 name, batch_size=batch, compiled=compiled, device=args.device, repeats=args.iterations
-            )  # fmt: skip
+            )
             for name, batch, compiled in tqdm(runs, desc="evaluation", unit="run")
         ]
         report = tables.evaluation_table(rows)
@@ -210,9 +213,12 @@ def main(argv: list[str] | None = None) -> None:
         from analysis.corruptions import CORRUPTIONS
 
         rows = benchmark.corruption_speed(
-            num_images=args.num_images, severity=args.severity, corruptions=args.corruption_names or CORRUPTIONS,
-            device=args.device, num_threads=args.threads,
-        )  # fmt: skip
+            num_images=args.num_images,
+            severity=args.severity,
+            corruptions=args.corruption_names or CORRUPTIONS,
+            device=args.device,
+            num_threads=args.threads,
+        )
         report = tables.corruptions_table(rows)
     elif args.hessian:
         rows = [
@@ -236,7 +242,7 @@ def main(argv: list[str] | None = None) -> None:
                 dtype=getattr(torch, args.dtype),
                 warmup=args.warmup,
                 iterations=args.iterations,
-            )  # fmt: skip
+            )
             for name, batch_size, mode, compiled in tqdm(runs, desc="benchmark", unit="run")
         ]
         report, rows = tables.throughput_table(results), [r.to_dict() for r in results]

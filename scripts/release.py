@@ -35,23 +35,30 @@ def build_parser():
     parser = make_parser(__doc__)
     parser.add_argument("--org", required=True, help="the Hub user or organisation that will own the repos")
     parser.add_argument(
-        "--from-reference", nargs="?", const="", metavar="DIR",
+        "--from-reference",
+        nargs="?",
+        const="",
+        metavar="DIR",
         help="release the reference's four released CIFAR-100 models from their files (in DIR, else downloaded) "
         "and AlterNet-50 trained",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--models", nargs="+", metavar="PRESET",
+        "--models",
+        nargs="+",
+        metavar="PRESET",
         help="CIFAR-100 presets (default: resnet-50-cifar100 vit-ti-cifar100 alternet-50-cifar100, trained; with "
         "--from-reference the paper's five, the four released ones converted)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--cifar100c-dir", type=Path,
+        "--cifar100c-dir",
+        type=Path,
         help="CIFAR-100-C as released on Zenodo (labels.npy and <corruption>.npy; record 3555552)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--without-cifar100c", action="store_true",
+        "--without-cifar100c",
+        action="store_true",
         help="release without CIFAR-100-C: no dataset, no robustness on the cards (refused otherwise)",
-    )  # fmt: skip
+    )
     parser.add_argument("--dry-run", type=Path, metavar="DIR", help="write every repo into DIR, upload nothing")
     parser.add_argument(
         "--out", type=Path, default=Path("outputs/release"), help="staging folder of a real release (and its manifest)"
@@ -62,19 +69,28 @@ def build_parser():
     parser.add_argument("--num-processes", type=int, help="training processes (default: one per GPU)")
     parser.add_argument("--no-estimate", action="store_true", help="skip the H100 time estimate (FLOP counting)")
     parser.add_argument(
-        "--max-accuracy-gap", type=float, default=MAX_ACCURACY_GAP, metavar="POINTS",
+        "--max-accuracy-gap",
+        type=float,
+        default=MAX_ACCURACY_GAP,
+        metavar="POINTS",
         help=f"refuse a converted model whose top-1 lies further than this from the reported one (default "
         f"{MAX_ACCURACY_GAP:g} points)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--cifar100c-budget", type=duration, default=CIFAR100C_BUDGET, metavar="TIME",
+        "--cifar100c-budget",
+        type=duration,
+        default=CIFAR100C_BUDGET,
+        metavar="TIME",
         help="CIFAR-100-C evaluation time per model on a CPU, e.g. 30m, 2h (default 1h); beyond it a seeded, "
         "class-stratified subset of each set is evaluated",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--training-budget", type=duration, default=TRAINING_BUDGET, metavar="TIME",
+        "--training-budget",
+        type=duration,
+        default=TRAINING_BUDGET,
+        metavar="TIME",
         help="training time per model here (default 24h); a model that would take longer is left pending",
-    )  # fmt: skip
+    )
     return parser
 
 
@@ -110,13 +126,22 @@ def main(argv: list[str] | None = None) -> None:
         raise CommandError(f"--num-processes must be at least 1, not {args.num_processes}")
     from_reference = args.from_reference is not None
     options = ReleaseOptions(
-        org=args.org, out=args.dry_run or args.out, models=args.models,
-        cifar100c_dir=args.cifar100c_dir, without_cifar100c=args.without_cifar100c, dry_run=args.dry_run is not None,
-        rehearsal=args.rehearsal, overwrite=args.overwrite, private=args.private, num_processes=args.num_processes,
-        from_reference=from_reference, reference_dir=Path(args.from_reference) if args.from_reference else None,
-        max_accuracy_gap=args.max_accuracy_gap, cifar100c_budget=args.cifar100c_budget,
+        org=args.org,
+        out=args.dry_run or args.out,
+        models=args.models,
+        cifar100c_dir=args.cifar100c_dir,
+        without_cifar100c=args.without_cifar100c,
+        dry_run=args.dry_run is not None,
+        rehearsal=args.rehearsal,
+        overwrite=args.overwrite,
+        private=args.private,
+        num_processes=args.num_processes,
+        from_reference=from_reference,
+        reference_dir=Path(args.from_reference) if args.from_reference else None,
+        max_accuracy_gap=args.max_accuracy_gap,
+        cifar100c_budget=args.cifar100c_budget,
         training_budget=args.training_budget,
-    )  # fmt: skip
+    )
     with hold_folder(options.out, advice=RUNNING_ADVICE):  # before the checks: --overwrite deletes
         check_options(options)
         if not options.dry_run:

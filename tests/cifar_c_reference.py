@@ -128,9 +128,14 @@ def _versions() -> dict:
     from wand.version import MAGICK_VERSION
 
     return dict(
-        python=platform.python_version(), numpy=np.__version__, scipy=scipy.__version__, skimage=skimage.__version__,
-        opencv=cv2.__version__, pillow=PIL.__version__, imagemagick=MAGICK_VERSION,
-    )  # fmt: skip
+        python=platform.python_version(),
+        numpy=np.__version__,
+        scipy=scipy.__version__,
+        skimage=skimage.__version__,
+        opencv=cv2.__version__,
+        pillow=PIL.__version__,
+        imagemagick=MAGICK_VERSION,
+    )
 
 
 def main(argv=None):

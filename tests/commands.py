@@ -140,13 +140,20 @@ class _ForkServer:
                 # sys.path of a console script: its own folder, then what the interpreter adds (PYTHONPATH, site).
                 default = subprocess.run(
                     [sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
-                    capture_output=True, text=True, check=True, env=cls.environment,
-                ).stdout  # fmt: skip
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                    env=cls.environment,
+                ).stdout
                 cls.script_path = [str(Path(sys.executable).parent), *json.loads(default)]
                 cls.process = subprocess.Popen(
-                    [sys.executable, "-c", _SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                    env=cls.environment, cwd=tempfile.gettempdir(),
-                )  # fmt: skip
+                    [sys.executable, "-c", _SERVER],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                    env=cls.environment,
+                    cwd=tempfile.gettempdir(),
+                )
                 atexit.register(cls.stop)
             sys_path = [request.pop("path0", cls.script_path[0]), *cls.script_path[1:]]
             cls.process.stdin.write(json.dumps({**request, "sys_path": sys_path}) + "\n")
@@ -264,9 +271,13 @@ def start_command(
     """Start `argv` (a console script name or path, then its arguments); `merge` sends stderr into stdout;
     `warm=False` starts even a console script in a fresh interpreter."""
     return CommandProcess(
-        [str(a) for a in argv], cwd=Path(cwd), env=dict(os.environ if env is None else env),
-        stdout_file=stdout_file, merge=merge, warm=warm,
-    )  # fmt: skip
+        [str(a) for a in argv],
+        cwd=Path(cwd),
+        env=dict(os.environ if env is None else env),
+        stdout_file=stdout_file,
+        merge=merge,
+        warm=warm,
+    )
 
 
 def run_command(

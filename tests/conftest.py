@@ -55,10 +55,16 @@ TINY = {
         base_dims=[8, 8], depth=[1, 1], heads=[1, 2], patch_size=4, stride=2, image_size=16, num_labels=5
     ),
     "swin-ti-cifar100": dict(
-        embed_dim=8, depths=[1, 2], num_heads=[1, 2], window_size=2, patch_size=2, drop_path_rate=0.0,
-        image_size=16, num_labels=5,
+        embed_dim=8,
+        depths=[1, 2],
+        num_heads=[1, 2],
+        window_size=2,
+        patch_size=2,
+        drop_path_rate=0.0,
+        image_size=16,
+        num_labels=5,
     ),
-}  # fmt: skip
+}
 
 
 # Files of minutes each (the README's commands, the release rehearsal): collected first, so that pytest-xdist's

@@ -24,11 +24,32 @@ def test_every_analysis_writes_json_and_png(tmp_path):
     model.save_pretrained(tmp_path / "model")
     out = tmp_path / "results"
     command = [
-        installed_command("alternet-analyze"), "--model", str(tmp_path / "model"), "--out", str(out),
-        "--batch-size", "32", "--max-batches", "1", "--train-batch-size", "16", "--hessian-batches", "2",
-        "--top-k", "2", "--bottom-k", "1", "--lanczos-steps", "5", "--landscape-points", "3",
-        "--corruptions", "fog,contrast", "--severities", "1,5",
-    ]  # fmt: skip
+        installed_command("alternet-analyze"),
+        "--model",
+        str(tmp_path / "model"),
+        "--out",
+        str(out),
+        "--batch-size",
+        "32",
+        "--max-batches",
+        "1",
+        "--train-batch-size",
+        "16",
+        "--hessian-batches",
+        "2",
+        "--top-k",
+        "2",
+        "--bottom-k",
+        "1",
+        "--lanczos-steps",
+        "5",
+        "--landscape-points",
+        "3",
+        "--corruptions",
+        "fog,contrast",
+        "--severities",
+        "1,5",
+    ]
     completed = run_command(command, cwd=tmp_path, timeout=600)
     assert completed.returncode == 0, completed.stderr[-3000:]
     for name in ANALYSES:
@@ -63,8 +84,15 @@ def test_unknown_analysis_is_refused(tmp_path):
     completed = run_command(command, cwd=tmp_path, timeout=120)
     assert completed.returncode != 0 and "unknown analyses ['hesian']" in completed.stderr
     out = tmp_path / "results"
-    command = [installed_command("alternet-analyze"), "--model", "alternet-18-cifar10", "--augmentation", "bogus",
-               "--out", str(out)]  # fmt: skip
+    command = [
+        installed_command("alternet-analyze"),
+        "--model",
+        "alternet-18-cifar10",
+        "--augmentation",
+        "bogus",
+        "--out",
+        str(out),
+    ]
     completed = run_command(command, cwd=tmp_path, timeout=120)
     assert completed.returncode == 2 and "--augmentation: takes model, paper, none" in completed.stderr
     assert "Traceback" not in completed.stderr and not out.exists()  # refused before a model is built
@@ -82,8 +110,17 @@ def test_hessian_batches_are_augmented_as_the_model_was_trained(tmp_path):
     model.save_pretrained(tmp_path / "model")
     recipe = TrainingConfig(random_crop_padding=3, mixup_alpha=0.5, label_smoothing=0.1, rand_augment=None)
     recipe.save(tmp_path / "model" / "training_config.json")
-    base = [installed_command("alternet-analyze"), "--model", str(tmp_path / "model"), "--analyses", "landscape",
-            "--train-batch-size", "8", "--landscape-points", "1"]  # fmt: skip
+    base = [
+        installed_command("alternet-analyze"),
+        "--model",
+        str(tmp_path / "model"),
+        "--analyses",
+        "landscape",
+        "--train-batch-size",
+        "8",
+        "--landscape-points",
+        "1",
+    ]
     for augmentation in ("model", "none"):
         out = tmp_path / augmentation
         completed = run_command([*base, "--out", str(out), "--augmentation", augmentation], cwd=tmp_path, timeout=600)
@@ -102,8 +139,9 @@ def test_hessian_batches_are_augmented_as_the_model_was_trained(tmp_path):
             )
     timed_out = run_command(
         [*base[:4], "hessian", "--train-batch-size", "8", "--hessian-time-limit", "0", "--out", str(tmp_path / "t")],
-        cwd=tmp_path, timeout=600,
-    )  # fmt: skip
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert timed_out.returncode == 2 and "the time limit of 0 s ended the first minibatch" in timed_out.stderr
 
 
@@ -116,10 +154,24 @@ def test_augmented_analyses_are_reproducible_whatever_ran_before(tmp_path):
     for analyses in ("landscape,hessian", "hessian"):
         out = tmp_path / analyses.replace(",", "-")
         command = [
-            installed_command("alternet-analyze"), "--model", str(tmp_path / "model"), "--out",
-            str(out), "--analyses", analyses, "--train-batch-size", "8", "--hessian-batches", "1", "--top-k", "1",
-            "--bottom-k", "0", "--landscape-points", "3",
-        ]  # fmt: skip
+            installed_command("alternet-analyze"),
+            "--model",
+            str(tmp_path / "model"),
+            "--out",
+            str(out),
+            "--analyses",
+            analyses,
+            "--train-batch-size",
+            "8",
+            "--hessian-batches",
+            "1",
+            "--top-k",
+            "1",
+            "--bottom-k",
+            "0",
+            "--landscape-points",
+            "3",
+        ]
         completed = run_command(command, cwd=tmp_path, timeout=600)
         assert completed.returncode == 0, completed.stderr[-3000:]
         eigenvalues.append(json.loads((out / "hessian.json").read_text())["result"]["eigenvalues"])

@@ -58,9 +58,15 @@ def test_the_training_benchmark_runs_the_real_engine_end_to_end(tmp_path):
 
     tiny = {key: value for key, value in TINY["resnet-50-cifar100"].items() if key != "num_labels"}
     run = measure_training_run(
-        "resnet-50-cifar100", epochs=2, images=32, eval_images=8, batch_size=16, num_workers=2, model_overrides=tiny,
+        "resnet-50-cifar100",
+        epochs=2,
+        images=32,
+        eval_images=8,
+        batch_size=16,
+        num_workers=2,
+        model_overrides=tiny,
         workdir=str(tmp_path),
-    )  # fmt: skip
+    )
     assert run.train_images == 64 and run.images_per_second > 0 and not run.compiled  # eager on a CPU
     assert set(run.shares) == {"data", "step", "evaluation", "checkpoint", "start-up"}
     assert abs(sum(run.shares.values()) - 1) < 1e-9 and all(share > 0 for share in run.shares.values())
@@ -147,10 +153,10 @@ def test_the_finetune_benchmark_gives_trained_weights_the_fine_tuning_defaults(t
     )
     alternet_hf.create_model("alternet-50-cifar100", **TINY["alternet-50-cifar100"]).save_pretrained(tmp_path / "m")
     completed = run_command(
-        [*tool_command("benchmark"), "--finetune", "--models", "m", "--seeds", "0", "1", "--output",
-         "finetune.json"],
-        cwd=tmp_path, timeout=600,
-    )  # fmt: skip
+        [*tool_command("benchmark"), "--finetune", "--models", "m", "--seeds", "0", "1", "--output", "finetune.json"],
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert completed.returncode == 0, completed.stderr[-3000:]
     rows = json.loads((tmp_path / "finetune.json").read_text())
     assert [(r["seed"], r["weights"], r["epochs"], r["learning_rate"]) for r in rows] == [

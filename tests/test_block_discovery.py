@@ -25,28 +25,51 @@ IMAGES = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
 VIT = dict(img_size=32, patch_size=8, depth=2, embed_dim=24, num_heads=2, num_classes=5)
 TIMM_MODELS = {
     "resnet": lambda: timm.create_model("resnet18", num_classes=5, layers=[1, 1, 1, 1], channels=[8, 8, 16, 16]),
-    "resnet-bottleneck": lambda: timm.create_model("resnet50", num_classes=5, layers=[1, 2, 1, 1],
-                                                   channels=[4, 4, 8, 8]),
+    "resnet-bottleneck": lambda: timm.create_model(
+        "resnet50", num_classes=5, layers=[1, 2, 1, 1], channels=[4, 4, 8, 8]
+    ),
     "vit": lambda: timm.create_model("vit_tiny_patch16_224", **VIT),
     "deit-distilled": lambda: timm.create_model("deit_tiny_distilled_patch16_224", **VIT),
-    "swin": lambda: timm.create_model("swin_tiny_patch4_window7_224", img_size=32, window_size=4, embed_dim=8,
-                                      depths=(1, 2), num_heads=(1, 2), num_classes=5),
+    "swin": lambda: timm.create_model(
+        "swin_tiny_patch4_window7_224",
+        img_size=32,
+        window_size=4,
+        embed_dim=8,
+        depths=(1, 2),
+        num_heads=(1, 2),
+        num_classes=5,
+    ),
     "convnext": lambda: timm.create_model("convnext_atto", depths=(1, 1, 2, 1), dims=(8, 8, 16, 16), num_classes=5),
-    "pit": lambda: timm.create_model("pit_ti_224", img_size=32, patch_size=4, stride=2, depth=(1, 2), heads=(1, 2),
-                                     base_dims=(8, 8), num_classes=5),
-}  # fmt: skip
-HF_VIT = dict(image_size=32, patch_size=8, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-              intermediate_size=32, num_labels=5)  # fmt: skip
+    "pit": lambda: timm.create_model(
+        "pit_ti_224", img_size=32, patch_size=4, stride=2, depth=(1, 2), heads=(1, 2), base_dims=(8, 8), num_classes=5
+    ),
+}
+HF_VIT = dict(
+    image_size=32,
+    patch_size=8,
+    hidden_size=16,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=32,
+    num_labels=5,
+)
 TRANSFORMERS_MODELS = {
-    "resnet": lambda: transformers.ResNetForImageClassification(transformers.ResNetConfig(
-        embedding_size=8, hidden_sizes=[8, 16], depths=[1, 2], layer_type="bottleneck", num_labels=5)),
+    "resnet": lambda: transformers.ResNetForImageClassification(
+        transformers.ResNetConfig(
+            embedding_size=8, hidden_sizes=[8, 16], depths=[1, 2], layer_type="bottleneck", num_labels=5
+        )
+    ),
     "vit": lambda: transformers.ViTForImageClassification(transformers.ViTConfig(**HF_VIT)),
     "deit": lambda: transformers.DeiTForImageClassification(transformers.DeiTConfig(**HF_VIT)),
-    "swin": lambda: transformers.SwinForImageClassification(transformers.SwinConfig(
-        image_size=32, patch_size=2, embed_dim=8, depths=[1, 2], num_heads=[1, 2], window_size=4, num_labels=5)),
-    "convnext": lambda: transformers.ConvNextForImageClassification(transformers.ConvNextConfig(
-        hidden_sizes=[8, 16], depths=[1, 2], num_stages=2, num_labels=5)),
-}  # fmt: skip
+    "swin": lambda: transformers.SwinForImageClassification(
+        transformers.SwinConfig(
+            image_size=32, patch_size=2, embed_dim=8, depths=[1, 2], num_heads=[1, 2], window_size=4, num_labels=5
+        )
+    ),
+    "convnext": lambda: transformers.ConvNextForImageClassification(
+        transformers.ConvNextConfig(hidden_sizes=[8, 16], depths=[1, 2], num_stages=2, num_labels=5)
+    ),
+}
 
 
 # (kinds, the number of prefix tokens, the intermediate outputs of the model's own API the states must match)

@@ -167,21 +167,46 @@ def test_bad_inputs_are_clear_errors_and_nothing_is_lost(tiny_model, tmp_path):
         "config empty": ["alternet-train", "--config", tmp_path / "empty.json"],
         "config malformed": ["alternet-train", "--config", tmp_path / "broken.json"],
         "finetune over its source": [
-            "alternet-finetune", "--model", tiny_model, "--dataset", "digits", "--output-dir", tiny_model,
+            "alternet-finetune",
+            "--model",
+            tiny_model,
+            "--dataset",
+            "digits",
+            "--output-dir",
+            tiny_model,
         ],
         "finetune over a finished model": [
-            "alternet-finetune", "--model", tiny_model, "--dataset", "digits", "--output-dir", finished,
+            "alternet-finetune",
+            "--model",
+            tiny_model,
+            "--dataset",
+            "digits",
+            "--output-dir",
+            finished,
         ],
         "flat image folder": [
-            "alternet-finetune", "--model", tiny_model, "--dataset", flat, "--output-dir", tmp_path / "ft",
+            "alternet-finetune",
+            "--model",
+            tiny_model,
+            "--dataset",
+            flat,
+            "--output-dir",
+            tmp_path / "ft",
         ],
         "remote code in overrides": [
-            "alternet-finetune", "--model", tiny_model, "--dataset", "digits", "--output-dir", tmp_path / "rc",
-            "--model-overrides", '{"trust_remote_code": true}',
+            "alternet-finetune",
+            "--model",
+            tiny_model,
+            "--dataset",
+            "digits",
+            "--output-dir",
+            tmp_path / "rc",
+            "--model-overrides",
+            '{"trust_remote_code": true}',
         ],
         "hub model offline": ["alternet-evaluate", "--model", "someone/some-model"],
         "push offline": ["alternet-push", "--model", pushable, "--repo-id", "someone/x"],
-    }  # fmt: skip
+    }
     results = run_all(commands, tmp_path)
     for name in ("evaluate missing folder", "finetune missing folder", "analyze missing folder"):
         assert_clear_error(results[name], f"there is no folder {missing}", "a preset name", "Hub id")
@@ -204,9 +229,18 @@ def test_a_flat_image_folder_trains_with_a_holdout(tiny_model, tmp_path):
     """The fix the error above proposes works: a seeded hold-out of the one split, saved and reported."""
     flat = _image_folder(tmp_path / "flat", splits=False)
     command = [
-        "alternet-finetune", "--model", tiny_model, "--dataset", flat, "--eval-split", "holdout:0.25",
-        "--epochs", "1", "--output-dir", tmp_path / "ft",
-    ]  # fmt: skip
+        "alternet-finetune",
+        "--model",
+        tiny_model,
+        "--dataset",
+        flat,
+        "--eval-split",
+        "holdout:0.25",
+        "--epochs",
+        "1",
+        "--output-dir",
+        tmp_path / "ft",
+    ]
     result = run_all({"holdout": command}, tmp_path)["holdout"]
     assert result.returncode == 0, result.stderr[-3000:]
     assert "hold-out of 25%" in result.stdout and "15 images" in result.stdout

@@ -35,8 +35,9 @@ def chain_results(kinds: list[str], kernels) -> dict:
     model = Chain(*kernels)
     adapter = BlockAdapter(list(zip(kinds, model.blocks)))
     images = torch.rand(8, 3, 16, 16, generator=torch.Generator().manual_seed(0))
-    return compare.analyse(model, ["fourier", "variance"], test_data=(images, torch.zeros(8, dtype=torch.long)),
-                           adapter=adapter)  # fmt: skip
+    return compare.analyse(
+        model, ["fourier", "variance"], test_data=(images, torch.zeros(8, dtype=torch.long)), adapter=adapter
+    )
 
 
 def verdicts(results: dict) -> dict[str, str]:
@@ -49,8 +50,12 @@ def test_a_blur_reads_as_low_pass_and_a_laplacian_as_high_pass():
     assert found["msa-reduce-variance"] == claims.HOLDS and found["conv-increase-variance"] == claims.HOLDS
     swapped = verdicts({"net": chain_results(["msa", "conv"], [LAPLACIAN, BOX_BLUR])})
     assert swapped["msa-low-pass"] == claims.FAILS and swapped["conv-high-pass"] == claims.FAILS
-    both = verdicts({"good": chain_results(["msa", "conv"], [BOX_BLUR, LAPLACIAN]),
-                     "bad": chain_results(["msa", "conv"], [LAPLACIAN, BOX_BLUR])})  # fmt: skip
+    both = verdicts(
+        {
+            "good": chain_results(["msa", "conv"], [BOX_BLUR, LAPLACIAN]),
+            "bad": chain_results(["msa", "conv"], [LAPLACIAN, BOX_BLUR]),
+        }
+    )
     assert both["msa-low-pass"] == claims.MIXED
     assert found["msa-flat-hessian"] == claims.UNDECIDED  # no Hessian, no CNN: nothing to decide it on
 
@@ -86,13 +91,22 @@ def test_orderings_and_pairs_against_the_cnn():
     def found(accuracy, top, smallest, noise):
         hessian = type("S", (), {"eigenvalues": np.array([[top]]), "smallest_eigenvalues": np.array([[smallest]])})
         frequency = type("F", (), {"frequencies": np.array([0.1, 0.9]), "delta_accuracy": np.array([0.0, noise])})
-        return {"accuracy": compare.AccuracyResult(accuracy, 0.1, 100_000), "hessian": hessian,
-                "frequency-noise": frequency}  # fmt: skip
+        return {
+            "accuracy": compare.AccuracyResult(accuracy, 0.1, 100_000),
+            "hessian": hessian,
+            "frequency-noise": frequency,
+        }
 
-    results = {"resnet": found(0.95, 50.0, -1.0, -0.20), "vit": found(0.90, 10.0, -5.0, -0.05),
-               "alternet": found(0.97, 20.0, -2.0, -0.10)}  # fmt: skip
-    summaries = {"resnet": {"kinds": ["stem", "conv"]}, "vit": {"kinds": ["stem", "msa", "mlp"]},
-                 "alternet": {"kinds": ["stem", "conv", "msa"]}}  # fmt: skip
+    results = {
+        "resnet": found(0.95, 50.0, -1.0, -0.20),
+        "vit": found(0.90, 10.0, -5.0, -0.05),
+        "alternet": found(0.97, 20.0, -2.0, -0.10),
+    }
+    summaries = {
+        "resnet": {"kinds": ["stem", "conv"]},
+        "vit": {"kinds": ["stem", "msa", "mlp"]},
+        "alternet": {"kinds": ["stem", "conv", "msa"]},
+    }
     decided = {c.key: c for c in claims.evaluate_claims(results, summaries)}
     assert decided["accuracy-order"].checks == {"alternet ≥ resnet": True, "resnet > vit": True}
     assert decided["msa-flat-hessian"].checks == {"vit < resnet": True, "alternet < resnet": True}
@@ -109,9 +123,11 @@ def test_a_difference_inside_the_noise_is_undecided_and_a_near_chance_model_is_n
     def found(accuracy, images):
         return {"accuracy": compare.AccuracyResult(accuracy, 0.1, images)}
 
-    summaries = {"resnet": {"kinds": ["stem", "conv"], "num_labels": 10},
-                 "alternet": {"kinds": ["stem", "conv", "msa"], "num_labels": 10},
-                 "vit": {"kinds": ["stem", "msa", "mlp"], "num_labels": 10}}  # fmt: skip
+    summaries = {
+        "resnet": {"kinds": ["stem", "conv"], "num_labels": 10},
+        "alternet": {"kinds": ["stem", "conv", "msa"], "num_labels": 10},
+        "vit": {"kinds": ["stem", "msa", "mlp"], "num_labels": 10},
+    }
     close = {"alternet": found(0.9972, 360), "resnet": found(0.9944, 360), "vit": found(0.15, 360)}
     order = claims.evaluate_claims(close, summaries)[-2]
     assert order.checks["alternet ≥ resnet"] is None and order.checks["resnet > vit"] is True
@@ -176,16 +192,18 @@ def test_per_block_analyses_share_one_pass_and_match_the_single_analyses():
     results = compare.analyse(model, ["fourier", "variance", "cka"], test_data=batches)
     assert len(calls) == 2  # one forward pass per batch for all three, and the accuracy
     assert results["accuracy"].num_samples == 12
-    np.testing.assert_allclose(results["fourier"].relative_log_amplitude,
-                               fourier.fourier_log_amplitude(model, batches).relative_log_amplitude)  # fmt: skip
+    np.testing.assert_allclose(
+        results["fourier"].relative_log_amplitude, fourier.fourier_log_amplitude(model, batches).relative_log_amplitude
+    )
     single = variance.feature_map_variance(model, batches)
     np.testing.assert_allclose(results["variance"].variance, single.variance)
     np.testing.assert_allclose(results["cka"].similarity, cka.cka(model, batches).similarity)
     # The notebook's definition on the same maps: divided by H·W − 1 instead of H·W.
     sides = [16] + [16] * 2 + [8] * 2 + [4] * 2 + [4]
     assert len(sides) == len(single.variance)
-    np.testing.assert_allclose(single.reference_variance / single.variance, [s * s / (s * s - 1) for s in sides],
-                               rtol=1e-5)  # fmt: skip
+    np.testing.assert_allclose(
+        single.reference_variance / single.variance, [s * s / (s * s - 1) for s in sides], rtol=1e-5
+    )
 
 
 def test_settings_scale_down_on_a_cpu_and_say_so():
@@ -200,15 +218,24 @@ def test_settings_scale_down_on_a_cpu_and_say_so():
 
 
 def test_comparison_of_two_zoo_models_writes_every_figure_json_and_report(tmp_path):
-    models = {name: alternet_hf.create_model(name, **{**TINY[name], "num_labels": 4})
-              for name in ("alternet-50-cifar100", "resnet-50-cifar100", "vit-ti-cifar100")}  # fmt: skip
+    models = {
+        name: alternet_hf.create_model(name, **{**TINY[name], "num_labels": 4})
+        for name in ("alternet-50-cifar100", "resnet-50-cifar100", "vit-ti-cifar100")
+    }
     generator = torch.Generator().manual_seed(0)
     test = [(torch.randn(8, 3, 16, 16, generator=generator), torch.randint(0, 4, (8,), generator=generator))]
     train = [(torch.randn(8, 3, 16, 16, generator=generator), torch.randint(0, 4, (8,), generator=generator))]
     settings = compare.Settings(
-        hessian_batches=1, top_k=1, bottom_k=1, lanczos_steps=2, hessian_tol=1e-1, density_vectors=1, density_steps=2,
-        landscape_points=3, landscape_protocol="reference",
-    )  # fmt: skip
+        hessian_batches=1,
+        top_k=1,
+        bottom_k=1,
+        lanczos_steps=2,
+        hessian_tol=1e-1,
+        density_vectors=1,
+        density_steps=2,
+        landscape_points=3,
+        landscape_protocol="reference",
+    )
     results, summaries = {}, {}
     for name, model in models.items():
         short = name.split("-")[0]
@@ -217,8 +244,16 @@ def test_comparison_of_two_zoo_models_writes_every_figure_json_and_report(tmp_pa
         results[short] = compare.analyse(model, analyses, test_data=test, train_data=lambda: train, settings=settings)
         summaries[short] = {**compare.summary_of(model), "source": name}
     written = write_comparison(tmp_path, results, summaries, meta={"dataset": "random"}, notes=["a note"])
-    figures = {"fourier_by_depth", "fourier_spectra", "variance_by_depth", "hessian_spectra", "landscape",
-               "frequency_noise", "lesion", "cka"}  # fmt: skip
+    figures = {
+        "fourier_by_depth",
+        "fourier_spectra",
+        "variance_by_depth",
+        "hessian_spectra",
+        "landscape",
+        "frequency_noise",
+        "lesion",
+        "cka",
+    }
     assert figures <= set(written) and all(written[f].stat().st_size > 10_000 for f in figures)
     payload = json.loads(written["json"].read_text())
     assert set(payload["models"]) == {"alternet", "resnet", "vit"}
@@ -244,15 +279,28 @@ def test_a_comparison_from_stored_results_equals_the_one_computed(tmp_path):
         alternet_hf.create_model(preset, **{**TINY[preset], "num_labels": 10}).save_pretrained(folder)
         specs.append((preset.split("-")[0], str(folder)))
     settings = compare.Settings(
-        max_batches=1, train_batch_size=8, hessian_batches=1, top_k=1, bottom_k=1, lanczos_steps=3,
-        density_vectors=1, density_steps=4, landscape_points=3, corruptions=("fog",), severities=(2,),
+        max_batches=1,
+        train_batch_size=8,
+        hessian_batches=1,
+        top_k=1,
+        bottom_k=1,
+        lanczos_steps=3,
+        density_vectors=1,
+        density_steps=4,
+        landscape_points=3,
+        corruptions=("fog",),
+        severities=(2,),
         corruption_images=16,
-    )  # fmt: skip
+    )
     common = dict(data=DataOptions(batch_size=16), settings=settings, device=torch.device("cpu"), image_size=32)
     computed = compare_models(
-        specs, compare.ANALYSES, results_dir=tmp_path / "results", comparison_dir=tmp_path / "computed",
-        say=lambda line: None, **common,
-    )  # fmt: skip
+        specs,
+        compare.ANALYSES,
+        results_dir=tmp_path / "results",
+        comparison_dir=tmp_path / "computed",
+        say=lambda line: None,
+        **common,
+    )
     stored = compare_stored(specs, results_dir=tmp_path / "results", comparison_dir=tmp_path / "stored", **common)
     assert json.loads(stored["json"].read_text()) == json.loads(computed["json"].read_text())
     assert stored["report"].read_text() == computed["report"].read_text().replace(

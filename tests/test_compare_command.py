@@ -36,10 +36,24 @@ def test_a_timm_model_with_local_weights_beside_a_zoo_model(tmp_path, zoo_model)
     save_file(resnet.state_dict(), tmp_path / "r18" / "model.safetensors")
     out = tmp_path / "cmp"
     completed = run(
-        "--models", f"alternet={zoo_model},resnet18=timm:test_resnet", "--weights", tmp_path / "r18",
-        "--analyses", "fourier,variance,lesion", "--max-batches", "1", "--batch-size", "16", "--image-size", "32",
-        "--out", out, "--competence", "5", cwd=tmp_path,
-    )  # fmt: skip
+        "--models",
+        f"alternet={zoo_model},resnet18=timm:test_resnet",
+        "--weights",
+        tmp_path / "r18",
+        "--analyses",
+        "fourier,variance,lesion",
+        "--max-batches",
+        "1",
+        "--batch-size",
+        "16",
+        "--image-size",
+        "32",
+        "--out",
+        out,
+        "--competence",
+        "5",
+        cwd=tmp_path,
+    )
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert "all analyses about" in completed.stdout and "on a CPU, scaled down" in completed.stdout
     payload = json.loads((out / "comparison.json").read_text())
@@ -113,10 +127,24 @@ def test_alternet_analyze_takes_a_timm_model_too(tmp_path):
     weights = tmp_path / "w.safetensors"
     save_file(timm.create_model("test_resnet", num_classes=10).state_dict(), weights)
     completed = run_command(
-        [installed_command("alternet-analyze"), "--model", "timm:test_resnet", "--weights", str(weights),
-         "--analyses", "variance", "--max-batches", "1", "--batch-size", "8", "--out", str(tmp_path / "out")],
-        cwd=tmp_path, timeout=600,
-    )  # fmt: skip
+        [
+            installed_command("alternet-analyze"),
+            "--model",
+            "timm:test_resnet",
+            "--weights",
+            str(weights),
+            "--analyses",
+            "variance",
+            "--max-batches",
+            "1",
+            "--batch-size",
+            "8",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert completed.returncode == 0, completed.stderr[-3000:]
     result = json.loads((tmp_path / "out" / "variance.json").read_text())["result"]
     assert result["kinds"] == ["input", *TEST_RESNET_KINDS] and len(result["reference_variance"]) == 6
@@ -153,15 +181,31 @@ def test_the_papers_lineup_from_a_folder_of_preset_folders(tmp_path):
     data = write_stand_in_dataset(tmp_path / "cifar100-stand-in")
     out = tmp_path / "cmp"
     completed = run(
-        "--paper", tmp_path / "zoo", "--dataset", data, "--analyses", "fourier,variance", "--max-batches", "1",
-        "--batch-size", "8", "--out", out, cwd=tmp_path,
-    )  # fmt: skip
+        "--paper",
+        tmp_path / "zoo",
+        "--dataset",
+        data,
+        "--analyses",
+        "fourier,variance",
+        "--max-batches",
+        "1",
+        "--batch-size",
+        "8",
+        "--out",
+        out,
+        cwd=tmp_path,
+    )
     assert completed.returncode == 0, completed.stderr[-3000:]
     models = json.loads((out / "comparison.json").read_text())["models"]
     assert list(models) == ["ResNet-50", "ViT-Ti", "PiT-Ti", "Swin-Ti", "AlterNet-50"]
     roles = {name: model["role"] for name, model in models.items()}
-    assert roles == {"ResNet-50": "cnn", "ViT-Ti": "transformer", "PiT-Ti": "transformer", "Swin-Ti": "transformer",
-                     "AlterNet-50": "hybrid"}  # fmt: skip
+    assert roles == {
+        "ResNet-50": "cnn",
+        "ViT-Ti": "transformer",
+        "PiT-Ti": "transformer",
+        "Swin-Ti": "transformer",
+        "AlterNet-50": "hybrid",
+    }
     assert models["PiT-Ti"]["kinds"].count("pool") == 1 and models["Swin-Ti"]["kinds"].count("pool") == 1
     fourier = json.loads((out / "PiT-Ti" / "fourier.json").read_text())["result"]
     assert len(fourier["kinds"]) == 1 + len(models["PiT-Ti"]["kinds"])  # the input, then every block

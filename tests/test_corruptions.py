@@ -46,9 +46,22 @@ def tiles():
 
 def test_the_table_is_cifar_c():
     assert CORRUPTIONS == (
-        "gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "glass_blur", "motion_blur", "zoom_blur",
-        "snow", "frost", "fog", "brightness", "contrast", "elastic_transform", "pixelate", "jpeg_compression",
-    )  # fmt: skip
+        "gaussian_noise",
+        "shot_noise",
+        "impulse_noise",
+        "defocus_blur",
+        "glass_blur",
+        "motion_blur",
+        "zoom_blur",
+        "snow",
+        "frost",
+        "fog",
+        "brightness",
+        "contrast",
+        "elastic_transform",
+        "pixelate",
+        "jpeg_compression",
+    )
     assert SEVERITIES == (1, 2, 3, 4, 5)
     assert all(len(parameters) == 5 for parameters in SEVERITY_PARAMETERS.values())
     table = SEVERITY_PARAMETERS
@@ -124,9 +137,11 @@ def _mean_abs_change(images, corruption, seeds=(0, 1)):
     """Mean |corrupted − clean| per severity, averaged over seeds (one for a deterministic corruption)."""
     seeds = seeds if corruption in RANDOM else seeds[:1]
     return np.array(
-        [np.mean([(corrupt(images, corruption, s, generator=seeded(k)) - images).abs().mean().item() for k in seeds])
-         for s in SEVERITIES]
-    )  # fmt: skip
+        [
+            np.mean([(corrupt(images, corruption, s, generator=seeded(k)) - images).abs().mean().item() for k in seeds])
+            for s in SEVERITIES
+        ]
+    )
 
 
 @pytest.mark.parametrize(
@@ -495,8 +510,9 @@ def test_the_procedural_frost_has_the_photographs_statistics():
     within = layers.std(dim=(1, 2, 3), correction=0).mean().item()  # over a crop's pixels and channels
     assert within == pytest.approx(28.8, abs=1.5)  # the photographs' 28.8 (the issue: 29); was 41
     channel_std = np.sqrt(np.mean([np.square(p["std"]) for p in profiles], axis=0))
-    np.testing.assert_allclose((layers - layers.mean(dim=(2, 3), keepdim=True)).pow(2).mean(dim=(0, 2, 3)).sqrt(),
-                               channel_std, rtol=0.05)  # fmt: skip
+    np.testing.assert_allclose(
+        (layers - layers.mean(dim=(2, 3), keepdim=True)).pow(2).mean(dim=(0, 2, 3)).sqrt(), channel_std, rtol=0.05
+    )
     grey = layers.mean(dim=1)
     roughness = grey.diff(dim=2).abs().mean(dim=(1, 2)) / grey.std(dim=(1, 2), correction=0)
     assert roughness.mean().item() == pytest.approx(np.mean([p["roughness"] for p in profiles]), abs=0.03)
@@ -507,8 +523,10 @@ def test_frost_photographs_from_a_folder(tmp_path, monkeypatch, photos):
 
     # five stand-in "photographs" with the reference's names, each a different random field
     rng = np.random.default_rng(0)
-    arrays = {name: rng.integers(0, 256, (240 + 5 * i, 300, 3), dtype=np.uint8)
-              for i, name in enumerate(corruptions.FROST_FILES)}  # fmt: skip
+    arrays = {
+        name: rng.integers(0, 256, (240 + 5 * i, 300, 3), dtype=np.uint8)
+        for i, name in enumerate(corruptions.FROST_FILES)
+    }
     for name, array in arrays.items():
         Image.fromarray(array).save(tmp_path / name, quality=100)
     shrunk = [np.asarray(Image.open(tmp_path / name).convert("RGB"))[2::5, 2::5] for name in corruptions.FROST_FILES]
@@ -529,8 +547,10 @@ def test_frost_photographs_from_a_folder(tmp_path, monkeypatch, photos):
         corruptions.frost_photo_crops(str(tmp_path), 1, 64, 64)
     # the blend, and the folder from the argument or the environment; "" forces the procedural layers
     blended = corrupt(photos, "frost", 3, generator=seeded(), frost_dir=tmp_path)
-    torch.testing.assert_close(blended, (0.9 * photos + 0.4 * corruptions.frost_photo_crops(
-        str(tmp_path), 4, 32, 32, generator=seeded())).clamp(0, 1))  # fmt: skip
+    torch.testing.assert_close(
+        blended,
+        (0.9 * photos + 0.4 * corruptions.frost_photo_crops(str(tmp_path), 4, 32, 32, generator=seeded())).clamp(0, 1),
+    )
     monkeypatch.setenv(corruptions.FROST_DIR_VARIABLE, str(tmp_path))
     assert torch.equal(corrupt(photos, "frost", 3, generator=seeded()), blended)
     procedural = corrupt(photos, "frost", 3, generator=seeded(), frost_dir="")

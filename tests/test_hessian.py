@@ -76,8 +76,9 @@ def test_the_reference_l2_term_has_its_exact_hessian(least_squares):
         return 0.5 * ((inputs @ weight.view(10, 1) - targets) ** 2).sum(dim=-1).mean() + 0.3 * weight.norm()
 
     exact = np.linalg.eigvalsh(torch.autograd.functional.hessian(loss_of, model.weight.detach().view(-1)).numpy())
-    result = hessian.extreme_eigenvalues(model, (inputs, targets), loss_fn=mse, weight_decay=0.3, top_k=2,
-                                         bottom_k=2, tol=1e-10)  # fmt: skip
+    result = hessian.extreme_eigenvalues(
+        model, (inputs, targets), loss_fn=mse, weight_decay=0.3, top_k=2, bottom_k=2, tol=1e-10
+    )
     np.testing.assert_allclose(result.eigenvalues, exact[::-1][:2], rtol=1e-8)
     np.testing.assert_allclose(result.smallest, exact[:2], rtol=1e-8)
 
@@ -164,9 +165,17 @@ def test_spectrum_of_both_ends_with_density_and_partial_reports():
     eigenvalues = [3.0, 1.0, -0.5, -2.0]
     reports = []
     result = hessian.max_eigenvalue_spectrum(
-        Quadratic(4), [NO_DATA] * 3, loss_fn=indefinite(eigenvalues), top_k=1, bottom_k=1, tol=1e-10, bins=8,
-        density_vectors=2, density_steps=4, on_batch=reports.append,
-    )  # fmt: skip
+        Quadratic(4),
+        [NO_DATA] * 3,
+        loss_fn=indefinite(eigenvalues),
+        top_k=1,
+        bottom_k=1,
+        tol=1e-10,
+        bins=8,
+        density_vectors=2,
+        density_steps=4,
+        on_batch=reports.append,
+    )
     np.testing.assert_allclose(result.eigenvalues[:, 0], 3.0)
     np.testing.assert_allclose(result.smallest_eigenvalues[:, 0], -2.0)
     assert result.counts.sum() == 6 and result.bin_edges[0] == pytest.approx(-2.0)  # negatives in the histogram

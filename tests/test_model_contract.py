@@ -119,10 +119,14 @@ class ModelContractMixin:
         "problem_type, make_labels, expected_loss",
         [
             ("single_label_classification", lambda n, c: torch.arange(n) % c, F.cross_entropy),
-            ("multi_label_classification", lambda n, c: (torch.rand(n, c) > 0.5).float(), F.binary_cross_entropy_with_logits),  # noqa: E501
+            (
+                "multi_label_classification",
+                lambda n, c: (torch.rand(n, c) > 0.5).float(),
+                F.binary_cross_entropy_with_logits,
+            ),  # noqa: E501
             ("regression", lambda n, c: torch.randn(n, c), F.mse_loss),
         ],
-    )  # fmt: skip
+    )
     def test_problem_types_give_transformers_losses(self, problem_type, make_labels, expected_loss):
         """`config.problem_type` as transformers' own ResNet reads it: torch's loss, and transformers' value."""
         model = self.tester.create_model(problem_type=problem_type)

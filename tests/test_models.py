@@ -106,7 +106,7 @@ def test_vit_stochastic_depth(tmp_path):
         ("vit-ti-cifar100", "hidden_size", 10**6, "ViTConfig.hidden_size"),
         ("vit-ti-cifar100", "hidden_dropout_prob", 1.5, "hidden_dropout_prob"),
     ],
-)  # fmt: skip
+)
 def test_absurd_sizes_fail_at_once_naming_the_field(preset, field, value, message):
     """Fields are checked before anything is built: no minutes of building a million blocks, no ZeroDivisionError."""
     with pytest.raises(ValueError, match=message):

@@ -24,9 +24,16 @@ def test_dry_run_round_trip(tmp_path):
     zenodo = robustness.save_as_arrays(generated, tmp_path / "CIFAR-100-C", corruptions=SOME)
     out = tmp_path / "upload"
     command = [
-        installed_command("alternet-publish-cifar100c"), "--zenodo-dir", str(zenodo),
-        "--repo-id", "someone/cifar100-c", "--dry-run", str(out), "--corruptions", ",".join(SOME),
-    ]  # fmt: skip
+        installed_command("alternet-publish-cifar100c"),
+        "--zenodo-dir",
+        str(zenodo),
+        "--repo-id",
+        "someone/cifar100-c",
+        "--dry-run",
+        str(out),
+        "--corruptions",
+        ",".join(SOME),
+    ]
     completed = run_command(command, cwd=tmp_path, timeout=300)
     assert completed.returncode == 0, completed.stderr[-3000:]
     files = sorted(str(p.relative_to(out)) for p in (out / "data").rglob("*.parquet"))
@@ -82,8 +89,15 @@ def test_missing_arrays_are_named(tmp_path):
     generated = robustness.GeneratedCorruptions(torch.zeros(4, 3, 32, 32, dtype=torch.uint8), torch.zeros(4))
     zenodo = robustness.save_as_arrays(generated, tmp_path / "c", corruptions=["fog"])
     command = [
-        installed_command("alternet-publish-cifar100c"), "--zenodo-dir", str(zenodo),
-        "--repo-id", "someone/c", "--dry-run", str(tmp_path / "out"), "--corruptions", "fog,frost",
-    ]  # fmt: skip
+        installed_command("alternet-publish-cifar100c"),
+        "--zenodo-dir",
+        str(zenodo),
+        "--repo-id",
+        "someone/c",
+        "--dry-run",
+        str(tmp_path / "out"),
+        "--corruptions",
+        "fog,frost",
+    ]
     completed = run_command(command, cwd=tmp_path, timeout=300)
     assert completed.returncode == 2 and "lacks frost.npy" in completed.stderr and "zenodo.org" in completed.stderr

@@ -74,8 +74,15 @@ def test_dry_run_release(preset, tmp_path, photo):
 
 def test_a_model_without_evaluation_is_refused(tmp_path):
     alternet_hf.create_model("resnet-50-cifar100", **TINY["resnet-50-cifar100"]).save_pretrained(tmp_path / "m")
-    command = [installed_command("alternet-push"), "--model", tmp_path / "m", "--repo-id", "a/b",
-               "--dry-run", tmp_path / "out"]  # fmt: skip
+    command = [
+        installed_command("alternet-push"),
+        "--model",
+        tmp_path / "m",
+        "--repo-id",
+        "a/b",
+        "--dry-run",
+        tmp_path / "out",
+    ]
     completed = run_command(command, cwd=tmp_path, timeout=300)
     assert completed.returncode != 0 and "alternet-evaluate --model" in completed.stderr
 

@@ -129,8 +129,9 @@ def test_the_release_fetches_records_and_hashes_each_file(server, tmp_path, monk
     given = tmp_path / "given"
     given.mkdir()
     (given / name).write_bytes(b"some bytes")
-    options = release.ReleaseOptions(org="someone", out=tmp_path / "out2", from_reference=True, reference_dir=given,
-                                      models=(preset,))  # fmt: skip
+    options = release.ReleaseOptions(
+        org="someone", out=tmp_path / "out2", from_reference=True, reference_dir=given, models=(preset,)
+    )
     outputs = release.Release(options, say=lambda line: None).fetch(preset)
     assert len(outputs) == 1 and json.loads(outputs[0].read_text())["obtained"] == "given in a folder"
 
@@ -153,9 +154,7 @@ def test_files_that_cannot_be_had_are_named_before_anything_is_written(tmp_path,
 
 
 def test_durations_read_as_people_write_them():
-    assert [release.parse_duration(text) for text in ("90", "90s", "30m", "1.5h", "2d")] == [
-        90, 90, 1800, 5400, 172800
-    ]  # fmt: skip
+    assert [release.parse_duration(text) for text in ("90", "90s", "30m", "1.5h", "2d")] == [90, 90, 1800, 5400, 172800]
     for wrong in ("soon", "-1h", "h"):
         with pytest.raises(ValueError, match="is not a duration"):
             release.parse_duration(wrong)

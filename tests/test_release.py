@@ -167,8 +167,10 @@ def test_a_second_run_adds_alternet_and_redoes_only_what_depends_on_it(rehearsal
     config = json.loads((out / "work" / "train" / TRAINED / "training_config.json").read_text())
     # the GPU branches ran on the CPU: inductor (where a C++ compiler is), bf16, channels-last
     assert (config["compile"], config["mixed_precision"], config["channels_last"]) == (
-        release.inductor_available(), "bf16", True
-    )  # fmt: skip
+        release.inductor_available(),
+        "bf16",
+        True,
+    )
     # The last run finds everything complete and changes nothing.
     again = rehearsal_run["again"].stdout
     assert "0 steps run, 34 already complete" in again
@@ -276,9 +278,11 @@ def test_each_model_loads_with_transformers_pipeline_and_timm(rehearsal_run, pre
             fields = {k: v for k, v in training["model_overrides"].items() if k != "drop_path_rate"}
         architecture, dataset = preset.rsplit("-", 1)
         in_timm = timm.create_model(
-            alternet_hf.timm_models.timm_name(architecture, dataset), pretrained=True,
-            pretrained_cfg_overlay=dict(file=str(folder / "model.safetensors")), **fields,
-        ).eval()  # fmt: skip
+            alternet_hf.timm_models.timm_name(architecture, dataset),
+            pretrained=True,
+            pretrained_cfg_overlay=dict(file=str(folder / "model.safetensors")),
+            **fields,
+        ).eval()
     pixels = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         torch.testing.assert_close(in_timm(pixels), model(pixel_values=pixels).logits)
@@ -299,10 +303,17 @@ for folder in {folders!r}:
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=offline_env())
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [
-        "CifarResNetForImageClassification", "100", "ViTForImageClassification", "100",
-        "TimmWrapperForImageClassification", "100", "TimmWrapperForImageClassification", "100",
-        "AlterNetForImageClassification", "100",
-    ]  # fmt: skip
+        "CifarResNetForImageClassification",
+        "100",
+        "ViTForImageClassification",
+        "100",
+        "TimmWrapperForImageClassification",
+        "100",
+        "TimmWrapperForImageClassification",
+        "100",
+        "AlterNetForImageClassification",
+        "100",
+    ]
 
 
 def test_the_dataset_loads_with_datasets_and_the_analyses(rehearsal_run):
@@ -591,9 +602,13 @@ def test_files_that_are_not_the_reference_s_are_named_and_nothing_is_published(t
     (folder / REFERENCE_FILES["vit-ti-cifar100"]).write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
     shutil.copy(whole, folder / REFERENCE_FILES["pit-ti-cifar100"])
     options = release.ReleaseOptions(
-        org=ORG, out=tmp_path / "out", from_reference=True, reference_dir=folder, without_cifar100c=True,
+        org=ORG,
+        out=tmp_path / "out",
+        from_reference=True,
+        reference_dir=folder,
+        without_cifar100c=True,
         models=("resnet-50-cifar100", "vit-ti-cifar100", "pit-ti-cifar100"),
-    )  # fmt: skip
+    )
     release.check_reference_files(options)
     with pytest.raises(release.ReleaseError) as stopped:
         release.Release(options, say=lambda line: None).run()
@@ -624,8 +639,9 @@ def test_cifar100c_is_evaluated_whole_without_a_budget_and_on_a_subset_within_on
     from analysis.robustness import GeneratedCorruptions, save_as_arrays, write_hub_dataset
 
     images = torch.randint(0, 256, (20, 3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
-    arrays = save_as_arrays(GeneratedCorruptions(images, torch.arange(20) % 5), tmp_path / "arrays",
-                            corruptions=["fog", "contrast"])  # fmt: skip
+    arrays = save_as_arrays(
+        GeneratedCorruptions(images, torch.arange(20) % 5), tmp_path / "arrays", corruptions=["fog", "contrast"]
+    )
     repo = write_hub_dataset(arrays, tmp_path / "repo", "someone/c", corruptions=["fog", "contrast"])
     folder = tmp_path / "model"
     tiny = {**rehearsal.REHEARSAL_MODELS["resnet-50"], "num_labels": 5}
@@ -663,12 +679,20 @@ def test_refusals_come_before_any_training(tmp_path):
         "not cifar100": [*base, "--org", ORG, "--rehearsal", "--dry-run", "out", "--models", "alternet-50-cifar10"],
         "offline": [*base, "--org", ORG, "--without-cifar100c"],
         "no training set": [*base, "--org", ORG, "--without-cifar100c", "--dry-run", "out"],
-        "no reference folder": [*base, "--org", ORG, "--from-reference", "ckpts", "--without-cifar100c", "--dry-run",
-                                "out"],
+        "no reference folder": [
+            *base,
+            "--org",
+            ORG,
+            "--from-reference",
+            "ckpts",
+            "--without-cifar100c",
+            "--dry-run",
+            "out",
+        ],
         "no reference files": [*base, "--org", ORG, "--from-reference", "--without-cifar100c", "--dry-run", "out"],
         "bad budget": [*base, "--org", ORG, "--rehearsal", "--dry-run", "out", "--cifar100c-budget", "soon"],
         "bad gap": [*base, "--org", ORG, "--rehearsal", "--dry-run", "out", "--max-accuracy-gap", "0"],
-    }  # fmt: skip
+    }
     empty_cache = {"HF_HOME": str(tmp_path / "empty-home"), "HF_DATASETS_CACHE": str(tmp_path / "empty-cache")}
     envs = {
         "offline": {"HF_TOKEN": "hf_x"},  # a token, but no Hub to check it with
@@ -685,8 +709,13 @@ def test_refusals_come_before_any_training(tmp_path):
     assert_refused(results["offline"], "cannot be reached", "nothing was trained", "--dry-run")
     assert_refused(results["no training set"], "cifar100 could not be loaded", "nothing was written", "--rehearsal")
     assert_refused(results["no reference folder"], "there is no folder ckpts", *REFERENCE_FILES.values())
-    assert_refused(results["no reference files"], "cannot be reached", "nothing was written", "--from-reference dir",
-                   *REFERENCE_FILES.values())  # fmt: skip
+    assert_refused(
+        results["no reference files"],
+        "cannot be reached",
+        "nothing was written",
+        "--from-reference dir",
+        *REFERENCE_FILES.values(),
+    )
     assert_refused(results["bad budget"], "'soon' is not a duration", "30m")
     assert_refused(results["bad gap"], "--max-accuracy-gap must be a positive number")
     no_token = run_command(runs["offline"], cwd=tmp_path, env=offline_env(HF_HOME=str(tmp_path / "empty-home")))

@@ -30,8 +30,16 @@ def test_the_mini_zoo_at_reduced_size(tmp_path):
         assert (model / "config.json").is_file() and (model / "training_config.json").is_file()
         recipe = json.loads((model / "training_config.json").read_text())
         assert recipe["epochs"] == 1 and recipe["learning_rate"] == 2e-3 and recipe["dataset"] == "digits"
-        for analysis in ("fourier", "variance", "hessian", "landscape", "robustness", "frequency-noise", "lesion",
-                         "cka"):  # fmt: skip
+        for analysis in (
+            "fourier",
+            "variance",
+            "hessian",
+            "landscape",
+            "robustness",
+            "frequency-noise",
+            "lesion",
+            "cka",
+        ):
             payload = json.loads((out / "results" / family / f"{analysis}.json").read_text())
             assert payload["analysis"] == analysis and "result" in payload and not payload["partial"]
             assert (out / "results" / family / f"{analysis}.png").is_file()
@@ -51,16 +59,28 @@ def test_the_mini_zoo_at_reduced_size(tmp_path):
 
     # Same seed, same numbers: one family again, from scratch in a fresh interpreter and another folder.
     cold = run_command(
-        [installed_command("alternet-reproduce"), "--quick", "--out", tmp_path / "again", "--families", "resnet",
-         "--analyses", "hessian,landscape,robustness"],
-        cwd=tmp_path, timeout=900, warm=False,
-    )  # fmt: skip
+        [
+            installed_command("alternet-reproduce"),
+            "--quick",
+            "--out",
+            tmp_path / "again",
+            "--families",
+            "resnet",
+            "--analyses",
+            "hessian,landscape,robustness",
+        ],
+        cwd=tmp_path,
+        timeout=900,
+        warm=False,
+    )
     assert cold.returncode == 0, cold.stderr[-3000:]
     weights = [root / "models" / "resnet" / "model.safetensors" for root in (out, tmp_path / "again")]
     assert weights[0].read_bytes() == weights[1].read_bytes()
     for analysis in ("hessian", "landscape", "robustness"):
-        results = [json.loads((root / "results" / "resnet" / f"{analysis}.json").read_text())["result"]
-                   for root in (out, tmp_path / "again")]  # fmt: skip
+        results = [
+            json.loads((root / "results" / "resnet" / f"{analysis}.json").read_text())["result"]
+            for root in (out, tmp_path / "again")
+        ]
         assert results[0] == results[1], analysis
 
     # A finished model with the same settings is reused (no training), and a second run only analyses; its

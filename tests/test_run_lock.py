@@ -78,9 +78,20 @@ def test_the_lock_dies_with_its_process_even_by_sigkill(tmp_path):
 
 def test_a_second_training_on_a_folder_in_use_stops_at_once_and_resumes_once_the_first_is_gone(tmp_path, tiny_dataset):
     train = [
-        installed_command("alternet-train"), "--model-overrides", json.dumps(TINY_ALTERNET), "--batch-size", "8",
-        "--dataset", tiny_dataset, "--output-dir", "run", "--epochs", "200", "--save-every-steps", "4",
-    ]  # fmt: skip
+        installed_command("alternet-train"),
+        "--model-overrides",
+        json.dumps(TINY_ALTERNET),
+        "--batch-size",
+        "8",
+        "--dataset",
+        tiny_dataset,
+        "--output-dir",
+        "run",
+        "--epochs",
+        "200",
+        "--save-every-steps",
+        "4",
+    ]
     first = start_command(train, cwd=tmp_path, env=OFFLINE)
     checkpoints = tmp_path / "run" / "checkpoints"
     deadline = time.monotonic() + 120
@@ -113,11 +124,20 @@ def test_a_second_training_on_a_folder_in_use_stops_at_once_and_resumes_once_the
         ("alternet-analyze", ["--model", "alternet-18-cifar10", "--analyses", "fourier", "--out", "{folder}"]),
         (
             "release",
-            ["--org", "me", "--rehearsal", "--models", "resnet-50-cifar100", "--without-cifar100c", "--no-estimate",
-             "--dry-run", "{folder}"],
+            [
+                "--org",
+                "me",
+                "--rehearsal",
+                "--models",
+                "resnet-50-cifar100",
+                "--without-cifar100c",
+                "--no-estimate",
+                "--dry-run",
+                "{folder}",
+            ],
         ),
     ],
-)  # fmt: skip
+)
 def test_every_command_that_writes_a_folder_refuses_one_in_use(tmp_path, command, arguments):
     folder = tmp_path / "out"
     holder = _hold_elsewhere(folder)

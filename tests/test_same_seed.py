@@ -72,10 +72,24 @@ def trained(tmp_path_factory):
     cwd = tmp_path_factory.mktemp("same-seed")
     dataset = write_tiny_dataset(cwd / "tiny")
     argv = [
-        installed_command("alternet-train"), "--model-overrides", json.dumps(TINY_ALTERNET), "--batch-size", "8",
-        "--dataset", dataset, "--epochs", "2", "--rand-augment", "rand-m9-n2-mstd1.0", "--mixup-alpha", "1",
-        "--cutmix-alpha", "0.8", "--seed", "3",
-    ]  # fmt: skip
+        installed_command("alternet-train"),
+        "--model-overrides",
+        json.dumps(TINY_ALTERNET),
+        "--batch-size",
+        "8",
+        "--dataset",
+        dataset,
+        "--epochs",
+        "2",
+        "--rand-augment",
+        "rand-m9-n2-mstd1.0",
+        "--mixup-alpha",
+        "1",
+        "--cutmix-alpha",
+        "0.8",
+        "--seed",
+        "3",
+    ]
     first, second = twice(argv, cwd, "--output-dir")
     return dict(cwd=cwd, dataset=dataset, model=cwd / "first" / "out", runs=(first, second))
 
@@ -86,9 +100,20 @@ def test_training(trained):
 
 def test_fine_tuning_a_preset_from_scratch(trained, tmp_path):
     argv = [
-        installed_command("alternet-finetune"), "--model", "alternet-50-cifar100", "--model-overrides",
-        json.dumps(TINY_ALTERNET), "--dataset", trained["dataset"], "--epochs", "2", "--batch-size", "8", "--seed", "5",
-    ]  # fmt: skip
+        installed_command("alternet-finetune"),
+        "--model",
+        "alternet-50-cifar100",
+        "--model-overrides",
+        json.dumps(TINY_ALTERNET),
+        "--dataset",
+        trained["dataset"],
+        "--epochs",
+        "2",
+        "--batch-size",
+        "8",
+        "--seed",
+        "5",
+    ]
     first, second = twice(argv, tmp_path, "--output-dir")
     assert_same(first, second, {"model.safetensors"})
 
@@ -102,12 +127,42 @@ def test_evaluation(trained, tmp_path):
 
 def test_analyses_that_draw(trained, tmp_path):
     argv = [
-        installed_command("alternet-analyze"), "--model", str(trained["model"]), "--dataset", trained["dataset"],
-        "--analyses", "hessian,landscape,robustness,frequency-noise", "--train-batch-size", "8",
-        "--hessian-batches", "1", "--top-k", "1", "--bottom-k", "0", "--density-vectors", "1", "--density-steps", "4",
-        "--landscape-points", "3", "--landscape-batches", "1", "--corruptions", "gaussian_noise,fog",
-        "--severities", "3", "--corruption-images", "8", "--max-batches", "1", "--batch-size", "8", "--seed", "2",
-    ]  # fmt: skip
+        installed_command("alternet-analyze"),
+        "--model",
+        str(trained["model"]),
+        "--dataset",
+        trained["dataset"],
+        "--analyses",
+        "hessian,landscape,robustness,frequency-noise",
+        "--train-batch-size",
+        "8",
+        "--hessian-batches",
+        "1",
+        "--top-k",
+        "1",
+        "--bottom-k",
+        "0",
+        "--density-vectors",
+        "1",
+        "--density-steps",
+        "4",
+        "--landscape-points",
+        "3",
+        "--landscape-batches",
+        "1",
+        "--corruptions",
+        "gaussian_noise,fog",
+        "--severities",
+        "3",
+        "--corruption-images",
+        "8",
+        "--max-batches",
+        "1",
+        "--batch-size",
+        "8",
+        "--seed",
+        "2",
+    ]
     first, second = twice(argv, tmp_path, "--out")
     assert_same(first, second, {f"{a}.json" for a in ("hessian", "landscape", "robustness", "frequency-noise")})
 
@@ -115,9 +170,23 @@ def test_analyses_that_draw(trained, tmp_path):
 def test_comparison(trained, tmp_path):
     shutil.copytree(trained["model"], tmp_path / "other")
     argv = [
-        installed_command("alternet-compare"), "--models", f"a={trained['model']},b={tmp_path / 'other'}",
-        "--dataset", trained["dataset"], "--analyses", "fourier,robustness", "--corruptions", "contrast",
-        "--severities", "2", "--corruption-images", "8", "--max-batches", "1", "--batch-size", "8",
-    ]  # fmt: skip
+        installed_command("alternet-compare"),
+        "--models",
+        f"a={trained['model']},b={tmp_path / 'other'}",
+        "--dataset",
+        trained["dataset"],
+        "--analyses",
+        "fourier,robustness",
+        "--corruptions",
+        "contrast",
+        "--severities",
+        "2",
+        "--corruption-images",
+        "8",
+        "--max-batches",
+        "1",
+        "--batch-size",
+        "8",
+    ]
     first, second = twice(argv, tmp_path, "--out")
     assert_same(first, second, {"comparison.json", "a/robustness.json", "b/fourier.json"})

@@ -228,9 +228,11 @@ def test_the_space_starts_offline_with_no_arguments(tmp_path, with_mini_zoo):
 @pytest.mark.commands
 def test_a_malformed_models_flag_is_a_clear_error(tmp_path):
     completed = run_command(
-        [installed_command("alternet-space"), "--models", "just-a-folder"], cwd=tmp_path, timeout=300,
+        [installed_command("alternet-space"), "--models", "just-a-folder"],
+        cwd=tmp_path,
+        timeout=300,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )  # fmt: skip
+    )
     assert completed.returncode == 2 and "must look like Name=folder_or_hub_id" in completed.stderr
     assert "Traceback" not in completed.stderr
 
@@ -242,8 +244,15 @@ def test_a_browser_clicks_through_both_tabs(space_url):
     from playwright.sync_api import expect, sync_playwright
 
     url, folder = space_url
-    flags = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync"]  # fmt: skip
+    flags = [
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+    ]
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=flags)
         page = browser.new_page()

@@ -213,8 +213,9 @@ def test_pretrained_from_a_saved_zoo_folder(tmp_path):
     with torch.no_grad():
         assert torch.equal(model(images()), zoo.eval()(images()).logits)
     # a new head for another label count keeps the backbone (timm drops the classifier's weights)
-    other = timm.create_model("alternet_50", pretrained=True, num_classes=3, pretrained_cfg_overlay=dict(file=file),
-                              **overrides).eval()  # fmt: skip
+    other = timm.create_model(
+        "alternet_50", pretrained=True, num_classes=3, pretrained_cfg_overlay=dict(file=file), **overrides
+    ).eval()
     with torch.no_grad():
         assert torch.equal(other.forward_features(images()), model.forward_features(images()))
     # grey images: timm sums the first conv over the channels
@@ -233,9 +234,12 @@ def test_pretrained_from_a_saved_vit_folder(tmp_path):
     overrides = {k: v for k, v in TINY["vit-ti-cifar100"].items() if k != "num_labels"}
     num_classes = zoo.config.num_labels
     model = timm.create_model(
-        "vit_ti", pretrained=True, num_classes=num_classes,
-        pretrained_cfg_overlay=dict(file=str(tmp_path / "model.safetensors"), num_classes=num_classes), **overrides,
-    ).eval()  # fmt: skip
+        "vit_ti",
+        pretrained=True,
+        num_classes=num_classes,
+        pretrained_cfg_overlay=dict(file=str(tmp_path / "model.safetensors"), num_classes=num_classes),
+        **overrides,
+    ).eval()
     with torch.no_grad():
         torch.testing.assert_close(model(images()), zoo(images()).logits)
 

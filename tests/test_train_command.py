@@ -117,10 +117,24 @@ def test_16_bit_images_train_on_their_grey_levels(tmp_path):
 def test_resume_skips_damaged_checkpoints_for_the_last_complete_one_and_stays_exact(tmp_path, tiny_dataset):
     run = tmp_path / "run"
     arguments = (
-        "--dataset", tiny_dataset, "--output-dir", "run", "--epochs", "2", "--save-every-steps", "2",
-        "--keep-checkpoints", "4", "--deterministic", "--rand-augment", "rand-m9-n2-mstd1.0", "--mixup-alpha", "1",
-        "--cutmix-alpha", "0.8",
-    )  # fmt: skip
+        "--dataset",
+        tiny_dataset,
+        "--output-dir",
+        "run",
+        "--epochs",
+        "2",
+        "--save-every-steps",
+        "2",
+        "--keep-checkpoints",
+        "4",
+        "--deterministic",
+        "--rand-augment",
+        "rand-m9-n2-mstd1.0",
+        "--mixup-alpha",
+        "1",
+        "--cutmix-alpha",
+        "0.8",
+    )
     assert _train(tmp_path, *arguments).returncode == 0
     expected = load_file(run / "model.safetensors")
     newest_first = sorted((run / "checkpoints").glob("checkpoint-*"), reverse=True)

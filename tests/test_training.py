@@ -281,9 +281,14 @@ def test_a_resumed_run_may_change_only_how_it_runs(tmp_path):
 def test_the_schedule_counts_the_last_incomplete_accumulation_window(tmp_path):
     """22 batches at accumulation 4 are 6 optimizer steps, not 5: the cosine must end at 0, not climb back."""
     config = TrainingConfig(
-        output_dir=str(tmp_path / "run"), model_overrides=TINY_ALTERNET, epochs=1, warmup_epochs=0,
-        gradient_accumulation_steps=4, eval_batch_size=512, save_every_steps=1000,
-    )  # fmt: skip
+        output_dir=str(tmp_path / "run"),
+        model_overrides=TINY_ALTERNET,
+        epochs=1,
+        warmup_epochs=0,
+        gradient_accumulation_steps=4,
+        eval_batch_size=512,
+        save_every_steps=1000,
+    )
     result = train(config)
     assert result.history[-1]["lr"] == pytest.approx(0.0, abs=1e-12)
 
@@ -303,9 +308,15 @@ def test_a_holdout_evaluation_split_is_carved_from_training_and_saved(tmp_path, 
     """`--eval-split holdout:0.25` for a source with one split: evaluation rows never trained on, saved."""
     overrides = {key: value for key, value in TINY["resnet-50-cifar100"].items() if key != "num_labels"}
     config = TrainingConfig(
-        model="resnet-50-cifar100", model_overrides=overrides, dataset=tiny_dataset, eval_split="holdout:0.25",
-        output_dir=str(tmp_path / "run"), epochs=1, batch_size=8, eval_batch_size=8,
-    )  # fmt: skip
+        model="resnet-50-cifar100",
+        model_overrides=overrides,
+        dataset=tiny_dataset,
+        eval_split="holdout:0.25",
+        output_dir=str(tmp_path / "run"),
+        epochs=1,
+        batch_size=8,
+        eval_batch_size=8,
+    )
     train(config)
     holdout = json.loads((tmp_path / "run" / "holdout.json").read_text())
     assert (holdout["split"], holdout["fraction"], len(holdout["rows"])) == ("train", 0.25, 8)
@@ -343,10 +354,18 @@ def test_the_compiled_steps_never_break_the_graph_or_recompile(name, tiny_datase
         torch._dynamo.reset()
         counters.clear()
         config = TrainingConfig(
-            model=name, model_overrides=overrides, dataset=tiny_dataset, output_dir=str(tmp_path / f"run{len(mixing)}"),
-            epochs=2, batch_size=8, eval_batch_size=16, compile=True, label_smoothing=0.1,
-            rand_augment="rand-m9-n2-mstd1.0", **mixing,
-        )  # fmt: skip
+            model=name,
+            model_overrides=overrides,
+            dataset=tiny_dataset,
+            output_dir=str(tmp_path / f"run{len(mixing)}"),
+            epochs=2,
+            batch_size=8,
+            eval_batch_size=16,
+            compile=True,
+            label_smoothing=0.1,
+            rand_augment="rand-m9-n2-mstd1.0",
+            **mixing,
+        )
         with torch._dynamo.config.patch(error_on_recompile=True):
             train(config)
         assert not counters["graph_break"], dict(counters["graph_break"])

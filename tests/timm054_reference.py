@@ -93,19 +93,31 @@ def swin_blocks(model, x):
 MODELS = {
     "pit_ti": (
         lambda: timm.models.pit.PoolingVisionTransformer(
-            num_classes=100, img_size=32, patch_size=2, stride=1,
-            base_dims=[32, 32, 32], depth=[2, 6, 4], heads=[2, 4, 8], mlp_ratio=4,
+            num_classes=100,
+            img_size=32,
+            patch_size=2,
+            stride=1,
+            base_dims=[32, 32, 32],
+            depth=[2, 6, 4],
+            heads=[2, 4, 8],
+            mlp_ratio=4,
         ),
         pit_blocks,
     ),
     "swin_ti": (
         lambda: timm.models.swin_transformer.SwinTransformer(
-            num_classes=100, img_size=32, patch_size=1, window_size=4,
-            embed_dim=96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24), qkv_bias=False,
+            num_classes=100,
+            img_size=32,
+            patch_size=1,
+            window_size=4,
+            embed_dim=96,
+            depths=(2, 2, 6, 2),
+            num_heads=(3, 6, 12, 24),
+            qkv_bias=False,
         ),
         swin_blocks,
     ),
-}  # fmt: skip
+}
 
 
 def main(out: Path) -> None:

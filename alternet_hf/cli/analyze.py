@@ -75,10 +75,12 @@ def add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-batches", type=int, help="test batches per analysis (default: the whole split)")
     parser.add_argument("--train-batch-size", type=int, help=f"minibatch of Hessian and landscape {scaled}")
     parser.add_argument(
-        "--augmentation", default="model", type=augmentation_source,
+        "--augmentation",
+        default="model",
+        type=augmentation_source,
         help="augmentation of the Hessian and landscape batches: 'model' (its training_config.json; the paper's "
         "recipe where there is none), 'paper', 'none', or a training_config.json file",
-    )  # fmt: skip
+    )
     parser.add_argument("--hessian-batches", type=int, help=f"minibatches in the max-eigenvalue spectrum {scaled}")
     parser.add_argument("--top-k", type=int, default=5, help="largest Hessian eigenvalues per minibatch")
     parser.add_argument(
@@ -93,19 +95,24 @@ def add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--landscape-points", type=int, help=f"grid points per direction (odd) {scaled}")
     parser.add_argument("--landscape-batches", type=int, default=1, help="training minibatches per grid point")
     parser.add_argument(
-        "--landscape-protocol", choices=["filter", "reference"], default="filter",
+        "--landscape-protocol",
+        choices=["filter", "reference"],
+        default="filter",
         help="'filter': Li et al.'s per-filter directions, BatchNorm in train mode; 'reference': the paper's code "
         "(directions normalised over dim 0, BatchNorm in eval mode)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--penalty", choices=["reference", "squared"], default="reference",
+        "--penalty",
+        choices=["reference", "squared"],
+        default="reference",
         help="the L2 term of Hessian and landscape: the reference's wd·Σ‖p‖, or ½·wd·‖w‖²",
-    )  # fmt: skip
+    )
     parser.add_argument("--weight-decay", type=float, default=0.05, help="L2 coefficient of the Hessian/landscape loss")
     parser.add_argument(
-        "--batchnorm", choices=["train", "eval"],
+        "--batchnorm",
+        choices=["train", "eval"],
         help="BatchNorm mode of the Hessian (default train) and of the landscape (default: its protocol's)",
-    )  # fmt: skip
+    )
     parser.add_argument("--cifar-c", help="CIFAR-C source: Zenodo arrays folder, parquet dataset or Hub id")
     parser.add_argument("--corruptions", help="comma-separated (default: all 15 CIFAR-C corruptions)")
     parser.add_argument("--severities", help=f"comma-separated {scaled}")
@@ -119,9 +126,11 @@ def add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = make_parser(__doc__)
     parser.add_argument(
-        "--model", required=True, type=any_model,
+        "--model",
+        required=True,
+        type=any_model,
         help="a preset name (random weights), a folder, a Hub id, or timm:<name> (--weights, else from the Hub)",
-    )  # fmt: skip
+    )
     parser.add_argument("--weights", type=existing_path, help="a timm model's weights: a file or a folder holding one")
     parser.add_argument("--out", type=Path, default=Path("results"), help="folder for JSON and PNG files")
     add_analysis_arguments(parser)
@@ -133,17 +142,27 @@ def settings_from_args(args, device):
     from analysis.compare import Settings
 
     given = dict(
-        max_batches=args.max_batches, train_batch_size=args.train_batch_size, hessian_batches=args.hessian_batches,
-        top_k=args.top_k, bottom_k=args.bottom_k, lanczos_steps=args.lanczos_steps,
-        hessian_time_limit=args.hessian_time_limit, density_vectors=args.density_vectors,
-        density_steps=args.density_steps, weight_decay=args.weight_decay,
-        penalty=args.penalty, hessian_batchnorm=args.batchnorm, landscape_batchnorm=args.batchnorm,
+        max_batches=args.max_batches,
+        train_batch_size=args.train_batch_size,
+        hessian_batches=args.hessian_batches,
+        top_k=args.top_k,
+        bottom_k=args.bottom_k,
+        lanczos_steps=args.lanczos_steps,
+        hessian_time_limit=args.hessian_time_limit,
+        density_vectors=args.density_vectors,
+        density_steps=args.density_steps,
+        weight_decay=args.weight_decay,
+        penalty=args.penalty,
+        hessian_batchnorm=args.batchnorm,
+        landscape_batchnorm=args.batchnorm,
         landscape_points=args.landscape_points,
-        landscape_batches=args.landscape_batches, landscape_protocol=args.landscape_protocol,
+        landscape_batches=args.landscape_batches,
+        landscape_protocol=args.landscape_protocol,
         corruptions=tuple(args.corruptions.split(",")) if args.corruptions else None,
         severities=tuple(int(s) for s in args.severities.split(",")) if args.severities else None,
-        corruption_images=args.corruption_images, seed=args.seed,
-    )  # fmt: skip
+        corruption_images=args.corruption_images,
+        seed=args.seed,
+    )
     if args.max_batches is not None and args.corruption_images is None and not args.cifar_c:
         given["corruption_images"] = args.max_batches * args.batch_size  # what --max-batches always meant for it
     settings, notes = Settings.for_device(device, **given)
@@ -156,10 +175,16 @@ def data_options(args):
     from analysis.runner import DataOptions
 
     return DataOptions(
-        dataset=args.dataset, image_column=args.image_column, label_column=args.label_column,
-        train_split=args.train_split, test_split=args.test_split, batch_size=args.batch_size,
-        augmentation=args.augmentation, cifar_c=args.cifar_c, seed=args.seed,
-    )  # fmt: skip
+        dataset=args.dataset,
+        image_column=args.image_column,
+        label_column=args.label_column,
+        train_split=args.train_split,
+        test_split=args.test_split,
+        batch_size=args.batch_size,
+        augmentation=args.augmentation,
+        cifar_c=args.cifar_c,
+        seed=args.seed,
+    )
 
 
 @command
@@ -173,9 +198,15 @@ def main(argv: list[str] | None = None) -> None:
     device = choose_device(args.device)
     settings, notes = settings_from_args(args, device)
     analyse_model(
-        args.model, args.analyses, data=data_options(args), settings=settings, device=device, out=args.out,
-        weights=args.weights, scaled_down=notes,
-    )  # fmt: skip
+        args.model,
+        args.analyses,
+        data=data_options(args),
+        settings=settings,
+        device=device,
+        out=args.out,
+        weights=args.weights,
+        scaled_down=notes,
+    )
     print(f"wrote {', '.join(f'{n}.json/.png' for n in args.analyses)} to {args.out}/")
 
 

@@ -154,13 +154,23 @@ def main(argv: list[str] | None = None) -> None:
     device = choose_device(args.device)
     settings, notes = settings_from_args(args, device)
     written = compare_models(
-        args.models, args.analyses, data=data_options(args), settings=settings, device=device, results_dir=args.out,
-        comparison_dir=args.out, weights=weights, image_size=args.image_size, scaled_down=notes,
+        args.models,
+        args.analyses,
+        data=data_options(args),
+        settings=settings,
+        device=device,
+        results_dir=args.out,
+        comparison_dir=args.out,
+        weights=weights,
+        image_size=args.image_size,
+        scaled_down=notes,
         competence=args.competence,
-    )  # fmt: skip
+    )
     print_verdicts(written["json"])
-    print(f"wrote {written['report']}, {written['json'].name} and {len(written) - 2} figures; per-model results in "
-          f"{args.out}/<name>/")  # fmt: skip
+    print(
+        f"wrote {written['report']}, {written['json'].name} and {len(written) - 2} figures; per-model results in "
+        f"{args.out}/<name>/"
+    )
 
 
 def print_verdicts(comparison_json: Path) -> None:

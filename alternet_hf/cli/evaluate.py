@@ -19,9 +19,11 @@ def build_parser():
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--num-workers", type=int, default=0)
     parser.add_argument(
-        "--mixed-precision", choices=["no", "bf16", "fp16"], default="no",
+        "--mixed-precision",
+        choices=["no", "bf16", "fp16"],
+        default="no",
         help="float32 by default: the numbers a model card reports; bf16 is faster on a GPU",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--output", type=Path, help="folder for metrics JSON and plot (default: the model folder if local)"
     )
@@ -47,9 +49,15 @@ def main(argv: list[str] | None = None) -> None:
     print("\n".join(metric_lines(metrics)))
     output = args.output or (Path(args.model) if Path(args.model).is_dir() else Path("results"))
     path = write_evaluation(
-        output, model=args.model, dataset=args.dataset, split=args.split, metrics=metrics, logits=logits,
-        labels=labels, mixed_precision=args.mixed_precision,
-    )  # fmt: skip
+        output,
+        model=args.model,
+        dataset=args.dataset,
+        split=args.split,
+        metrics=metrics,
+        logits=logits,
+        labels=labels,
+        mixed_precision=args.mixed_precision,
+    )
     print(f"wrote {path} and {path.stem}_reliability.png")
 
 

@@ -22,24 +22,28 @@ def build_parser():
     )
     trained, scratch = FINETUNE_DEFAULTS, FROM_SCRATCH_DEFAULTS
     parser.add_argument(
-        "--epochs", type=float,
+        "--epochs",
+        type=float,
         help=f"default: {trained['epochs']:g} for a model with trained weights, {scratch['epochs']:g} for a preset "
         "(trained from scratch)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--learning-rate", type=float,
+        "--learning-rate",
+        type=float,
         help=f"default: {trained['learning_rate']:g} with trained weights, {scratch['learning_rate']:g} for a preset",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--warmup", type=float,
+        "--warmup",
+        type=float,
         help=f"fraction of the steps over which the learning rate warms up (default: {trained['warmup']:g} with "
         f"trained weights, {scratch['warmup']:g} for a preset)",
-    )  # fmt: skip
+    )
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument(
-        "--horizontal-flip", type=float,
+        "--horizontal-flip",
+        type=float,
         help="probability (default: as in the model's own training recipe, else 0 for digits and 0.5 for photos)",
-    )  # fmt: skip
+    )
     parser.add_argument("--model-overrides", type=json_object, default={}, help="config fields as JSON")
     parser.add_argument("--seed", type=int, default=0)
     return parser

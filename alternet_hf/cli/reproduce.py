@@ -63,9 +63,17 @@ def main(argv: list[str] | None = None) -> None:
     device = choose_device(args.device)
     settings, notes = settings_from_args(args, device)
     written = reproduce(
-        args.out, families, epochs=args.epochs, quick=args.quick, analyses=args.analyses, data=data_options(args),
-        settings=settings, device=device, image_size=args.image_size, scaled_down=notes,
-    )  # fmt: skip
+        args.out,
+        families,
+        epochs=args.epochs,
+        quick=args.quick,
+        analyses=args.analyses,
+        data=data_options(args),
+        settings=settings,
+        device=device,
+        image_size=args.image_size,
+        scaled_down=notes,
+    )
     print_verdicts(written["json"])
     print(
         f"mini-zoo in {args.out}/: models/, results/, {written['report'].parent.name}/report.md "

@@ -28,9 +28,10 @@ def build_parser():
     parser.add_argument("--models", default=os.environ.get("ALTERNET_SPACE_MODELS", DEFAULT_MODELS))
     parser.add_argument("--results", type=Path, default=os.environ.get("ALTERNET_SPACE_RESULTS"))
     parser.add_argument(
-        "--pending", default=os.environ.get("ALTERNET_SPACE_PENDING", ""),
+        "--pending",
+        default=os.environ.get("ALTERNET_SPACE_PENDING", ""),
         help="names of models still to be published, comma-separated (the page says they are coming)",
-    )  # fmt: skip
+    )
     # None leaves both to Gradio, which reads GRADIO_SERVER_PORT and GRADIO_SERVER_NAME as on Hugging Face Spaces
     parser.add_argument("--port", type=int, help="default: $GRADIO_SERVER_PORT, else Gradio's 7860")
     parser.add_argument("--host", help="e.g. 0.0.0.0 in a container; default: $GRADIO_SERVER_NAME, else 127.0.0.1")

@@ -182,9 +182,14 @@ def _reference_notebook_statistics(maps: list[torch.Tensor]) -> None:
 
 
 def per_block_speed(
-    name: str = "alternet-18-cifar10", *, dataset: str = "digits", num_images: int = 256, batch_size: int = 128,
-    repeats: int = 3, device=None,
-) -> dict:  # fmt: skip
+    name: str = "alternet-18-cifar10",
+    *,
+    dataset: str = "digits",
+    num_images: int = 256,
+    batch_size: int = 128,
+    repeats: int = 3,
+    device=None,
+) -> dict:
     """Seconds for Fourier ΔlogA and feature-map variance of `name` on `num_images` test images: each on its
     own pass of the model (as before one pass fed both), both from one pass of `analysis.blocks.accumulate`,
     and the reference notebooks' computation (one forward, their formulas) on the same maps; best of `repeats`."""
@@ -227,8 +232,10 @@ def per_block_speed(
 
     seconds = {"separate_passes": best(separately), "one_pass": best(together), "reference_notebook": best(reference)}
     return {
-        "model": name, "images": num_images, "device": str(device or "cpu"),
+        "model": name,
+        "images": num_images,
+        "device": str(device or "cpu"),
         **{f"{key}_s": value for key, value in seconds.items()},
         "separate_over_one_pass": seconds["separate_passes"] / seconds["one_pass"],
         "one_pass_over_reference": seconds["one_pass"] / seconds["reference_notebook"],
-    }  # fmt: skip
+    }

@@ -113,9 +113,14 @@ def measure_engine_overhead(*, steps: int = 50, batch_size: int = 8, repeats: in
     from alternet_hf.training import LossMonitor, TrainState, build_steps, train_one_epoch, training_loss
 
     smallest = dict(
-        embedding_size=8, depths=[2], hidden_sizes=[8], num_attention_blocks=[1], num_attention_heads=[1],
-        attention_head_dim=8, image_size=8,
-    )  # fmt: skip
+        embedding_size=8,
+        depths=[2],
+        hidden_sizes=[8],
+        num_attention_blocks=[1],
+        num_attention_heads=[1],
+        attention_head_dim=8,
+        image_size=8,
+    )
     config = TrainingConfig(model="alternet-18-cifar10", model_overrides=smallest, epochs=1000)
     accelerator = Accelerator(mixed_precision="no")
     model = create_model(config.model, **config.model_overrides).to(memory_format=torch.channels_last)
@@ -158,10 +163,21 @@ def measure_engine_overhead(*, steps: int = 50, batch_size: int = 8, repeats: in
 
         with tqdm(total=steps, file=io.StringIO()) as progress:
             train_one_epoch(
-                train_step, batches, optimizer, scheduler, accelerator, state, model=model, parameters=parameters,
-                clip_grad_norm=config.clip_grad_norm, mixer=None, monitor=monitor, after_batch=after_batch,
-                progress=progress, timing={"data": 0.0},
-            )  # fmt: skip
+                train_step,
+                batches,
+                optimizer,
+                scheduler,
+                accelerator,
+                state,
+                model=model,
+                parameters=parameters,
+                clip_grad_norm=config.clip_grad_norm,
+                mixer=None,
+                monitor=monitor,
+                after_batch=after_batch,
+                progress=progress,
+                timing={"data": 0.0},
+            )
         monitor.read()
 
     timings = {"hand-written loop": [], "engine": []}
@@ -247,10 +263,20 @@ def measure_training_run(
             f"{tmp}/data", num_labels=config.num_labels, image_size=config.image_size, train=images, test=eval_images
         )
         run = recipe_config(
-            name, recipe, dataset=data, image_column="img", epochs=epochs, batch_size=batch_size,
-            num_workers=num_workers, compile=compiled, output_dir=f"{tmp}/run", eval_every_epochs=1,
-            save_every_epochs=1, save_every_minutes=None, model_overrides=overrides,
-        )  # fmt: skip
+            name,
+            recipe,
+            dataset=data,
+            image_column="img",
+            epochs=epochs,
+            batch_size=batch_size,
+            num_workers=num_workers,
+            compile=compiled,
+            output_dir=f"{tmp}/run",
+            eval_every_epochs=1,
+            save_every_epochs=1,
+            save_every_minutes=None,
+            model_overrides=overrides,
+        )
         started = time.perf_counter()
         history = train(run).history
         seconds = time.perf_counter() - started

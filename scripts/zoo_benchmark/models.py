@@ -104,11 +104,15 @@ def evaluation_throughput(
     )
     cores = torch.get_num_threads() if device.type == "cpu" else None
     return {
-        "model": name, "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "compiled": compiled, "batch_size": batch_size, "images_per_second": rate,
-        "images_per_second_per_core": rate / cores if cores else None, "threads": cores,
+        "model": name,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "compiled": compiled,
+        "batch_size": batch_size,
+        "images_per_second": rate,
+        "images_per_second_per_core": rate / cores if cores else None,
+        "threads": cores,
         "cifar100c_hours": CIFAR100C_IMAGES / rate / 3600,
-    }  # fmt: skip
+    }
 
 
 def race_reference(

@@ -60,9 +60,15 @@ def write_robustness(
                 f"images of each class per set ({len(rows):,} of {len(labels):,}, seed {SUBSET_SEED})"
             )
     result = evaluate_corruptions(
-        model, source, corruptions=corruptions, rows=rows, batch_size=batch_size, compile_mode=compile_mode,
-        device=device, progress=True,
-    )  # fmt: skip
+        model,
+        source,
+        corruptions=corruptions,
+        rows=rows,
+        batch_size=batch_size,
+        compile_mode=compile_mode,
+        device=device,
+        progress=True,
+    )
     payload = {"dataset": repo_id, "read_from": str(dataset_repo), "plan": plan, **finite(result.to_dict())}
     path = model_dir / "robustness_cifar100-c.json"
     path.write_text(json.dumps(payload, indent=2))

@@ -45,10 +45,19 @@ REHEARSAL_MODELS = {
 # cosine) with the epochs, learning rate and crops of a small model on a small dataset, and no flips (digits are not
 # symmetric). Far above chance (1%) within these few epochs, so that a number gone wrong anywhere shows.
 REHEARSAL_TRAINING = dict(
-    epochs=6, warmup_epochs=1, batch_size=32, eval_batch_size=100, learning_rate=5e-3, random_crop_padding=2,
-    horizontal_flip=0.0, num_workers=0, eval_every_epochs=2, save_every_epochs=1, save_every_minutes=None,
+    epochs=6,
+    warmup_epochs=1,
+    batch_size=32,
+    eval_batch_size=100,
+    learning_rate=5e-3,
+    random_crop_padding=2,
+    horizontal_flip=0.0,
+    num_workers=0,
+    eval_every_epochs=2,
+    save_every_epochs=1,
+    save_every_minutes=None,
     log_every_steps=10,
-)  # fmt: skip
+)
 
 # The stand-ins for the reference's four released models: wide enough to learn the stand-in data in seconds, and
 # how they are trained (plain AdamW, crops, no mixing: far above chance is all they need).
@@ -61,9 +70,18 @@ REFERENCE_STAND_INS = {
     "swin-ti-cifar100": dict(embed_dim=32, depths=[1, 2], num_heads=[2, 4], window_size=4, patch_size=4),
 }
 STAND_IN_TRAINING = dict(
-    epochs=10, warmup_epochs=1, batch_size=64, random_crop_padding=2, horizontal_flip=0.0, mixed_precision="no",
-    compile=False, num_workers=0, eval_every_epochs=10, save_every_epochs=10, log_every_steps=1000,
-)  # fmt: skip
+    epochs=10,
+    warmup_epochs=1,
+    batch_size=64,
+    random_crop_padding=2,
+    horizontal_flip=0.0,
+    mixed_precision="no",
+    compile=False,
+    num_workers=0,
+    eval_every_epochs=10,
+    save_every_epochs=10,
+    log_every_steps=1000,
+)
 STAND_IN_LEARNING_RATES = {"resnet": 5e-3, "vit": 2e-3, "pit": 2e-3, "swin": 2e-3}
 REPORTED = "reported.json"
 
@@ -140,10 +158,15 @@ def write_reference_stand_ins(dataset: Path, folder: Path, *, say=print) -> list
     for preset, overrides in REFERENCE_STAND_INS.items():
         family = preset.split("-", 1)[0]
         config = TrainingConfig(
-            model=preset, model_overrides=dict(overrides), dataset=str(dataset), image_column=COLUMNS.image,
-            label_column=COLUMNS.label, output_dir=str(folder / "trained" / preset),
-            learning_rate=STAND_IN_LEARNING_RATES[family], **STAND_IN_TRAINING,
-        )  # fmt: skip
+            model=preset,
+            model_overrides=dict(overrides),
+            dataset=str(dataset),
+            image_column=COLUMNS.image,
+            label_column=COLUMNS.label,
+            output_dir=str(folder / "trained" / preset),
+            learning_rate=STAND_IN_LEARNING_RATES[family],
+            **STAND_IN_TRAINING,
+        )
         result = train(config, overwrite=True)
         path = save_reference_checkpoint(result.model, family, folder / REFERENCE_FILES[preset], name=preset)
         reported[preset] = {"top1": round(100 * result.metrics["accuracy"], 4), "cifar100c_mean": None}

@@ -208,9 +208,11 @@ class Release:
             self.step("stand-in", self.stand_in_settings(), self.build_stand_in)
             if any(map(options.converted, options.models)):
                 settings = {
-                    "data": self.outputs_of("stand-in"), "models": rehearsal.REFERENCE_STAND_INS,
-                    "training": rehearsal.STAND_IN_TRAINING, "learning_rates": rehearsal.STAND_IN_LEARNING_RATES,
-                }  # fmt: skip
+                    "data": self.outputs_of("stand-in"),
+                    "models": rehearsal.REFERENCE_STAND_INS,
+                    "training": rehearsal.STAND_IN_TRAINING,
+                    "learning_rates": rehearsal.STAND_IN_LEARNING_RATES,
+                }
                 self.step("stand-in/reference", settings, self.build_reference_stand_ins)
         if self.cifar100c_arrays is not None:
             arrays = {
@@ -272,9 +274,10 @@ class Release:
         if self.options.converted(preset):
             self.step(f"fetch/{preset}", self.fetch_settings(preset), lambda: self.fetch(preset))
             settings = {
-                "inputs": self.outputs_of(f"fetch/{preset}"), "config": self.conversion_overrides(preset),
+                "inputs": self.outputs_of(f"fetch/{preset}"),
+                "config": self.conversion_overrides(preset),
                 "reported": self.reported(preset),
-            }  # fmt: skip
+            }
             self.step(f"convert/{preset}", settings, lambda: self.convert(preset))
         else:
             config = self.training_config(preset)
@@ -371,9 +374,12 @@ class Release:
             except DownloadError as error:
                 raise ReleaseError(f"{error}. Run the same command again to resume the download") from None
         provenance = {
-            "file": path.name, "url": url, "size": path.stat().st_size, "sha256": file_hash(path),
+            "file": path.name,
+            "url": url,
+            "size": path.stat().st_size,
+            "sha256": file_hash(path),
             "obtained": "downloaded from its url" if downloaded else "given in a folder",
-        }  # fmt: skip
+        }
         record = self.work / "reference" / f"{preset}.json"
         record.parent.mkdir(parents=True, exist_ok=True)
         record.write_text(json.dumps(provenance, indent=2))
@@ -438,9 +444,12 @@ class Release:
         """The paper's recipe for `preset` on the release's data; the rehearsal's tiny sizes and the GPU branches
         (compiled steps, bf16 autocast, channels-last) on the CPU."""
         fields = dict(
-            dataset=self.source, image_column=COLUMNS.image, label_column=COLUMNS.label,
-            output_dir=str(self.train_dir(preset)), channels_last=True,
-        )  # fmt: skip
+            dataset=self.source,
+            image_column=COLUMNS.image,
+            label_column=COLUMNS.label,
+            output_dir=str(self.train_dir(preset)),
+            channels_last=True,
+        )
         if self.options.rehearsal:
             model_overrides = {**rehearsal.REHEARSAL_MODELS[architecture_of(preset)], "drop_path_rate": 0.1}
             fields |= dict(rehearsal.REHEARSAL_TRAINING, model_overrides=model_overrides, mixed_precision="bf16")
@@ -512,9 +521,13 @@ class Release:
 
         folder = self.model_dir(preset)
         metrics, logits, labels = evaluate_model(
-            str(folder), self.source, split="test", image_column=COLUMNS.image, label_column=COLUMNS.label,
+            str(folder),
+            self.source,
+            split="test",
+            image_column=COLUMNS.image,
+            label_column=COLUMNS.label,
             compile_mode="default" if self.compile else None,
-        )  # fmt: skip
+        )
         path = write_evaluation(
             folder, model=str(folder), dataset=self.source, split="test", metrics=metrics, logits=logits, labels=labels
         )
@@ -524,9 +537,14 @@ class Release:
         if self.cifar100c_arrays is not None:
             repo_id = f"{self.options.org}/{CIFAR100C_REPO}"
             outputs += write_robustness(
-                folder, self.dataset_repo, repo_id, device=self.device, compile=self.compile,
-                budget=None if self.device.type == "cuda" else self.options.cifar100c_budget, say=self.say,
-            )  # fmt: skip
+                folder,
+                self.dataset_repo,
+                repo_id,
+                device=self.device,
+                compile=self.compile,
+                budget=None if self.device.type == "cuda" else self.options.cifar100c_budget,
+                say=self.say,
+            )
         return outputs
 
     # --- e. analyses and comparison -----------------------------------------------------------------------
@@ -545,18 +563,23 @@ class Release:
             first_device = self.manifest.data.setdefault("analysis_device", self.device.type)
             settings, notes = Settings.for_device(first_device)
         data = DataOptions(
-            dataset=self.source, image_column=COLUMNS.image, label_column=COLUMNS.label,
+            dataset=self.source,
+            image_column=COLUMNS.image,
+            label_column=COLUMNS.label,
             batch_size=64 if self.options.rehearsal else 256,
-        )  # fmt: skip
+        )
         return settings, notes, data, [a for a in ANALYSES if a != "robustness"]
 
     def analysis_settings(self, preset: str) -> dict:
         settings, notes, data, analyses = self.analysis_plan()
         return {
-            "analyses": analyses, "settings": settings.to_dict(), "notes": notes, "data": dataclasses.asdict(data),
+            "analyses": analyses,
+            "settings": settings.to_dict(),
+            "notes": notes,
+            "data": dataclasses.asdict(data),
             "model": self.outputs_of(f"train/{preset}", f"convert/{preset}"),
             "cifar100c": self.outputs_of(f"evaluate/{preset}"),
-        }  # fmt: skip
+        }
 
     def analyze(self, preset: str) -> list[Path]:
         """Every analysis of the paper on one model (`alternet-analyze`), into work/results/<name>/, with the
@@ -568,9 +591,15 @@ class Release:
         if out.exists():
             shutil.rmtree(out)  # a killed run's partial results
         analyse_model(
-            str(self.model_dir(preset)), analyses, data=data, settings=settings, device=self.device, out=out,
-            scaled_down=notes, say=self.say,
-        )  # fmt: skip
+            str(self.model_dir(preset)),
+            analyses,
+            data=data,
+            settings=settings,
+            device=self.device,
+            out=out,
+            scaled_down=notes,
+            say=self.say,
+        )
         evaluated = self.model_dir(preset) / "robustness_cifar100-c.json"
         if evaluated.is_file():
             file_robustness(evaluated, out, model=str(self.model_dir(preset)), dataset=self.source)
@@ -587,9 +616,15 @@ class Release:
         if comparison.exists():
             shutil.rmtree(comparison)  # the figures of a line-up that has grown since
         written = compare_stored(
-            specs, data=data, settings=settings, device=self.device, results_dir=self.results_dir(),
-            comparison_dir=comparison, scaled_down=notes, pending=self.pending_names(),
-        )  # fmt: skip
+            specs,
+            data=data,
+            settings=settings,
+            device=self.device,
+            results_dir=self.results_dir(),
+            comparison_dir=comparison,
+            scaled_down=notes,
+            pending=self.pending_names(),
+        )
         return [Path(p) for p in written.values()]
 
     # --- f. cards -----------------------------------------------------------------------------------------
@@ -610,14 +645,18 @@ class Release:
         provenance = folder / "provenance.json"
         reported = self.reported(preset)
         write_release(
-            folder, repo, self.repo_id(preset), evaluation=next(folder.glob("eval_*_test.json")),
+            folder,
+            repo,
+            self.repo_id(preset),
+            evaluation=next(folder.glob("eval_*_test.json")),
             robustness=robustness if robustness.is_file() else None,
             figures={title: path for title, path in figures.items() if path is not None and path.is_file()},
             cifar100c_repo=f"{self.options.org}/{CIFAR100C_REPO}",
             provenance=json.loads(provenance.read_text()) if provenance.is_file() else None,
             reported=reported if self.options.converted(preset) or not self.options.rehearsal else None,
-            evaluated_on=self.device_name(), dataset_name=self.dataset_name,
-        )  # fmt: skip
+            evaluated_on=self.device_name(),
+            dataset_name=self.dataset_name,
+        )
         return tree_files(repo)
 
     def verify(self, preset: str) -> list[Path]:
@@ -626,9 +665,12 @@ class Release:
         from .verify import verify_repo
 
         checked = verify_repo(
-            self.model_repo(preset), self.source, self.dataset_name, image_column=COLUMNS.image,
+            self.model_repo(preset),
+            self.source,
+            self.dataset_name,
+            image_column=COLUMNS.image,
             label_column=COLUMNS.label,
-        )  # fmt: skip
+        )
         self.say(
             f"{preset}: the card's top-1 {100 * checked['card_top1']:.2f}%, loaded as a user loads it "
             f"{100 * checked['user_top1']:.2f}%; the Space predicts as the model does"
@@ -695,9 +737,11 @@ class Release:
             robustness = folder / "robustness_cifar100-c.json"
             mean_c = json.loads(robustness.read_text())["mean_accuracy"] if robustness.is_file() else None
             models[preset] = {
-                "repo_id": self.repo_id(preset), "top1": clean["accuracy"], "cifar100c_mean": mean_c,
+                "repo_id": self.repo_id(preset),
+                "top1": clean["accuracy"],
+                "cifar100c_mean": mean_c,
                 "weights": "converted from the reference's release" if self.options.converted(preset) else "trained",
-            }  # fmt: skip
+            }
         comparison = json.loads((self.work / "comparison" / "comparison.json").read_text())
         verdicts = [claim["verdict"] for claim in comparison["claims"]]
         return {

@@ -68,10 +68,21 @@ def evaluate_as_a_user(repo: Path, source: str, image_column: str, label_column:
         source = str(Path(source).resolve())
     with tempfile.TemporaryDirectory(prefix="alternet-verify-") as folder:
         result = subprocess.run(
-            [sys.executable, "-c", USER_EVALUATION, str(Path(repo).resolve()), source, image_column, label_column,
-             str(SPACE_SAMPLE)],
-            cwd=folder, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""},
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-c",
+                USER_EVALUATION,
+                str(Path(repo).resolve()),
+                source,
+                image_column,
+                label_column,
+                str(SPACE_SAMPLE),
+            ],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": ""},
+        )
     if result.returncode != 0:
         raise ReleaseError(
             f"{repo} does not load and evaluate as its card tells users to (AutoModelForImageClassification and "
@@ -119,6 +130,9 @@ def verify_repo(repo: Path, source: str, dataset_name: str, *, image_column: str
             "images differently from the repo's image processor"
         )
     return {
-        "card_top1": stated, "user_top1": user["top1"], "images": user["images"],
-        "space_images": len(images), "space_max_probability_gap": gap,
-    }  # fmt: skip
+        "card_top1": stated,
+        "user_top1": user["top1"],
+        "images": user["images"],
+        "space_images": len(images),
+        "space_max_probability_gap": gap,
+    }
