@@ -24,43 +24,54 @@ from ._common import AnalysisResult, logits_of
 from .blocks import BlockAdapter, accumulate, describe_blocks
 from .corruptions import CORRUPTIONS, SEVERITIES
 
+
+def _setting(default, help: str, choices: tuple[str, ...] | None = None):
+    """A field of `Settings` with what its flag says about it."""
+    return dataclasses.field(default=default, metadata={"help": help, "choices": choices})
+
+
 ANALYSES = ("fourier", "variance", "hessian", "landscape", "robustness", "frequency-noise", "lesion", "cka")
 PER_BLOCK = ("fourier", "variance", "cka")  # computed from one pass of feature maps
 
 
 @dataclass
 class Settings:
-    """How much of each analysis to run (the defaults are the paper's amounts, for a GPU).
+    """How much of each analysis to run; the defaults are the paper's amounts, for a GPU. Each field is a flag of
+    `alternet-analyze`, `-compare` and `-reproduce` under its own name (`lanczos_steps`: `--lanczos-steps`), with its
+    `help`; `CPU_AMOUNTS` are the CPU's defaults."""
 
-    `max_batches` limits the test batches of the per-block, noise and lesion analyses;
-    `train_batch_size` is the minibatch of the Hessian and the landscape (the paper's 96); `top_k` and
-    `bottom_k` are the Hessian eigenvalues per minibatch at each end of the spectrum (`bottom_k=0`: the
-    largest only); `density_vectors=0` skips the SLQ density; `corruption_images` limits the clean
-    images corrupted for generated CIFAR-C.
-    """
-
-    max_batches: int | None = None
-    train_batch_size: int = 96
-    hessian_batches: int = 10
-    top_k: int = 5
-    bottom_k: int = 5
-    lanczos_steps: int = 100
-    hessian_tol: float = 1e-3
-    hessian_time_limit: float | None = None
-    density_vectors: int = 4
-    density_steps: int = 64
-    weight_decay: float = 0.05
-    penalty: str = "reference"
-    hessian_batchnorm: str = "train"
-    landscape_points: int = 21
-    landscape_batches: int = 1
-    landscape_span: float = 1.0
-    landscape_protocol: str = "filter"
-    landscape_batchnorm: str | None = None  # None: the protocol's own mode
-    corruptions: tuple[str, ...] = CORRUPTIONS
-    severities: tuple[int, ...] = SEVERITIES
-    corruption_images: int | None = None
-    seed: int = 0
+    max_batches: int | None = _setting(None, "test batches of the per-block, noise and lesion analyses (None: all)")
+    train_batch_size: int = _setting(96, "minibatch of the Hessian and the landscape")
+    hessian_batches: int = _setting(10, "minibatches of the Hessian max-eigenvalue spectrum")
+    top_k: int = _setting(5, "largest Hessian eigenvalues per minibatch")
+    bottom_k: int = _setting(5, "most negative Hessian eigenvalues per minibatch (0: the largest only)")
+    lanczos_steps: int = _setting(100, "Lanczos steps per minibatch at most")
+    hessian_tol: float = _setting(1e-3, "relative residual bound at which Lanczos stops")
+    hessian_time_limit: float | None = _setting(None, "seconds; the spectrum stops there, keeping finished minibatches")
+    density_vectors: int = _setting(4, "SLQ vectors of the Hessian density (0: none)")
+    density_steps: int = _setting(64, "Lanczos steps per SLQ vector")
+    weight_decay: float = _setting(0.05, "L2 coefficient of the Hessian and landscape loss")
+    penalty: str = _setting(
+        "reference",
+        "the L2 term of Hessian and landscape: the reference's wd·Σ‖p‖, or ½·wd·‖w‖²",
+        ("reference", "squared"),
+    )
+    batchnorm: str | None = _setting(
+        None, "BatchNorm mode of the Hessian (None: train) and the landscape (None: its protocol's)", ("train", "eval")
+    )
+    landscape_points: int = _setting(21, "landscape grid points per direction (odd: the centre is the trained weights)")
+    landscape_batches: int = _setting(1, "training minibatches per landscape grid point")
+    landscape_span: float = _setting(1.0, "the landscape grid spans ±span along each direction")
+    landscape_protocol: str = _setting(
+        "filter",
+        "'filter': per-filter normalised directions, BatchNorm in train mode; 'reference': the paper's code "
+        "(directions normalised over dim 0, BatchNorm in eval mode)",
+        ("filter", "reference"),
+    )
+    corruptions: tuple[str, ...] = _setting(CORRUPTIONS, "CIFAR-C corruptions (comma-separated)")
+    severities: tuple[int, ...] = _setting(SEVERITIES, "CIFAR-C severities (comma-separated)")
+    corruption_images: int | None = _setting(None, "clean test images corrupted for generated CIFAR-C (None: all)")
+    seed: int = _setting(0, "seed of every random draw of the analyses")
 
     # What two CPU cores do in a few minutes on a small model (the first run's AlterNet on digits: about 5
     # CPU-minutes, the Hessian half of it); a GPU does the paper's amounts.
@@ -240,7 +251,7 @@ def analyse(
                 bottom_k=settings.bottom_k,
                 weight_decay=settings.weight_decay,
                 penalty=settings.penalty,
-                batchnorm=settings.hessian_batchnorm,
+                batchnorm=settings.batchnorm or "train",
                 tol=settings.hessian_tol,
                 max_steps=settings.lanczos_steps,
                 max_batches=settings.hessian_batches,
@@ -260,7 +271,7 @@ def analyse(
                 weight_decay=settings.weight_decay,
                 penalty=settings.penalty,
                 protocol=settings.landscape_protocol,
-                batchnorm=settings.landscape_batchnorm,
+                batchnorm=settings.batchnorm,
                 max_batches=settings.landscape_batches,
                 seed=settings.seed,
                 **common,

@@ -18,14 +18,12 @@ written after every minibatch, so a run stopped by --hessian-time-limit (or kill
 """
 
 import argparse
+import dataclasses
+import types
+import typing
 from pathlib import Path
 
 from alternet_hf.cli._common import command, make_parser, model_source
-
-# The same names as analysis.compare.ANALYSES and analysis.runner.AUGMENTATIONS (a test keeps them equal;
-# importing those modules here would load the analyses before the arguments are read).
-ANALYSES = ("fourier", "variance", "hessian", "landscape", "robustness", "frequency-noise", "lesion", "cka")
-AUGMENTATIONS = ("model", "paper", "none")
 
 
 def any_model(text: str) -> str:
@@ -39,6 +37,8 @@ def any_model(text: str) -> str:
 
 def augmentation_source(text: str) -> str:
     """argparse type of `--augmentation`: checked before any model is loaded."""
+    from analysis.runner import AUGMENTATIONS
+
     if text not in AUGMENTATIONS and not Path(text).is_file():
         raise argparse.ArgumentTypeError(
             f"takes {', '.join(AUGMENTATIONS)} or a training_config.json file, not {text!r}"
@@ -55,6 +55,8 @@ def existing_path(text: str) -> Path:
 
 def analyses_list(text: str) -> list[str]:
     """argparse type of `--analyses`: known names, comma-separated."""
+    from analysis.compare import ANALYSES
+
     requested = [name.strip() for name in text.split(",") if name.strip()]
     unknown = sorted(set(requested) - set(ANALYSES))
     if unknown:
@@ -62,9 +64,32 @@ def analyses_list(text: str) -> list[str]:
     return requested
 
 
+def _comma_separated(kind: type):
+    def parse(text: str) -> tuple:
+        try:
+            return tuple(kind(item.strip()) for item in text.split(",") if item.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"takes comma-separated {kind.__name__} values, not {text!r}") from None
+
+    return parse
+
+
+def _flag_type(annotation):
+    """argparse type of a `Settings` field: its type without None; a tuple as comma-separated values."""
+    kind = annotation
+    if isinstance(annotation, types.UnionType):  # `int | None`
+        kind = next(kind for kind in typing.get_args(annotation) if kind is not type(None))
+    if typing.get_origin(kind) is tuple:
+        return _comma_separated(typing.get_args(kind)[0])
+    return kind
+
+
 def add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of the analyses themselves, shared by alternet-analyze, -compare and -reproduce."""
-    scaled = "(default: the paper's on a GPU, fewer on a CPU)"
+    """The options of the analyses themselves, shared by alternet-analyze, -compare and -reproduce: the data, and
+    one flag per field of `analysis.compare.Settings` (its name, type and help), left unset unless given so that
+    `Settings.for_device` can scale what was not given to the device."""
+    from analysis.compare import ANALYSES, Settings
+
     parser.add_argument("--dataset", default="digits", help="'digits', a Hub id, or a local folder/parquet file")
     parser.add_argument("--image-column")
     parser.add_argument("--label-column")
@@ -72,8 +97,6 @@ def add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--test-split", default="test")
     parser.add_argument("--analyses", type=analyses_list, default=list(ANALYSES), help=f"from {','.join(ANALYSES)}")
     parser.add_argument("--batch-size", type=int, default=256, help="evaluation batch size")
-    parser.add_argument("--max-batches", type=int, help="test batches per analysis (default: the whole split)")
-    parser.add_argument("--train-batch-size", type=int, help=f"minibatch of Hessian and landscape {scaled}")
     parser.add_argument(
         "--augmentation",
         default="model",
@@ -81,46 +104,23 @@ def add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
         help="augmentation of the Hessian and landscape batches: 'model' (its training_config.json; the paper's "
         "recipe where there is none), 'paper', 'none', or a training_config.json file",
     )
-    parser.add_argument("--hessian-batches", type=int, help=f"minibatches in the max-eigenvalue spectrum {scaled}")
-    parser.add_argument("--top-k", type=int, default=5, help="largest Hessian eigenvalues per minibatch")
-    parser.add_argument(
-        "--bottom-k", type=int, default=5, help="most negative Hessian eigenvalues per minibatch (0: largest only)"
-    )
-    parser.add_argument("--lanczos-steps", type=int, help=f"Lanczos steps per minibatch at most {scaled}")
-    parser.add_argument("--density-vectors", type=int, help=f"SLQ vectors of the Hessian density, 0 for none {scaled}")
-    parser.add_argument("--density-steps", type=int, help=f"Lanczos steps per SLQ vector {scaled}")
-    parser.add_argument(
-        "--hessian-time-limit", type=float, help="seconds; the spectrum stops there, keeping the finished minibatches"
-    )
-    parser.add_argument("--landscape-points", type=int, help=f"grid points per direction (odd) {scaled}")
-    parser.add_argument("--landscape-batches", type=int, default=1, help="training minibatches per grid point")
-    parser.add_argument(
-        "--landscape-protocol",
-        choices=["filter", "reference"],
-        default="filter",
-        help="'filter': Li et al.'s per-filter directions, BatchNorm in train mode; 'reference': the paper's code "
-        "(directions normalised over dim 0, BatchNorm in eval mode)",
-    )
-    parser.add_argument(
-        "--penalty",
-        choices=["reference", "squared"],
-        default="reference",
-        help="the L2 term of Hessian and landscape: the reference's wd·Σ‖p‖, or ½·wd·‖w‖²",
-    )
-    parser.add_argument("--weight-decay", type=float, default=0.05, help="L2 coefficient of the Hessian/landscape loss")
-    parser.add_argument(
-        "--batchnorm",
-        choices=["train", "eval"],
-        help="BatchNorm mode of the Hessian (default train) and of the landscape (default: its protocol's)",
-    )
     parser.add_argument("--cifar-c", help="CIFAR-C source: Zenodo arrays folder, parquet dataset or Hub id")
-    parser.add_argument("--corruptions", help="comma-separated (default: all 15 CIFAR-C corruptions)")
-    parser.add_argument("--severities", help=f"comma-separated {scaled}")
-    parser.add_argument(
-        "--corruption-images", type=int, help=f"clean test images corrupted for generated CIFAR-C {scaled}"
-    )
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", help="default: cuda if available, else cpu")
+    paper = Settings()
+    for field in dataclasses.fields(Settings):
+        default = _shown(getattr(paper, field.name))
+        if field.name in Settings.CPU_AMOUNTS:
+            default = f"{default} on a GPU (the paper's), {_shown(Settings.CPU_AMOUNTS[field.name])} on a CPU"
+        parser.add_argument(
+            f"--{field.name.replace('_', '-')}",
+            type=_flag_type(field.type),
+            choices=field.metadata["choices"],
+            help=f"{field.metadata['help']} (default: {default})",
+        )
+
+
+def _shown(value) -> str:
+    return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -141,28 +141,7 @@ def settings_from_args(args, device):
     """`analysis.compare.Settings` for `device` from the flags given; and the notes on what was scaled."""
     from analysis.compare import Settings
 
-    given = dict(
-        max_batches=args.max_batches,
-        train_batch_size=args.train_batch_size,
-        hessian_batches=args.hessian_batches,
-        top_k=args.top_k,
-        bottom_k=args.bottom_k,
-        lanczos_steps=args.lanczos_steps,
-        hessian_time_limit=args.hessian_time_limit,
-        density_vectors=args.density_vectors,
-        density_steps=args.density_steps,
-        weight_decay=args.weight_decay,
-        penalty=args.penalty,
-        hessian_batchnorm=args.batchnorm,
-        landscape_batchnorm=args.batchnorm,
-        landscape_points=args.landscape_points,
-        landscape_batches=args.landscape_batches,
-        landscape_protocol=args.landscape_protocol,
-        corruptions=tuple(args.corruptions.split(",")) if args.corruptions else None,
-        severities=tuple(int(s) for s in args.severities.split(",")) if args.severities else None,
-        corruption_images=args.corruption_images,
-        seed=args.seed,
-    )
+    given = {field.name: getattr(args, field.name) for field in dataclasses.fields(Settings)}
     if args.max_batches is not None and args.corruption_images is None and not args.cifar_c:
         given["corruption_images"] = args.max_batches * args.batch_size  # what --max-batches always meant for it
     settings, notes = Settings.for_device(device, **given)
@@ -170,7 +149,7 @@ def settings_from_args(args, device):
     return settings, notes
 
 
-def data_options(args):
+def data_options(args, settings):
     """`analysis.runner.DataOptions` from the flags."""
     from analysis.runner import DataOptions
 
@@ -183,7 +162,7 @@ def data_options(args):
         batch_size=args.batch_size,
         augmentation=args.augmentation,
         cifar_c=args.cifar_c,
-        seed=args.seed,
+        seed=settings.seed,
     )
 
 
@@ -200,7 +179,7 @@ def main(argv: list[str] | None = None) -> None:
     analyse_model(
         args.model,
         args.analyses,
-        data=data_options(args),
+        data=data_options(args, settings),
         settings=settings,
         device=device,
         out=args.out,

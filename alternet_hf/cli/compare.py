@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     written = compare_models(
         args.models,
         args.analyses,
-        data=data_options(args),
+        data=data_options(args, settings),
         settings=settings,
         device=device,
         results_dir=args.out,

@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
         epochs=args.epochs,
         quick=args.quick,
         analyses=args.analyses,
-        data=data_options(args),
+        data=data_options(args, settings),
         settings=settings,
         device=device,
         image_size=args.image_size,
@@ -89,7 +89,6 @@ def _apply_quick(args, argv) -> None:
     quick = {"batch_size": QUICK_BATCH_SIZE, **Settings.QUICK_AMOUNTS}
     typed = {token.split("=")[0] for token in (sys.argv[1:] if argv is None else argv) if token.startswith("--")}
     for key, value in quick.items():
-        value = ",".join(map(str, value)) if isinstance(value, tuple) else value  # as the flag would be typed
         if "--" + key.replace("_", "-") not in typed:
             setattr(args, key, value)
 
