@@ -253,7 +253,7 @@ def analyse(
                 penalty=settings.penalty,
                 batchnorm=settings.batchnorm or "train",
                 tol=settings.hessian_tol,
-                max_steps=settings.lanczos_steps,
+                lanczos_steps=settings.lanczos_steps,
                 max_batches=settings.hessian_batches,
                 density_vectors=settings.density_vectors,
                 density_steps=settings.density_steps,

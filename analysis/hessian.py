@@ -27,6 +27,7 @@ fails on torch ≥ 2. Here:
   always off so the function is deterministic.
 """
 
+import contextlib
 import math
 import time
 import warnings
@@ -163,9 +164,14 @@ class EigenvalueResult(AnalysisResult):
     timed_out: bool = False
 
 
-def _prepared(model, data, *, max_batches, device):
+@contextlib.contextmanager
+def _hessian_of(model, data, *, max_batches, device, batchnorm, **loss) -> Iterator[HessianOperator]:
+    """The setup every entry point shares: the operator of the loss on `data`'s first `max_batches` batches (drawn
+    once, on the model's device), with the model in the analysis mode for the length of the block."""
     device = resolve_device(model, device)
-    return device, materialize(data, max_batches=max_batches, device=device)
+    batches = materialize(data, max_batches=max_batches, device=device)
+    with analysis_mode(model, batchnorm=batchnorm, device=device):
+        yield HessianOperator(model, batches, **loss)
 
 
 def _padded(values: np.ndarray, size: int) -> np.ndarray:
@@ -178,7 +184,7 @@ def _lanczos_extremes(
     top_k: int,
     bottom_k: int = 0,
     tol: float,
-    max_steps: int,
+    steps: int,
     seed: int,
     deadline: float | None = None,
 ) -> EigenvalueResult:
@@ -190,11 +196,11 @@ def _lanczos_extremes(
             f"top_k must be at least 1 and top_k + bottom_k at most the number of parameters "
             f"({operator.dimension}), not {top_k} + {bottom_k}"
         )
-    if max_steps < wanted:
+    if steps < wanted:
         name = f"top_k={top_k}" + (f" + bottom_k={bottom_k}" if bottom_k else "")
-        raise ValueError(f"max_steps={max_steps} Lanczos steps cannot give {name} eigenvalues; raise max_steps")
+        raise ValueError(f"lanczos_steps={steps} Lanczos steps cannot give {name} eigenvalues; raise lanczos_steps")
     history, values, residuals, converged, timed_out = [], np.empty(0), np.empty(0), False, False
-    steps = min(max_steps, operator.dimension)
+    steps = min(steps, operator.dimension)
     for alphas, betas in _lanczos(operator, operator.random_vector(_generator(seed)), steps):
         values, residuals, _ = _ritz(alphas, betas)
         history.append(values[0])
@@ -227,42 +233,15 @@ def _lanczos_extremes(
     )
 
 
-def top_eigenvalues(
-    model: nn.Module,
-    data,
-    *,
-    loss_fn: LossFn | None = None,
-    top_k: int = 1,
-    weight_decay: float = 0.0,
-    penalty: str = "reference",
-    batchnorm: str = "train",
-    tol: float = 1e-3,
-    max_steps: int = 100,
-    max_batches: int | None = None,
-    seed: int = 0,
-    device: str | torch.device | None = None,
-) -> EigenvalueResult:
-    """The `top_k` largest eigenvalues of the Hessian of the mean loss on `data`, by Lanczos.
+def top_eigenvalues(model: nn.Module, data, *, top_k: int = 1, **options) -> EigenvalueResult:
+    """The `top_k` largest eigenvalues of the Hessian of the mean loss on `data`, by Lanczos: `extreme_eigenvalues`
+    without the bottom end, with the same `options`.
 
     `data`: one batch `(inputs, targets)` or a DataLoader (its first `max_batches` batches, drawn
-    once). `loss_fn(outputs, targets)` defaults to cross-entropy on the logits. Memory: the Lanczos
-    basis holds up to `max_steps` float64 vectors of the parameter count (33 M for AlterNet-50: 264 MB each).
+    once). `loss_fn(outputs, targets)` defaults to cross-entropy on the logits. Memory: the Lanczos basis
+    holds up to `lanczos_steps` float64 vectors of the parameter count (33 M for AlterNet-50: 264 MB each).
     """
-    return extreme_eigenvalues(
-        model,
-        data,
-        loss_fn=loss_fn,
-        top_k=top_k,
-        bottom_k=0,
-        weight_decay=weight_decay,
-        penalty=penalty,
-        batchnorm=batchnorm,
-        tol=tol,
-        max_steps=max_steps,
-        max_batches=max_batches,
-        seed=seed,
-        device=device,
-    )
+    return extreme_eigenvalues(model, data, top_k=top_k, bottom_k=0, **options)
 
 
 def extreme_eigenvalues(
@@ -276,17 +255,16 @@ def extreme_eigenvalues(
     penalty: str = "reference",
     batchnorm: str = "train",
     tol: float = 1e-3,
-    max_steps: int = 100,
+    lanczos_steps: int = 100,
     max_batches: int | None = None,
     seed: int = 0,
     device: str | torch.device | None = None,
 ) -> EigenvalueResult:
     """The `top_k` largest and the `bottom_k` smallest (most negative) eigenvalues of the Hessian of the
     mean loss on `data`, from one Lanczos run (`smallest` ascending). See `top_eigenvalues`."""
-    device, batches = _prepared(model, data, max_batches=max_batches, device=device)
-    with analysis_mode(model, batchnorm=batchnorm, device=device):
-        operator = HessianOperator(model, batches, loss_fn=loss_fn, weight_decay=weight_decay, penalty=penalty)
-        return _lanczos_extremes(operator, top_k=top_k, bottom_k=bottom_k, tol=tol, max_steps=max_steps, seed=seed)
+    loss = dict(loss_fn=loss_fn, weight_decay=weight_decay, penalty=penalty)
+    with _hessian_of(model, data, max_batches=max_batches, device=device, batchnorm=batchnorm, **loss) as operator:
+        return _lanczos_extremes(operator, top_k=top_k, bottom_k=bottom_k, tol=tol, steps=lanczos_steps, seed=seed)
 
 
 def power_iteration(
@@ -306,9 +284,8 @@ def power_iteration(
     """The largest-*magnitude* eigenvalue by power iteration, PyHessian's method, stopped when the
     Rayleigh quotient changes by less than `tol` relative. Here as the baseline Lanczos is measured
     against; prefer `top_eigenvalues`."""
-    device, batches = _prepared(model, data, max_batches=max_batches, device=device)
-    with analysis_mode(model, batchnorm=batchnorm, device=device):
-        operator = HessianOperator(model, batches, loss_fn=loss_fn, weight_decay=weight_decay, penalty=penalty)
+    loss = dict(loss_fn=loss_fn, weight_decay=weight_decay, penalty=penalty)
+    with _hessian_of(model, data, max_batches=max_batches, device=device, batchnorm=batchnorm, **loss) as operator:
         vector, history, converged = operator.random_vector(_generator(seed)), [], False
         for _ in range(max_steps):
             product = operator(vector)
@@ -351,12 +328,11 @@ def hessian_trace(
 ) -> TraceResult:
     """Hutchinson's trace estimate with Rademacher vectors, run until the 95% confidence half-width
     1.96·s/√n is at most `rtol`·|estimate| (and at least `min_samples` were drawn)."""
-    device, batches = _prepared(model, data, max_batches=max_batches, device=device)
     generator = _generator(seed)
     samples: list[float] = []
     converged = False
-    with analysis_mode(model, batchnorm=batchnorm, device=device):
-        operator = HessianOperator(model, batches, loss_fn=loss_fn, weight_decay=weight_decay, penalty=penalty)
+    loss = dict(loss_fn=loss_fn, weight_decay=weight_decay, penalty=penalty)
+    with _hessian_of(model, data, max_batches=max_batches, device=device, batchnorm=batchnorm, **loss) as operator:
         for _ in _common.progress(range(max_samples), enabled=progress, desc="trace", unit="hvp"):
             vector = operator.random_vector(generator) * math.sqrt(operator.dimension)  # entries ±1
             samples.append(torch.dot(operator(vector), vector).item())
@@ -401,9 +377,8 @@ def spectral_density(
     """Eigenvalue density by stochastic Lanczos quadrature: `num_vectors` Lanczos runs of `num_steps`
     from Rademacher starts, each Ritz value a Gaussian of width `sigma` (default: 1% of the spectrum's
     span) weighted by its squared first Ritz-vector component."""
-    device, batches = _prepared(model, data, max_batches=max_batches, device=device)
-    with analysis_mode(model, batchnorm=batchnorm, device=device):
-        operator = HessianOperator(model, batches, loss_fn=loss_fn, weight_decay=weight_decay, penalty=penalty)
+    loss = dict(loss_fn=loss_fn, weight_decay=weight_decay, penalty=penalty)
+    with _hessian_of(model, data, max_batches=max_batches, device=device, batchnorm=batchnorm, **loss) as operator:
         return _slq(operator, _generator(seed), num_vectors, num_steps, num_points, sigma, progress=progress)
 
 
@@ -463,7 +438,7 @@ def max_eigenvalue_spectrum(
     penalty: str = "reference",
     batchnorm: str = "train",
     tol: float = 1e-3,
-    max_steps: int = 100,
+    lanczos_steps: int = 100,
     max_batches: int | None = None,
     bins: int = 50,
     density_vectors: int = 0,
@@ -514,7 +489,7 @@ def max_eigenvalue_spectrum(
                 top_k=top_k,
                 bottom_k=bottom_k,
                 tol=tol,
-                max_steps=max_steps,
+                steps=lanczos_steps,
                 seed=seed + index,
                 deadline=deadline,
             )
@@ -544,9 +519,9 @@ def max_eigenvalue_spectrum(
         )
     if not spectrum.converged.all():
         warnings.warn(
-            f"Lanczos did not reach tol={tol} within max_steps={max_steps} on {int((~spectrum.converged).sum())} of "
-            f"{len(per_batch)} minibatches; their eigenvalues are less accurate (see `residuals`). "
-            "Raise max_steps or tol.",
+            f"Lanczos did not reach tol={tol} within lanczos_steps={lanczos_steps} on "
+            f"{int((~spectrum.converged).sum())} of {len(per_batch)} minibatches; their eigenvalues are less "
+            "accurate (see `residuals`). Raise lanczos_steps or tol.",
             stacklevel=2,
         )
     return spectrum

@@ -197,12 +197,14 @@ def test_a_time_limit_keeps_the_finished_minibatches():
 
 def test_unconverged_minibatches_are_reported(least_squares):
     model, batch, _ = least_squares
-    with pytest.warns(UserWarning, match="did not reach tol=1e-12 within max_steps=2 on 2 of 2 minibatches"):
-        result = hessian.max_eigenvalue_spectrum(model, [batch, batch], loss_fn=mse, top_k=2, tol=1e-12, max_steps=2)
+    with pytest.warns(UserWarning, match="did not reach tol=1e-12 within lanczos_steps=2 on 2 of 2 minibatches"):
+        result = hessian.max_eigenvalue_spectrum(
+            model, [batch, batch], loss_fn=mse, top_k=2, tol=1e-12, lanczos_steps=2
+        )
     assert not result.converged.any() and np.all(result.residuals > 0)
 
 
 def test_too_few_lanczos_steps_for_top_k_is_a_clear_error(least_squares):
     model, batch, _ = least_squares
-    with pytest.raises(ValueError, match="max_steps=3 Lanczos steps cannot give top_k=5"):
-        hessian.top_eigenvalues(model, batch, loss_fn=mse, top_k=5, max_steps=3)
+    with pytest.raises(ValueError, match="lanczos_steps=3 Lanczos steps cannot give top_k=5"):
+        hessian.top_eigenvalues(model, batch, loss_fn=mse, top_k=5, lanczos_steps=3)

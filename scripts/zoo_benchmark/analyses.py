@@ -146,10 +146,10 @@ def hessian_convergence(
     transform = eval_transform(config.image_size, config.image_mean, config.image_std)
     batch = (torch.stack([transform(image) for image in images["image"]]), torch.tensor(images["label"]))
     start = time.perf_counter()
-    reference = hessian.top_eigenvalues(model, batch, tol=1e-6, max_steps=max_steps, seed=seed)
+    reference = hessian.top_eigenvalues(model, batch, tol=1e-6, lanczos_steps=max_steps, seed=seed)
     seconds_per_hvp = (time.perf_counter() - start) / reference.num_hvps
     power = hessian.power_iteration(model, batch, tol=0.0, max_steps=max_steps, seed=seed)
-    lanczos_stop = hessian.top_eigenvalues(model, batch, tol=1e-2, max_steps=max_steps, seed=seed)
+    lanczos_stop = hessian.top_eigenvalues(model, batch, tol=1e-2, lanczos_steps=max_steps, seed=seed)
     power_stop = hessian.power_iteration(model, batch, tol=1e-3, max_steps=max_steps, seed=seed)
     top = float(reference.eigenvalues[0])
     return {
