@@ -107,7 +107,8 @@ class TrainResult:
     history: list
 
 
-# Where Accelerate's backward, clipping and optimizer wrappers do nothing but call torch (see `train_one_epoch`).
+# Where Accelerate's backward, clipping and optimizer wrappers do nothing but call torch
+# (`TrainingSession.train_batches`).
 DIRECT_TORCH_CALLS = (DistributedType.NO, DistributedType.MULTI_CPU, DistributedType.MULTI_GPU)
 
 
@@ -353,67 +354,6 @@ def build_model_and_data(config: TrainingConfig, *, pin_memory: bool = False):
     return model, augmentation, train_loader, eval_loader, splits
 
 
-def train_one_epoch(
-    train_step,
-    loader,
-    optimizer,
-    scheduler,
-    accelerator: Accelerator,
-    state: TrainState,
-    *,
-    model,
-    parameters: list[torch.Tensor],
-    clip_grad_norm: float | None,
-    mixer: BatchMixer | None,
-    monitor: LossMonitor,
-    after_batch,
-    progress: tqdm,
-    timing: dict,
-) -> None:
-    """Train on `loader` (already advanced past `state.step_in_epoch` batches); `after_batch(optimizer_stepped)`
-    follows every batch. `timing["data"]` gains the seconds spent waiting for batches."""
-    model.train()
-    # Accelerate's optimizer wrapper looks an optional package up on disk twice per step and inspects a signature in
-    # `zero_grad`; its backward and clipping add a division and a walk over the parameters (`scripts/benchmark.py
-    # --engine-overhead` measures what that costs). Where all of them only forward to torch (no fp16 loss scaler;
-    # one device or DDP), torch is called directly, as they would call it.
-    direct = accelerator.scaler is None and accelerator.distributed_type in DIRECT_TORCH_CALLS
-    accumulation = accelerator.gradient_accumulation_steps
-    batches = iter(loader)
-    while True:
-        waiting = time.perf_counter()
-        batch = next(batches, None)
-        timing["data"] += time.perf_counter() - waiting
-        if batch is None:
-            return
-        with accelerator.accumulate(model):
-            mix = None
-            if mixer is not None:
-                mix = mixer.parameters(state.epoch, state.step_in_epoch, accelerator.process_index)
-                mix = mix.to(accelerator.device, non_blocking=True)
-            loss = train_step(batch["pixel_values"], batch["labels"], mix)
-            if not direct:
-                accelerator.backward(loss)
-                if accelerator.sync_gradients and clip_grad_norm is not None:
-                    accelerator.clip_grad_norm_(parameters, clip_grad_norm)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-            else:
-                (loss / accumulation if accumulation > 1 else loss).backward()
-                if accelerator.sync_gradients:
-                    if clip_grad_norm is not None:
-                        torch.nn.utils.clip_grad_norm_(parameters, clip_grad_norm)
-                    optimizer.optimizer.step()
-                    optimizer.optimizer.zero_grad(set_to_none=True)
-        monitor.add(loss, state)
-        state.step_in_epoch += 1
-        progress.update(1)
-        if accelerator.sync_gradients:
-            scheduler.step()
-            state.global_step += 1
-        after_batch(accelerator.sync_gradients)
-
-
 @torch.no_grad()
 def evaluate(model, loader, accelerator: Accelerator, *, eval_step=None) -> tuple[dict, torch.Tensor, torch.Tensor]:
     """The paper's metrics on `loader` (gathered over processes), plus all logits and labels.
@@ -595,22 +535,7 @@ class TrainingSession:
             disable=not accelerator.is_local_main_process,
         )
         try:
-            train_one_epoch(
-                self.train_step,
-                loader,
-                self.optimizer,
-                self.scheduler,
-                accelerator,
-                state,
-                model=self.model,
-                parameters=self.parameters,
-                clip_grad_norm=config.clip_grad_norm,
-                mixer=self.mixer,
-                monitor=self.monitor,
-                after_batch=self.after_batch,
-                progress=progress,
-                timing=self.timing,
-            )
+            self.train_batches(loader, progress)
         finally:
             progress.close()  # before any error message
         self.read_losses()
@@ -632,6 +557,51 @@ class TrainingSession:
         if last_epoch or state.epoch % config.save_every_epochs == 0 or self.time_to_save():
             self.save_checkpoint()
         record.update(checkpoint_seconds=self.timing["checkpoint"], seconds=time.perf_counter() - started)
+
+    def train_batches(self, loader, progress: tqdm) -> None:
+        """Train on `loader` (already advanced past `state.step_in_epoch` batches), `after_batch` after every batch;
+        `timing["data"]` gains the seconds spent waiting for batches."""
+        accelerator, state, optimizer, clip = self.accelerator, self.state, self.optimizer, self.config.clip_grad_norm
+        self.model.train()
+        # Accelerate's optimizer wrapper looks an optional package up on disk twice per step and inspects a signature
+        # in `zero_grad`; its backward and clipping add a division and a walk over the parameters
+        # (`scripts/benchmark.py --engine-overhead` measures what that costs). Where all of them only forward to torch
+        # (no fp16 loss scaler; one device or DDP), torch is called directly, as they would call it.
+        direct = accelerator.scaler is None and accelerator.distributed_type in DIRECT_TORCH_CALLS
+        accumulation = accelerator.gradient_accumulation_steps
+        batches = iter(loader)
+        while True:
+            waiting = time.perf_counter()
+            batch = next(batches, None)
+            self.timing["data"] += time.perf_counter() - waiting
+            if batch is None:
+                return
+            with accelerator.accumulate(self.model):
+                mix = None
+                if self.mixer is not None:
+                    mix = self.mixer.parameters(state.epoch, state.step_in_epoch, accelerator.process_index)
+                    mix = mix.to(accelerator.device, non_blocking=True)
+                loss = self.train_step(batch["pixel_values"], batch["labels"], mix)
+                if not direct:
+                    accelerator.backward(loss)
+                    if accelerator.sync_gradients and clip is not None:
+                        accelerator.clip_grad_norm_(self.parameters, clip)
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+                else:
+                    (loss / accumulation if accumulation > 1 else loss).backward()
+                    if accelerator.sync_gradients:
+                        if clip is not None:
+                            torch.nn.utils.clip_grad_norm_(self.parameters, clip)
+                        optimizer.optimizer.step()
+                        optimizer.optimizer.zero_grad(set_to_none=True)
+            self.monitor.add(loss, state)
+            state.step_in_epoch += 1
+            progress.update(1)
+            if accelerator.sync_gradients:
+                self.scheduler.step()
+                state.global_step += 1
+            self.after_batch(accelerator.sync_gradients)
 
     def evaluate_into(self, record: dict) -> None:
         """Evaluate, log and print; keep the model as `best/` when it is the most accurate so far."""

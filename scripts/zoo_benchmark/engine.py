@@ -8,7 +8,6 @@ from pathlib import Path
 import torch
 
 from alternet_hf.augmentation import normalize_images
-from alternet_hf.presets import create_model
 
 
 def cifar_like_dataset(path: str, *, num_labels: int, image_size: int, train: int, test: int, seed: int = 0) -> str:
@@ -95,22 +94,23 @@ def measure_data_path(
 
 
 def measure_engine_overhead(*, steps: int = 50, batch_size: int = 8, repeats: int = 15) -> dict:
-    """CPU milliseconds per step of the engine's training loop (`training.train_one_epoch`: Accelerate's
-    accumulation, optimizer and clipping wrappers, the loss monitor, the progress bar) and of a hand-written loop
-    doing the same work (normalise, forward, loss, backward, clip, AdamW, schedule) on the same model and tensors.
+    """CPU milliseconds per step of the engine's training loop (`TrainingSession.train_batches`: Accelerate's
+    accumulation, optimizer and clipping wrappers, the loss monitor and its logging, the progress bar) and of a
+    hand-written loop doing the same work (normalise, forward, loss, backward, clip, AdamW, schedule) on the same
+    model and tensors.
 
     The smallest AlterNet (one conv and one MSA block, 8×8 images) on one thread keeps the step short, so that the
     loops' own cost is not lost in the model's. The two are timed alternately, `repeats` times; the median of the
     paired differences is the engine's overhead."""
     import io
     import statistics
+    import tempfile
 
-    from accelerate import Accelerator
     from tqdm.auto import tqdm
 
     from alternet_hf.augmentation import channel_statistics
-    from alternet_hf.recipe import TrainingConfig, build_optimizer, build_scheduler
-    from alternet_hf.training import LossMonitor, TrainState, build_steps, train_one_epoch, training_loss
+    from alternet_hf.recipe import TrainingConfig
+    from alternet_hf.training import TrainingSession, training_loss
 
     smallest = dict(
         embedding_size=8,
@@ -121,78 +121,69 @@ def measure_engine_overhead(*, steps: int = 50, batch_size: int = 8, repeats: in
         attention_head_dim=8,
         image_size=8,
     )
-    config = TrainingConfig(model="alternet-18-cifar10", model_overrides=smallest, epochs=1000)
-    accelerator = Accelerator(mixed_precision="no")
-    model = create_model(config.model, **config.model_overrides).to(memory_format=torch.channels_last)
-    optimizer = build_optimizer(config, model)
-    model, optimizer = accelerator.prepare(model, optimizer)
-    scheduler = build_scheduler(config, optimizer.optimizer, steps_per_epoch=steps)
-    mean, std = channel_statistics(model.config.image_mean, model.config.image_std, device=accelerator.device)
-    train_step, _ = build_steps(
-        model, mean=mean, std=std, num_labels=10, label_smoothing=0.0, channels_last=True, compile_mode=None
-    )
-    parameters = [p for p in model.parameters() if p.requires_grad]
-    generator = torch.Generator().manual_seed(0)
-    batches = [
-        {
-            "pixel_values": torch.randint(0, 256, (batch_size, 8, 8, 3), dtype=torch.uint8, generator=generator)
-            .permute(0, 3, 1, 2)
-            .to(accelerator.device),
-            "labels": torch.randint(0, 10, (batch_size,), generator=generator).to(accelerator.device),
-        }
-        for _ in range(steps)
-    ]
+    with tempfile.TemporaryDirectory() as folder:
+        config = TrainingConfig(
+            model="alternet-18-cifar10",
+            model_overrides=smallest,
+            epochs=1000,
+            batch_size=batch_size,
+            output_dir=folder,
+            mixed_precision="no",
+            compile=False,
+            save_every_minutes=None,
+        )
+        session = TrainingSession(config)
+        session.build()
+        session.start(resume=False)
+        model, optimizer, scheduler, parameters = (
+            session.model,
+            session.optimizer,
+            session.scheduler,
+            session.parameters,
+        )
+        device = session.accelerator.device
+        mean, std = channel_statistics(model.config.image_mean, model.config.image_std, device=device)
+        generator = torch.Generator().manual_seed(0)
+        batches = [
+            {
+                "pixel_values": torch.randint(0, 256, (batch_size, 8, 8, 3), dtype=torch.uint8, generator=generator)
+                .permute(0, 3, 1, 2)
+                .to(device),
+                "labels": torch.randint(0, 10, (batch_size,), generator=generator).to(device),
+            }
+            for _ in range(steps)
+        ]
 
-    def hand_written():
-        for batch in batches:
-            logits = model(normalize_images(batch["pixel_values"], mean, std)).logits
-            loss = training_loss(logits, batch["labels"])
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(parameters, config.clip_grad_norm)
-            optimizer.optimizer.step()
-            optimizer.optimizer.zero_grad(set_to_none=True)
-            scheduler.step()
+        def hand_written():
+            for batch in batches:
+                logits = model(normalize_images(batch["pixel_values"], mean, std)).logits
+                loss = training_loss(logits, batch["labels"])
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(parameters, config.clip_grad_norm)
+                optimizer.optimizer.step()
+                optimizer.optimizer.zero_grad(set_to_none=True)
+                scheduler.step()
 
-    def engine():
-        state = TrainState()
-        monitor = LossMonitor(accelerator, config.log_every_steps, batches_per_epoch=steps)
+        def engine():
+            session.state.step_in_epoch = 0
+            with tqdm(total=steps, file=io.StringIO()) as progress:
+                session.train_batches(batches, progress)
+            session.read_losses()
 
-        def after_batch(optimizer_stepped):
-            if monitor.full:
-                monitor.read()
-
-        with tqdm(total=steps, file=io.StringIO()) as progress:
-            train_one_epoch(
-                train_step,
-                batches,
-                optimizer,
-                scheduler,
-                accelerator,
-                state,
-                model=model,
-                parameters=parameters,
-                clip_grad_norm=config.clip_grad_norm,
-                mixer=None,
-                monitor=monitor,
-                after_batch=after_batch,
-                progress=progress,
-                timing={"data": 0.0},
-            )
-        monitor.read()
-
-    timings = {"hand-written loop": [], "engine": []}
-    model.train()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # parallel kernels' spinning threads would bury the loops' own time on a busy CPU
-    try:
-        hand_written(), engine()  # warm-up
-        for _ in range(repeats):
-            for label, loop in (("hand-written loop", hand_written), ("engine", engine)):
-                started = time.process_time()
-                loop()
-                timings[label].append(1000 * (time.process_time() - started) / steps)
-    finally:
-        torch.set_num_threads(threads)
+        timings = {"hand-written loop": [], "engine": []}
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # parallel kernels' spinning threads would bury the loops' own time on a busy CPU
+        try:
+            model.train()
+            hand_written(), engine()  # warm-up
+            for _ in range(repeats):
+                for label, loop in (("hand-written loop", hand_written), ("engine", engine)):
+                    started = time.process_time()
+                    loop()
+                    timings[label].append(1000 * (time.process_time() - started) / steps)
+        finally:
+            torch.set_num_threads(threads)
+            session.accelerator.end_training()
     medians = {label: statistics.median(values) for label, values in timings.items()}
     differences = [engine - hand for engine, hand in zip(timings["engine"], timings["hand-written loop"])]
     return {
@@ -200,7 +191,7 @@ def measure_engine_overhead(*, steps: int = 50, batch_size: int = 8, repeats: in
         "median_milliseconds_per_step": medians,
         "overhead_milliseconds_per_step": statistics.median(differences),
         "batch_size": batch_size,
-        "device": str(accelerator.device),
+        "device": str(device),
     }
 
 
