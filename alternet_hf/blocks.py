@@ -4,11 +4,14 @@ One state per block: the stem output, every residual block's output, the head in
 the CIFAR ResNet return these as `output_hidden_states` and name their kinds with `block_kinds()`;
 for transformers' ViT each layer is two blocks (the attention residual, then the MLP residual),
 read with hooks because its hidden states only hold whole layers. PiT and Swin, timm's own modules
-(`timm_families`), are cut as the reference cuts them (`timm_cut`), read with hooks too; `analysis.blocks`
-describes timm's own PiT and Swin with the same cut.
+(`timm_families`), are cut as the reference cuts them (`timm_cut`), read with hooks too.
+
+`Block` and `BlockAdapter` are the one description of a model's blocks, for the zoo and for any other model:
+`analysis.blocks` describes timm's and transformers' families with them, and users describe the rest.
 """
 
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
@@ -29,7 +32,7 @@ def _vit_backbone(model: nn.Module) -> ViTModel | None:
 def block_kinds(model: PreTrainedModel) -> list[str]:
     """The kind of each block (one of `BLOCK_KINDS`), aligned with `block_states`."""
     if is_timm_wrapper(model):
-        return [block.kind for block in timm_cut(model.timm_model).blocks]
+        return timm_cut(model.timm_model).kinds
     vit = _vit_backbone(model)
     if vit is not None:
         return ["stem"] + ["msa", "mlp"] * vit.config.num_hidden_layers + ["head"]
@@ -43,42 +46,91 @@ def block_states(model: PreTrainedModel, pixel_values: torch.Tensor) -> tuple[li
 
     ViT states keep the CLS token: `(batch, 1 + patches, hidden)`; conv models give `(batch, C, H, W)`.
     """
-    if is_timm_wrapper(model):
-        return _hooked_states(model, pixel_values, timm_cut(model.timm_model).blocks)
     vit = _vit_backbone(model)
-    if vit is None:
+    if is_timm_wrapper(model):
+        blocks = timm_cut(model.timm_model).blocks
+    elif vit is not None:
+        blocks = [Block("stem", vit.embeddings)]
+        for layer in vit.layers:
+            blocks.append(Block("msa", layer.layernorm_after, read="input"))  # after the MSA residual
+            blocks.append(Block("mlp", layer))  # after the MLP residual
+        blocks.append(Block("head", vit.layernorm))
+    else:
         outputs = model(pixel_values, output_hidden_states=True, return_dict=True)
         return list(outputs.hidden_states), _logits_or_features(outputs)
+    states, outputs = hooked_states(model, pixel_values, blocks, return_dict=True)
+    return states, _logits_or_features(outputs)
 
-    blocks = [HookedBlock("stem", vit.embeddings)]
-    for layer in vit.layers:
-        blocks.append(HookedBlock("msa", layer.layernorm_after, read="input"))  # after the MSA residual
-        blocks.append(HookedBlock("mlp", layer))  # after the MLP residual
-    blocks.append(HookedBlock("head", vit.layernorm))
-    return _hooked_states(model, pixel_values, blocks)
+
+STATE_READS = ("output", "input")
 
 
 @dataclass(frozen=True)
-class HookedBlock:
-    """A block read with a hook: its `kind`, the `module` whose output (`read="output"`; its first element if a
-    tuple) or first input (`read="input"`) is the block's state, the module whose output is its residual
-    `branch` (None: stem, pool, head), and the module to `name` it after in reports (default `module`)."""
+class Block:
+    """One block: its `kind`, the `module` whose output (its first element if a tuple) or, `read="input"`, whose
+    first input is the block's state, its `name` (the module's path, for reports), and the module whose output is
+    its residual branch (None: nothing to remove, as for a stem, a head or a pooling layer)."""
 
     kind: str
     module: nn.Module
-    branch: nn.Module | None = None
+    name: str = ""
+    residual_branch: nn.Module | None = None
     read: str = "output"
-    named: nn.Module | None = None
+
+    def __post_init__(self):
+        if self.kind not in BLOCK_KINDS:
+            raise ValueError(f"block kind {self.kind!r} is not one of {BLOCK_KINDS}")
+        if not isinstance(self.module, nn.Module):
+            raise TypeError(f"block {self.kind!r} must be an nn.Module, not {type(self.module).__name__}")
+        if self.read not in STATE_READS:
+            raise ValueError(f"Block.read must be one of {STATE_READS}, not {self.read!r}")
 
 
-@dataclass(frozen=True)
-class TimmCut:
-    blocks: list[HookedBlock]
-    num_prefix_tokens: int  # class tokens ahead of the patch tokens in token states
-    channels_last: bool  # 4-D states are (B, H, W, C)
+@dataclass
+class BlockAdapter:
+    """The blocks of a model, in forward order.
+
+    `blocks` holds `Block`s or `(kind, module)` pairs (the module's output, its first element if a
+    tuple, is the state). `residual_branches`, aligned with `blocks` (None where a block has none),
+    lets the lesion study remove branches. `num_prefix_tokens`: class/distillation tokens ahead of the
+    patch tokens in token states. `channels_last`: 4-D states are (B, H, W, C), as in timm's Swin.
+    `states_of(model, inputs) -> (states, logits)` replaces the hooks where a model returns its
+    states itself (the zoo's `output_hidden_states`).
+
+    Example for a timm ViT (what `analysis.blocks.discover_blocks` builds, with the MSA state read before `norm2`):
+    `BlockAdapter([Block("stem", m.norm_pre)] + [Block(k, ...) for b in m.blocks for k in ("msa", "mlp")])`.
+    """
+
+    blocks: Sequence[Block | tuple[str, nn.Module]]
+    residual_branches: Sequence[nn.Module | None] | None = None
+    num_prefix_tokens: int = 1
+    channels_last: bool = False
+    states_of: Callable | None = field(default=None, repr=False)
+
+    def __post_init__(self):
+        blocks = [entry if isinstance(entry, Block) else Block(*entry) for entry in self.blocks]
+        if self.residual_branches is not None:
+            if len(self.residual_branches) != len(blocks):
+                raise ValueError(
+                    f"residual_branches has {len(self.residual_branches)} entries for {len(blocks)} blocks"
+                )
+            blocks = [replace(b, residual_branch=r) for b, r in zip(blocks, self.residual_branches)]
+        self.blocks = blocks
+
+    @property
+    def kinds(self) -> list[str]:
+        return [block.kind for block in self.blocks]
+
+    @property
+    def names(self) -> list[str]:
+        return [block.name or f"block {i}" for i, block in enumerate(self.blocks)]
+
+    @property
+    def has_residual_branches(self) -> bool:
+        return any(block.residual_branch is not None for block in self.blocks)
 
 
-def timm_cut(model: nn.Module) -> TimmCut:
+def timm_cut(model: nn.Module) -> BlockAdapter:
     """timm's `PoolingVisionTransformer` or `SwinTransformer` cut as the reference cuts PiT and Swin (its README):
     the embedded patches; each layer's attention residual (the state entering `norm2`) and MLP residual; PiT's
     pooling layers and Swin's patch mergings as pools; the final norm as the head. Raises `TypeError` for other
@@ -87,43 +139,51 @@ def timm_cut(model: nn.Module) -> TimmCut:
     if kind not in ("PoolingVisionTransformer", "SwinTransformer"):
         raise TypeError(f"{kind} is neither timm's PoolingVisionTransformer nor its SwinTransformer")
     pit = kind == "PoolingVisionTransformer"
-    blocks = [HookedBlock("stem", model.pos_drop if pit else model.patch_embed)]
+    paths = {module: name for name, module in model.named_modules()}
+
+    def block(kind, module, branch=None, read="output", named=None):
+        return Block(kind, module, paths.get(named or module, ""), branch, read)
+
+    blocks = [block("stem", model.pos_drop if pit else model.patch_embed)]
     for stage in model.transformers if pit else model.layers:
         pool = stage.pool if pit else stage.downsample
         if pool is not None and not isinstance(pool, nn.Identity):  # a stage that does not downsample
-            blocks.append(HookedBlock("pool", pool))
+            blocks.append(block("pool", pool))
         for layer in stage.blocks:
-            blocks.append(HookedBlock("msa", layer.norm2, layer.drop_path1, read="input", named=layer.attn))
-            blocks.append(HookedBlock("mlp", layer, layer.drop_path2, named=layer.mlp))
-    blocks.append(HookedBlock("head", model.norm))
-    return TimmCut(blocks, num_prefix_tokens=model.cls_token.shape[1] if pit else 0, channels_last=not pit)
+            blocks.append(block("msa", layer.norm2, layer.drop_path1, read="input", named=layer.attn))
+            blocks.append(block("mlp", layer, layer.drop_path2, named=layer.mlp))
+    blocks.append(block("head", model.norm))
+    return BlockAdapter(blocks, num_prefix_tokens=model.cls_token.shape[1] if pit else 0, channels_last=not pit)
 
 
-def _hooked_states(model: nn.Module, pixel_values: torch.Tensor, blocks: list[HookedBlock]):
-    """Run `model` once; return the state of every block (read by hooks) and the logits."""
-    states: list[torch.Tensor] = []
+def hooked_states(model: nn.Module, inputs: torch.Tensor, blocks: Sequence[Block], **options) -> tuple[list, object]:
+    """Run `model(inputs, **options)` once; return every block's state, read by hooks, and the model's outputs."""
+    states: list = [None] * len(blocks)
+    calls = [0] * len(blocks)
 
-    def record(block: HookedBlock):
-        def hook(module, args, output=None):
-            value = args[0] if block.read == "input" else output
-            states.append(value[0] if isinstance(value, (tuple, list)) else value)
+    def recorder(index: int, read: str):
+        def record(module, args, output=None):
+            value = args[0] if read == "input" else output
+            states[index] = value[0] if isinstance(value, (tuple, list)) else value
+            calls[index] += 1
 
-        return hook
+        return record
 
     handles = [
-        block.module.register_forward_pre_hook(record(block))
+        block.module.register_forward_pre_hook(recorder(i, block.read))
         if block.read == "input"
-        else block.module.register_forward_hook(record(block))
-        for block in blocks
+        else block.module.register_forward_hook(recorder(i, block.read))
+        for i, block in enumerate(blocks)
     ]
     try:
-        outputs = model(pixel_values, return_dict=True)
+        outputs = model(inputs, **options)
     finally:
         for handle in handles:
             handle.remove()
-    if len(states) != len(blocks):
-        raise RuntimeError(f"{len(states)} block states from {len(blocks)} blocks: a block ran more than once or not")
-    return states, _logits_or_features(outputs)
+    wrong = [block.name or f"block {i}" for i, (block, count) in enumerate(zip(blocks, calls)) if count != 1]
+    if wrong:
+        raise RuntimeError(f"every block must run exactly once per forward pass; these did not: {wrong}")
+    return states, outputs
 
 
 def residual_branches(model: PreTrainedModel) -> list[nn.Module | None]:
@@ -132,7 +192,7 @@ def residual_branches(model: PreTrainedModel) -> list[nn.Module | None]:
     leaves the shortcut: the lesion study's "identity in place of the residual branch".
     """
     if is_timm_wrapper(model):
-        return [block.branch for block in timm_cut(model.timm_model).blocks]
+        return [block.residual_branch for block in timm_cut(model.timm_model).blocks]
     vit = _vit_backbone(model)
     if vit is not None:
         # ViTAttention returns (output, weights); a lesion hook replaces only the output.

@@ -20,84 +20,16 @@ several analyses (Fourier, variance, CKA, accuracy) from one pass.
 
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
 
 import alternet_hf
-from alternet_hf.blocks import BLOCK_KINDS, timm_cut
+from alternet_hf.blocks import Block, BlockAdapter, hooked_states, timm_cut
 
 from . import _common
 from ._common import analysis_mode, logits_of, resolve_device
-
-STATE_READS = ("output", "input")
-
-
-@dataclass(frozen=True)
-class Block:
-    """One block: its `kind`, the `module` whose output (or, `read="input"`, whose first input) is the
-    block's state, the module whose output is its residual branch (None: nothing to remove, as for a
-    stem, a head or a pooling layer), and its `name` (the module's path, for reports)."""
-
-    kind: str
-    module: nn.Module
-    name: str = ""
-    residual_branch: nn.Module | None = None
-    read: str = "output"
-
-
-@dataclass
-class BlockAdapter:
-    """The blocks of a model, in forward order.
-
-    `blocks` holds `Block`s or `(kind, module)` pairs (the module's output, its first element if a
-    tuple, is the state). `residual_branches`, aligned with `blocks` (None where a block has none),
-    lets the lesion study remove branches. `num_prefix_tokens`: class/distillation tokens ahead of the
-    patch tokens in token states. `channels_last`: 4-D states are (B, H, W, C), as in timm's Swin.
-    `states_of(model, inputs) -> (states, logits)` replaces the hooks where a model returns its
-    states itself (the zoo's `output_hidden_states`).
-
-    Example for a timm ViT (what `discover_blocks` builds, with the MSA state read before `norm2`):
-    `BlockAdapter([Block("stem", m.norm_pre)] + [Block(k, ...) for b in m.blocks for k in ("msa", "mlp")])`.
-    """
-
-    blocks: Sequence[Block | tuple[str, nn.Module]]
-    residual_branches: Sequence[nn.Module | None] | None = None
-    num_prefix_tokens: int = 1
-    channels_last: bool = False
-    states_of: Callable | None = field(default=None, repr=False)
-
-    def __post_init__(self):
-        blocks = []
-        for entry in self.blocks:
-            block = entry if isinstance(entry, Block) else Block(*entry)
-            if block.kind not in BLOCK_KINDS:
-                raise ValueError(f"block kind {block.kind!r} is not one of {BLOCK_KINDS}")
-            if not isinstance(block.module, nn.Module):
-                raise TypeError(f"block {block.kind!r} must be an nn.Module, not {type(block.module).__name__}")
-            if block.read not in STATE_READS:
-                raise ValueError(f"Block.read must be one of {STATE_READS}, not {block.read!r}")
-            blocks.append(block)
-        if self.residual_branches is not None:
-            if len(self.residual_branches) != len(blocks):
-                raise ValueError(
-                    f"residual_branches has {len(self.residual_branches)} entries for {len(blocks)} blocks"
-                )
-            blocks = [replace(b, residual_branch=r) for b, r in zip(blocks, self.residual_branches)]
-        self.blocks = blocks
-
-    @property
-    def kinds(self) -> list[str]:
-        return [block.kind for block in self.blocks]
-
-    @property
-    def names(self) -> list[str]:
-        return [block.name or f"block {i}" for i, block in enumerate(self.blocks)]
-
-    @property
-    def has_residual_branches(self) -> bool:
-        return any(block.residual_branch is not None for block in self.blocks)
 
 
 class UndescribedModelError(TypeError, ValueError):
@@ -202,15 +134,12 @@ def _timm_cut(model, family: str) -> BlockAdapter:
     """timm's PiT and Swin, cut as the reference cuts them (`alternet_hf.blocks.timm_cut`, the zoo's PiT and Swin
     being these modules)."""
     try:
-        cut = timm_cut(model)
+        return timm_cut(model)
     except AttributeError as error:
         raise UndescribedModelError(
             f"this {family} lacks what its blocks are read from ({error}): analysis.blocks cannot describe this "
             f"variant. {_ADAPTER_HELP}"
         ) from error
-    paths = {module: name for name, module in model.named_modules()}
-    blocks = [Block(b.kind, b.module, paths.get(b.named or b.module, ""), b.branch, b.read) for b in cut.blocks]
-    return BlockAdapter(blocks, num_prefix_tokens=cut.num_prefix_tokens, channels_last=cut.channels_last)
 
 
 def _timm_convnext(model) -> BlockAdapter:
@@ -408,33 +337,8 @@ def run_blocks(model: nn.Module, inputs: torch.Tensor, adapter: BlockAdapter | N
         states, logits = adapter.states_of(model, inputs)
         return BlockRun(list(states), adapter.kinds, logits, adapter.num_prefix_tokens, adapter.channels_last)
 
-    states: list = [None] * len(adapter.blocks)
-    calls = [0] * len(adapter.blocks)
-
-    def recorder(index: int, read: str):
-        def record(module, args, output=None):
-            value = args[0] if read == "input" else output
-            states[index] = value[0] if isinstance(value, (tuple, list)) else value
-            calls[index] += 1
-
-        return record
-
-    handles = []
-    for index, block in enumerate(adapter.blocks):
-        hook = recorder(index, block.read)
-        if block.read == "input":
-            handles.append(block.module.register_forward_pre_hook(hook))
-        else:
-            handles.append(block.module.register_forward_hook(hook))
-    try:
-        logits = logits_of(model(inputs))
-    finally:
-        for handle in handles:
-            handle.remove()
-    wrong = [adapter.names[i] for i, count in enumerate(calls) if count != 1]
-    if wrong:
-        raise RuntimeError(f"every block must run exactly once per forward pass; these did not: {wrong}")
-    return BlockRun(states, adapter.kinds, logits, adapter.num_prefix_tokens, adapter.channels_last)
+    states, outputs = hooked_states(model, inputs, adapter.blocks)
+    return BlockRun(states, adapter.kinds, logits_of(outputs), adapter.num_prefix_tokens, adapter.channels_last)
 
 
 def residual_branches(model: nn.Module, adapter: BlockAdapter | None = None) -> list[nn.Module | None]:
