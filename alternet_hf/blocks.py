@@ -17,13 +17,12 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel, ViTForImageClassification, ViTModel
 
-from .modeling_common import DropPath, linear_drop_path_rates
 from .timm_families import is_timm_wrapper
 
 BLOCK_KINDS = ("stem", "conv", "msa", "mlp", "pool", "head")
 
 
-def _vit_backbone(model: nn.Module) -> ViTModel | None:
+def vit_backbone(model: nn.Module) -> ViTModel | None:
     if isinstance(model, ViTForImageClassification):
         return model.vit
     return model if isinstance(model, ViTModel) else None
@@ -33,7 +32,7 @@ def block_kinds(model: PreTrainedModel) -> list[str]:
     """The kind of each block (one of `BLOCK_KINDS`), aligned with `block_states`."""
     if is_timm_wrapper(model):
         return timm_cut(model.timm_model).kinds
-    vit = _vit_backbone(model)
+    vit = vit_backbone(model)
     if vit is not None:
         return ["stem"] + ["msa", "mlp"] * vit.config.num_hidden_layers + ["head"]
     if hasattr(model, "block_kinds"):
@@ -46,7 +45,7 @@ def block_states(model: PreTrainedModel, pixel_values: torch.Tensor) -> tuple[li
 
     ViT states keep the CLS token: `(batch, 1 + patches, hidden)`; conv models give `(batch, C, H, W)`.
     """
-    vit = _vit_backbone(model)
+    vit = vit_backbone(model)
     if is_timm_wrapper(model):
         blocks = timm_cut(model.timm_model).blocks
     elif vit is not None:
@@ -193,7 +192,7 @@ def residual_branches(model: PreTrainedModel) -> list[nn.Module | None]:
     """
     if is_timm_wrapper(model):
         return [block.residual_branch for block in timm_cut(model.timm_model).blocks]
-    vit = _vit_backbone(model)
+    vit = vit_backbone(model)
     if vit is not None:
         # ViTAttention returns (output, weights); a lesion hook replaces only the output.
         return [None] + [branch for layer in vit.layers for branch in (layer.attention, layer.mlp)] + [None]
@@ -201,32 +200,6 @@ def residual_branches(model: PreTrainedModel) -> list[nn.Module | None]:
     if encoder is None or not hasattr(encoder, "blocks"):
         raise TypeError(f"{type(model).__name__} is not a zoo model: no residual branches known for it")
     return [None] + [block.drop_path for block in encoder.blocks()] + [None]
-
-
-def add_vit_stochastic_depth(model: nn.Module) -> nn.Module:
-    """Give transformers' ViT, which has none, the paper's stochastic depth (docs/paper.md §4), from
-    `config.drop_path_rate`: in training, layer i of L drops each sample's attention and MLP branches
-    with probability rate·i/(L-1), as the reference ViT and our AlterNet do. A `DropPath` child on each
-    branch, applied by a forward hook, so weights, state dict and inference stay transformers' own."""
-    vit = _vit_backbone(model)
-    rate = getattr(model.config, "drop_path_rate", 0.0)
-    if vit is None or not rate:
-        return model
-    if not 0.0 <= rate < 1.0:
-        raise ValueError(f"ViTConfig.drop_path_rate must be in [0, 1), got {rate!r}")
-    rates = linear_drop_path_rates(rate, len(vit.layers))
-    for layer, layer_rate in zip(vit.layers, rates):
-        for branch in (layer.attention, layer.mlp):
-            if not hasattr(branch, "drop_path"):
-                branch.drop_path = DropPath(layer_rate)
-                branch.register_forward_hook(_drop_branch)
-    return model
-
-
-def _drop_branch(module: nn.Module, args, output):
-    if isinstance(output, tuple):  # ViTAttention returns (output, attention weights)
-        return (module.drop_path(output[0]), *output[1:])
-    return module.drop_path(output)
 
 
 def _logits_or_features(outputs) -> torch.Tensor:

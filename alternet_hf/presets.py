@@ -12,13 +12,27 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 from transformers import AutoModelForImageClassification, PretrainedConfig, PreTrainedModel, ViTConfig
 
-from .blocks import add_vit_stochastic_depth
+from .blocks import vit_backbone
 from .configuration_alternet import AlterNetConfig
 from .configuration_cifar_resnet import CifarResNetConfig
-from .modeling_common import ZooModelMixin, check_pixel_batch, image_classification_loss, save_image_processor
-from .timm_families import classifier_prefix, finish_timm_model, is_timm_wrapper, timm_config
+from .modeling_common import (
+    DropPath,
+    ZooModelMixin,
+    check_pixel_batch,
+    image_classification_loss,
+    linear_drop_path_rates,
+    save_image_processor,
+)
+from .timm_families import (
+    check_fixed_size_pixels,
+    classifier_prefix,
+    is_timm_wrapper,
+    save_with_timm_names,
+    timm_config,
+)
 
 
 @dataclass(frozen=True)
@@ -316,30 +330,30 @@ def _check_config_fields(name: str, overrides: dict) -> None:
 
 
 def _finish(model: PreTrainedModel) -> PreTrainedModel:
-    """What every model `create_model` returns has: the zoo's loss and input check (our classes have them; ViT
-    is transformers', PiT and Swin timm's), ViT's stochastic depth, image-processor saving (PiT and Swin: timm's
-    names for their weights and its `pretrained_cfg`, from which transformers makes their image processor)."""
-    if not isinstance(model, ZooModelMixin):
-        use_zoo_loss_and_input_check(model)
-    if is_timm_wrapper(model):  # transformers builds a timm model's image processor from its pretrained_cfg
-        return finish_timm_model(model)
-    return attach_image_processor_saving(add_vit_stochastic_depth(model))
+    """What every model `create_model` returns has, the zoo's classes by definition. transformers' ViT and the
+    `TimmWrapperForImageClassification` holding timm's PiT and Swin get it here, on the instance, on every build and
+    load: the price of folders that load as transformers' own classes, without alternet_hf.
 
-
-def use_zoo_loss_and_input_check(model: PreTrainedModel) -> PreTrainedModel:
-    """Give transformers' ViT the loss AlterNet and the ResNet use (`image_classification_loss`), so that the
-    three families train alike: its own reads Mixup/CutMix targets as multi-label (BCE) and writes that
-    `problem_type` into the config. transformers' own switch, `model.loss_function`, so the ViT modeling and
-    weights stay transformers'. Set again by `create_model` on every load: nothing of it is saved.
-
-    Also `accepts_loss_kwargs = False`: the `Trainer` would otherwise hand the ViT a `num_items_in_batch` that
-    counts the elements of (batch, classes) soft labels; without it, it averages micro-batch losses as it does
-    for AlterNet and the ResNet. And raw integer pixels are refused as by our models (ViT would cast 0-255 to
-    float silently), and empty batches (ViT would fail inside a reshape).
+    - the zoo's loss (`image_classification_loss`, through transformers' own switch `loss_function`): ViT's own
+      reads Mixup/CutMix targets as multi-label and writes that `problem_type` into the config; and
+      `accepts_loss_kwargs = False`, so that the `Trainer` averages micro-batch losses as for the zoo's classes
+      instead of handing over a `num_items_in_batch` that counts the elements of soft labels;
+    - the zoo's input checks (raw integer pixels and empty batches refused; PiT and Swin: their one image size);
+    - ViT: the paper's stochastic depth, and `save_pretrained` also writing the image processor;
+    - PiT and Swin: `save_pretrained` writing timm's weight names (transformers builds their image processor from
+      timm's `pretrained_cfg`).
     """
+    if isinstance(model, ZooModelMixin):
+        return model
     model.loss_function = image_classification_loss
     model.accepts_loss_kwargs = False
+    if is_timm_wrapper(model):
+        model.register_forward_pre_hook(check_fixed_size_pixels, with_kwargs=True)
+        model.save_pretrained = types.MethodType(save_with_timm_names, model)
+        return model
     model.register_forward_pre_hook(_check_vit_pixels, with_kwargs=True)
+    add_vit_stochastic_depth(model)
+    model.save_pretrained = types.MethodType(_save_with_image_processor, model)
     return model
 
 
@@ -349,15 +363,34 @@ def _check_vit_pixels(module, args, kwargs):
         check_pixel_batch(pixel_values)
 
 
-def attach_image_processor_saving(model: PreTrainedModel) -> PreTrainedModel:
-    """Make `model.save_pretrained` also write the image processor (our classes do it already; ViT is transformers')."""
-    if not getattr(type(model), "saves_image_processor", False):
-        save_model = model.save_pretrained
+def _save_with_image_processor(self, save_directory, *args, **kwargs):
+    """transformers' `save_pretrained`, then the image processor beside the weights, as the zoo's classes save."""
+    type(self).save_pretrained(self, save_directory, *args, **kwargs)
+    if kwargs.get("is_main_process", True):
+        save_image_processor(self.config, save_directory)
 
-        def save_pretrained(self, save_directory, *args, **kwargs):
-            save_model(save_directory, *args, **kwargs)
-            if kwargs.get("is_main_process", True):
-                save_image_processor(self.config, save_directory)
 
-        model.save_pretrained = types.MethodType(save_pretrained, model)
+def add_vit_stochastic_depth(model: nn.Module) -> nn.Module:
+    """Give transformers' ViT, which has none, the paper's stochastic depth (docs/paper.md §4), from
+    `config.drop_path_rate`: in training, layer i of L drops each sample's attention and MLP branches
+    with probability rate·i/(L-1), as the reference ViT and our AlterNet do. A `DropPath` child on each
+    branch, applied by a forward hook, so weights, state dict and inference stay transformers' own."""
+    vit = vit_backbone(model)
+    rate = getattr(model.config, "drop_path_rate", 0.0)
+    if vit is None or not rate:
+        return model
+    if not 0.0 <= rate < 1.0:
+        raise ValueError(f"ViTConfig.drop_path_rate must be in [0, 1), got {rate!r}")
+    rates = linear_drop_path_rates(rate, len(vit.layers))
+    for layer, layer_rate in zip(vit.layers, rates):
+        for branch in (layer.attention, layer.mlp):
+            if not hasattr(branch, "drop_path"):
+                branch.drop_path = DropPath(layer_rate)
+                branch.register_forward_hook(_drop_branch)
     return model
+
+
+def _drop_branch(module: nn.Module, args, output):
+    if isinstance(output, tuple):  # ViTAttention returns (output, attention weights)
+        return (module.drop_path(output[0]), *output[1:])
+    return module.drop_path(output)

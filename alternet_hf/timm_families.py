@@ -25,7 +25,6 @@ either; Swin has timm's.
 
 import difflib
 import inspect
-import types
 
 import torch
 from transformers import PreTrainedModel
@@ -154,24 +153,15 @@ def classifier_prefix(model: PreTrainedModel) -> str:
     return f"timm_model.{FAMILIES[family]['classifier']}." if family else "classifier."
 
 
-def finish_timm_model(model: PreTrainedModel) -> PreTrainedModel:
-    """The zoo's input check and timm-named weights on a `TimmWrapperForImageClassification` of the zoo (the loss
-    is added as for ViT, by `presets._finish`)."""
-    model.register_forward_pre_hook(_check_fixed_size_pixels, with_kwargs=True)
-    save_model = model.save_pretrained
-
-    def save_pretrained(self, save_directory, *args, state_dict=None, **kwargs):
-        """transformers' `save_pretrained`, with the weights under timm's names (no `timm_model.` prefix):
-        what timm's own Hub folders hold, and what both timm and transformers load."""
-        state_dict = self.state_dict() if state_dict is None else state_dict
-        state_dict = {key.removeprefix("timm_model."): value for key, value in state_dict.items()}
-        save_model(save_directory, *args, state_dict=state_dict, **kwargs)
-
-    model.save_pretrained = types.MethodType(save_pretrained, model)
-    return model
+def save_with_timm_names(self, save_directory, *args, state_dict=None, **kwargs):
+    """transformers' `save_pretrained` of a `TimmWrapperForImageClassification`, with the weights under timm's names
+    (no `timm_model.` prefix): what timm's own Hub folders hold, and what both timm and transformers load."""
+    state_dict = self.state_dict() if state_dict is None else state_dict
+    state_dict = {key.removeprefix("timm_model."): value for key, value in state_dict.items()}
+    type(self).save_pretrained(self, save_directory, *args, state_dict=state_dict, **kwargs)
 
 
-def _check_fixed_size_pixels(module, args, kwargs):
+def check_fixed_size_pixels(module, args, kwargs):
     """The zoo's input checks, then the images in the model's dtype (floating inputs are cast, as by the zoo's
     other models)."""
     config = module.config
