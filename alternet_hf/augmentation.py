@@ -3,8 +3,8 @@ normalisation), every random draw from a generator the caller hands in.
 
 The paper's recipe (docs/paper.md §4) is torchvision's RandomCrop and flip, then timm's RandAugment
 `rand-m9-n2-mstd1.0`, then timm's Mixup/CutMix with label smoothing. Those draw from the global RNGs (Python's
-`random`, NumPy's, torch's), so a deterministic augmentation per (epoch, image) used to need every global RNG
-seeded, saved and restored per image: three quarters of an image's cost. Here each draw comes from a NumPy
+`random`, NumPy's, torch's): a deterministic augmentation per (epoch, image) with them would need every global RNG
+seeded, saved and restored per image, three quarters of an image's cost. Here each draw comes from a NumPy
 `RandomState` that the caller seeds (`data.SeededAugmentation`), the image operations are timm's own functions
 with the arguments of timm's level table, and the Mixup/CutMix draws follow timm's `Mixup` (tests compare both
 with timm, pixel by pixel). Images travel as uint8 and are normalised on the device.

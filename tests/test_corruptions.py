@@ -506,9 +506,9 @@ def test_the_procedural_frost_has_the_photographs_statistics():
     profiles = corruptions.FROST_PROFILES
     photo_mean = np.mean([p["mean"] for p in profiles], axis=0)  # each photograph drawn with probability 1/5
     np.testing.assert_allclose(layers.mean(dim=(0, 2, 3)), photo_mean, atol=1.5)
-    assert layers.mean().item() == pytest.approx(161.6, abs=1.5)  # the issue's reference figure: 161
+    assert layers.mean().item() == pytest.approx(161.6, abs=1.5)  # the reference's photographs: 161
     within = layers.std(dim=(1, 2, 3), correction=0).mean().item()  # over a crop's pixels and channels
-    assert within == pytest.approx(28.8, abs=1.5)  # the photographs' 28.8 (the issue: 29); was 41
+    assert within == pytest.approx(28.8, abs=1.5)  # the photographs' 28.8
     channel_std = np.sqrt(np.mean([np.square(p["std"]) for p in profiles], axis=0))
     np.testing.assert_allclose(
         (layers - layers.mean(dim=(2, 3), keepdim=True)).pow(2).mean(dim=(0, 2, 3)).sqrt(), channel_std, rtol=0.05

@@ -260,14 +260,20 @@ def test_every_link_of_the_docs_resolves_inside_the_repository():
 
 
 def _outputs(command: str) -> list[str]:
-    """What a command writes: `> file`, `--out`, `--output-dir`, `--dry-run` targets."""
-    return [path.rstrip("/") for path in re.findall(r"(?:^|\s)(?:>|--out|--output-dir|--dry-run)\s+(\S+)", command)]
+    """What a command writes: `> file`, `--out`, `--output-dir`, `--dry-run` targets, alternet-convert's folder."""
+    found = re.findall(r"(?:^|\s)(?:>|--out|--output-dir|--dry-run)\s+(\S+)", command)
+    if command.startswith("alternet-convert "):
+        found.append(command.split()[-1])  # alternet-convert FILE PRESET FOLDER
+    return [path.rstrip("/") for path in found]
 
 
 def _reads(command: str, path: str) -> bool:
-    """Whether `command` names `path` (or something inside it) other than as its own output."""
-    tokens = [t.rstrip("/") for t in re.split(r"[\s=,]+", command)]
-    return path not in _outputs(command) and any(t == path or t.startswith(path + "/") for t in tokens)
+    """Whether `command` names `path` (or something inside it, or the folder it is in) other than as its own
+    output."""
+    tokens = [t.rstrip("/") for t in re.split(r"[\s=,]+", command) if t.rstrip("/")]
+    return path not in _outputs(command) and any(
+        t == path or path.startswith(t + "/") or t.startswith(path + "/") for t in tokens
+    )
 
 
 def _program(command: str) -> str:
