@@ -84,10 +84,10 @@ def _flag_type(annotation):
     return kind
 
 
-def add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
+def add_analysis_arguments(parser: argparse.ArgumentParser, **defaults) -> None:
     """The options of the analyses themselves, shared by alternet-analyze, -compare and -reproduce: the data, and
     one flag per field of `analysis.compare.Settings` (its name, type and help), left unset unless given so that
-    `Settings.for_device` can scale what was not given to the device."""
+    `Settings.for_device` can scale what was not given to the device; `defaults` are a command's own."""
     from analysis.compare import ANALYSES, Settings
 
     parser.add_argument("--dataset", default="digits", help="'digits', a Hub id, or a local folder/parquet file")
@@ -108,14 +108,15 @@ def add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", help="default: cuda if available, else cpu")
     paper = Settings()
     for field in dataclasses.fields(Settings):
-        default = _shown(getattr(paper, field.name))
-        if field.name in Settings.CPU_AMOUNTS:
-            default = f"{default} on a GPU (the paper's), {_shown(Settings.CPU_AMOUNTS[field.name])} on a CPU"
+        shown = _shown(defaults.get(field.name, getattr(paper, field.name)))
+        if field.name in Settings.CPU_AMOUNTS and field.name not in defaults:
+            shown = f"{shown} on a GPU (the paper's), {_shown(Settings.CPU_AMOUNTS[field.name])} on a CPU"
         parser.add_argument(
             f"--{field.name.replace('_', '-')}",
             type=_flag_type(field.type),
             choices=field.metadata["choices"],
-            help=f"{field.metadata['help']} (default: {default})",
+            default=defaults.get(field.name),
+            help=f"{field.metadata['help']} (default: {shown})",
         )
 
 

@@ -130,8 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=2.0,  # analysis.claims.COMPETENCE (the command parses before the analyses load)
         help="name models whose accuracy is below this multiple of chance as near chance in the report",
     )
-    add_analysis_arguments(parser)
-    parser.set_defaults(landscape_protocol="reference", dataset=None)  # dataset: digits, or CIFAR-100 for --paper
+    add_analysis_arguments(parser, landscape_protocol="reference")
+    parser.set_defaults(dataset=None)  # digits, or CIFAR-100 for --paper
     return parser
 
 

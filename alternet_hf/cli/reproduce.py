@@ -36,8 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--families", default=",".join(FAMILIES), help=f"comma-separated, from {','.join(FAMILIES)}")
     parser.add_argument("--quick", action="store_true", help="tiny models, one epoch, the smallest analyses")
-    add_analysis_arguments(parser)
-    parser.set_defaults(landscape_protocol="reference", image_size=None)
+    add_analysis_arguments(parser, landscape_protocol="reference")
+    parser.set_defaults(image_size=None)
     return parser
 
 
