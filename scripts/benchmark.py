@@ -16,6 +16,7 @@ its loop overhead against a hand-written loop (--engine-overhead), a race agains
     python scripts/benchmark.py --finetune --models alternet-50-cifar100 outputs/alternet-digits --seeds 0 1 2
 """
 
+import argparse
 import json
 from pathlib import Path
 
@@ -25,6 +26,17 @@ DTYPES = ("float32", "bfloat16", "float16")
 DEFAULT_MODELS = ("alternet-50-cifar100", "resnet-50-cifar100", "vit-ti-cifar100")
 
 
+def positive(text: str) -> int:
+    """argparse type of a count: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"takes a whole number of at least 1, not {text!r}")
+    return value
+
+
 def build_parser():
     parser = make_parser(__doc__)
     parser.add_argument(
@@ -32,7 +44,7 @@ def build_parser():
         nargs="+",
         help=f"default: {' '.join(DEFAULT_MODELS)}; --finetune takes them from you (presets or model folders)",
     )
-    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[32])
+    parser.add_argument("--batch-sizes", nargs="+", type=positive, default=[32])
     parser.add_argument(
         "--modes", nargs="+", default=["forward", "forward+backward"], choices=["forward", "forward+backward"]
     )
@@ -45,15 +57,15 @@ def build_parser():
     )
     parser.add_argument("--dtype", choices=DTYPES, default="float32", help="autocast dtype of bare steps")
     parser.add_argument("--device", default=None, help="default: cuda if available, else cpu")
-    parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument("--iterations", type=positive, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument(
         "--training",
         action="store_true",
         help="time alternet-train end to end (paper recipe, loader workers, evaluation and a checkpoint every epoch)",
     )
-    parser.add_argument("--training-images", type=int, default=960, help="training images per --training epoch")
-    parser.add_argument("--training-epochs", type=int, default=2, help="epochs of the --training run")
+    parser.add_argument("--training-images", type=positive, default=960, help="training images per --training epoch")
+    parser.add_argument("--training-epochs", type=positive, default=2, help="epochs of the --training run")
     parser.add_argument("--num-workers", type=int, default=2, help="data-loading processes for --training")
     parser.add_argument(
         "--data-only", action="store_true", help="CPU time per image of the training data path, as one loader worker"
@@ -70,14 +82,14 @@ def build_parser():
     )
     parser.add_argument(
         "--inference-batch-sizes",
-        type=int,
+        type=positive,
         nargs="+",
         default=[1, 256],
         help="batch sizes of the --reference-dir race's inference pass (eval, no grad)",
     )
     parser.add_argument(
         "--repeats",
-        type=int,
+        type=positive,
         default=5,
         help="repetitions of --data-only / --engine-overhead / --reference-dir measurements",
     )
@@ -90,10 +102,10 @@ def build_parser():
     parser.add_argument(
         "--corruptions", action="store_true", help="time CIFAR-C corruption generation against imagecorruptions"
     )
-    parser.add_argument("--num-images", type=int, default=1000, help="images per corruption for --corruptions")
+    parser.add_argument("--num-images", type=positive, default=1000, help="images per corruption for --corruptions")
     parser.add_argument("--corruption-names", nargs="+", default=None, help="a subset of corruptions to time")
     parser.add_argument("--severity", type=int, default=3, help="severity for --corruptions")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads for --corruptions")
+    parser.add_argument("--threads", type=positive, default=None, help="torch threads for --corruptions")
     parser.add_argument(
         "--hessian",
         action="store_true",

@@ -169,3 +169,13 @@ def test_the_finetune_benchmark_gives_trained_weights_the_fine_tuning_defaults(t
 
     test = load_image_classification(str(faces), split="test")
     assert len(test) == 40 and sorted(set(test["label"])) == [0, 1] and test[0]["image"].size == (32, 32)
+
+
+@pytest.mark.commands
+@pytest.mark.parametrize("flag", ["--num-images", "--batch-sizes", "--repeats", "--threads"])
+def test_a_count_below_one_is_refused_before_anything_runs(tmp_path, flag):
+    completed = run_command([*tool_command("benchmark"), "--corruptions", flag, "0"], cwd=tmp_path)
+    assert completed.returncode == 2 and f"argument {flag}: takes a whole number of at least 1, not '0'" in (
+        completed.stderr
+    )
+    assert "Traceback" not in completed.stderr and list(tmp_path.iterdir()) == []
