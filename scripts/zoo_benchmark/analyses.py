@@ -125,14 +125,14 @@ def hessian_convergence(
     max_steps: int = 100,
     seed: int = 0,
     device=None,
+    **overrides,
 ) -> dict:
     """Hessian-vector products Lanczos and power iteration need for the top eigenvalue to `tolerance`.
 
-    Both run on the same model (a preset, folder or Hub id) and the first `batch_size` training images of
-    `dataset`; the
-    reference value is Lanczos run to a 1e-6 residual bound. Also reports the products each method
-    spends under its own stopping rule (Lanczos: residual bound 1e-2·|λ|; power iteration:
-    PyHessian's relative change 1e-3).
+    Both run on the same model (a preset, folder or Hub id; `overrides` change its config) and the first
+    `batch_size` training images of `dataset`; the reference value is Lanczos run to a 1e-6 residual bound. Also
+    reports the products each method spends under its own stopping rule (Lanczos: residual bound 1e-2·|λ|; power
+    iteration: PyHessian's relative change 1e-3).
     """
     import alternet_hf
     from alternet_hf.augmentation import eval_transform
@@ -140,7 +140,7 @@ def hessian_convergence(
     from analysis import hessian
 
     torch.manual_seed(seed)
-    model = alternet_hf.create_model(name).to(device or "cpu")
+    model = alternet_hf.create_model(name, **overrides).to(device or "cpu")
     config = model.config
     images = load_image_classification(dataset, split="train").select(range(batch_size))
     transform = eval_transform(config.image_size, config.image_mean, config.image_std)
@@ -189,10 +189,12 @@ def per_block_speed(
     batch_size: int = 128,
     repeats: int = 3,
     device=None,
+    **overrides,
 ) -> dict:
-    """Seconds for Fourier ΔlogA and feature-map variance of `name` on `num_images` test images: each on its
-    own pass of the model (as before one pass fed both), both from one pass of `analysis.blocks.accumulate`,
-    and the reference notebooks' computation (one forward, their formulas) on the same maps; best of `repeats`."""
+    """Seconds for Fourier ΔlogA and feature-map variance of `name` (`overrides` change its config) on `num_images`
+    test images: each on its own pass of the model (as before one pass fed both), both from one pass of
+    `analysis.blocks.accumulate`, and the reference notebooks' computation (one forward, their formulas) on the same
+    maps; best of `repeats`."""
     import alternet_hf
     from alternet_hf.augmentation import eval_transform
     from alternet_hf.data import load_image_classification
@@ -200,7 +202,7 @@ def per_block_speed(
     from analysis.fourier import FourierAccumulator, fourier_log_amplitude
     from analysis.variance import VarianceAccumulator, feature_map_variance
 
-    model = alternet_hf.create_model(name).to(device or "cpu")
+    model = alternet_hf.create_model(name, **overrides).to(device or "cpu")
     config = model.config
     test = load_image_classification(dataset, split="test").select(range(num_images))
     transform = eval_transform(config.image_size, config.image_mean, config.image_std)

@@ -90,15 +90,22 @@ CIFAR100C_IMAGES = 15 * 5 * 10_000  # every corruption and severity of CIFAR-100
 
 
 def evaluation_throughput(
-    name: str, *, batch_size: int, compiled: bool, device: str | torch.device | None = None, repeats: int = 3
+    name: str,
+    *,
+    batch_size: int,
+    compiled: bool,
+    device: str | torch.device | None = None,
+    repeats: int = 3,
+    **overrides,
 ) -> dict:
-    """Images per second of the release's CIFAR-100-C pass for the preset `name` (eval, no grad, uint8 images
-    normalised on the device: `analysis.robustness.images_per_second`), also per core, and the hours every set of
-    CIFAR-100-C takes at that speed. Compiled: inductor, batches padded to one shape (compilation not timed)."""
+    """Images per second of the release's CIFAR-100-C pass for the preset `name` (`overrides` change its config;
+    eval, no grad, uint8 images normalised on the device: `analysis.robustness.images_per_second`), also per core, and
+    the hours every set of CIFAR-100-C takes at that speed. Compiled: inductor, batches padded to one shape
+    (compilation not timed)."""
     from analysis.robustness import images_per_second
 
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    model = create_model(name).eval()
+    model = create_model(name, **overrides).eval()
     rate = images_per_second(
         model, batch_size=batch_size, compile_mode="default" if compiled else None, device=device, repeats=repeats
     )
