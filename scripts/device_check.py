@@ -2,9 +2,10 @@
 analyses measured in parts, each bounded in time, all of it in under 8 minutes on one H100; a short table last,
 and the full results as JSON after every part (a part that fails or runs out of time leaves the others' numbers).
 
-    python scripts/device_check.py --prepare-wheels .whl          # here, beforehand: wheels of what the GPU lacks
-    PYTHONPATH=. python3 scripts/device_check.py --wheels .whl     # there, from a copy of the repo, no install
-    python scripts/device_check.py --cpu-rehearsal                 # every part at tiny sizes, on this CPU
+    python scripts/device_check.py --prepare-wheels .whl  # beforehand, with a package index: what the GPU lacks
+    python scripts/device_check.py --wheels .whl          # on the GPU machine, from a copy of the repo, no install
+    python scripts/device_check.py --cpu-rehearsal        # every part at tiny sizes, on this CPU
+    python scripts/device_check.py --wheels .whl --parts engine-alternet-50 --compile-mode reduce-overhead
 
 Parts, in order (`--parts` picks some):
   machine       versions, the device, its measured bf16 matrix rate; bf16 against fp32 on one batch per model
@@ -38,6 +39,7 @@ WHEELS = ("datasets", "dill", "multiprocess", "pyarrow")
 WHEEL_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64")
 # The engine's runs of one model, most important first: the engine's own setting on CUDA (bf16, compiled) leads.
 ENGINE_VARIANTS = (("bf16", True), ("bf16", False), ("fp32", False), ("fp32", True))
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")  # the engine's (tested)
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,8 @@ class Sizes:
     warmup_steps: int = 10
     timed_seconds: float = 5.0
     min_steps: int = 20
-    compile_seconds: float = 60.0  # left at least, for a compiled variant to start
+    compile_seconds: float = 60.0  # left at least, beyond the timed seconds, for a compiled variant to start
+    build_seconds: float = 5.0  # the same for an eager one (model, optimizer, loader workers, warm-up)
     eval_batch_sizes: tuple = (256, 1024)
     eval_repeats: int = 20
     analysis_model: str = "alternet-50-cifar100"
@@ -94,6 +97,7 @@ REHEARSAL = Sizes(
     timed_seconds=0.5,
     min_steps=2,
     compile_seconds=0.0,
+    build_seconds=0.0,
     eval_batch_sizes=(16,),
     eval_repeats=2,
     hessian_batch=8,
@@ -106,7 +110,7 @@ REHEARSAL = Sizes(
 @dataclass(frozen=True)
 class Part:
     name: str
-    budget: float  # seconds on the GPU machine; the rehearsal's are scaled with --budget
+    budget: float  # its weight in the check's --budget: seconds of the GPU check
 
 
 PARTS = (
@@ -117,7 +121,7 @@ PARTS = (
 )
 PART_NAMES = tuple(part.name for part in PARTS)
 GPU_BUDGET, REHEARSAL_BUDGET = 420.0, 1800.0
-MIN_PART_SECONDS = 15.0  # kept for each later part when an earlier one could take the rest
+MIN_PART_SECONDS = 5.0  # a part whose share of the budget is smaller is skipped
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -172,7 +176,7 @@ def run_machine(sizes: Sizes, record: Recorder) -> None:
         )
 
 
-def run_engine(model: str, sizes: Sizes, record: Recorder, workdir: Path) -> None:
+def run_engine(model: str, sizes: Sizes, record: Recorder, workdir: Path, compile_mode: str) -> None:
     from zoo_benchmark.device import engine_steady_state
 
     folder = workdir / f"data-{sizes.image_size}"
@@ -192,6 +196,7 @@ def run_engine(model: str, sizes: Sizes, record: Recorder, workdir: Path) -> Non
                 dataset=data,
                 workdir=str(workdir / f"run-{precision}-{compiled}"),
                 compiled=compiled,
+                compile_mode=compile_mode,
                 bf16=precision == "bf16",
                 batch_size=sizes.batch_size,
                 num_workers=sizes.num_workers,
@@ -200,7 +205,7 @@ def run_engine(model: str, sizes: Sizes, record: Recorder, workdir: Path) -> Non
                 min_steps=sizes.min_steps,
                 model_overrides=sizes.overrides(model),
             ),
-            needs=sizes.timed_seconds + (sizes.compile_seconds if compiled else 2 * sizes.timed_seconds),
+            needs=sizes.timed_seconds + (sizes.compile_seconds if compiled else sizes.build_seconds),
         )
 
 
@@ -258,11 +263,12 @@ def run_analyses(sizes: Sizes, record: Recorder) -> None:
         )
 
 
-def run_part(name: str, sizes: Sizes, record: Recorder, workdir: Path) -> None:
+def run_part(name: str, sizes: Sizes, record: Recorder, workdir: Path, compile_mode: str) -> None:
     if name == "machine":
         run_machine(sizes, record)
     elif name.startswith("engine-"):
-        run_engine(next(m for m in MODELS if m.startswith(name.removeprefix("engine-") + "-")), sizes, record, workdir)
+        model = next(m for m in MODELS if m.startswith(name.removeprefix("engine-") + "-"))
+        run_engine(model, sizes, record, workdir, compile_mode)
     elif name == "evaluation":
         run_evaluation(sizes, record)
     else:
@@ -308,7 +314,6 @@ def prepare_wheels(folder: Path, python_version: str) -> None:
 
 def run_check(args, sizes: Sizes, out: Path) -> dict:
     parts = [part for part in PARTS if part.name in (args.parts or PART_NAMES)]
-    scale = args.budget / GPU_BUDGET  # the rehearsal's larger budget lets each part run longer
     results = {"mode": "cpu rehearsal" if args.cpu_rehearsal else "gpu", "budget_seconds": args.budget, "parts": {}}
     environment = dict(os.environ, PYTHONUNBUFFERED="1")
     with tempfile.TemporaryDirectory(prefix="alternet-device-check-") as work:
@@ -323,17 +328,18 @@ def run_check(args, sizes: Sizes, out: Path) -> dict:
         environment["PYTHONPATH"] = os.pathsep.join(path + [environment.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         end = time.time() + args.budget
         for index, part in enumerate(parts):
-            later = len(parts) - index - 1
-            budget = min(part.budget * scale, end - time.time() - later * MIN_PART_SECONDS)
+            # its share of what is left: time a part did not use goes to the parts after it
+            budget = (end - time.time()) * part.budget / sum(later.budget for later in parts[index:])
             rows_file = work / f"{part.name}.jsonl"
             print(f"\n== {part.name} ({budget:.0f} s at most)", flush=True)
             started = time.time()
-            if budget < MIN_PART_SECONDS / 3:
+            if budget < MIN_PART_SECONDS:
                 status = "skipped: the check's --budget was spent"
             else:
                 command = [sys.executable, __file__, "--part", part.name, "--rows", str(rows_file)]
                 command += ["--deadline", str(started + budget), "--work", str(work)]
                 command += ["--cpu-rehearsal"] * args.cpu_rehearsal + ["--compile-backend", args.compile_backend]
+                command += ["--compile-mode", args.compile_mode]
                 try:
                     code = subprocess.run(command, env=environment, timeout=budget + 20).returncode
                     status = "ok" if code == 0 else f"failed (exit status {code}; the log above says why)"
@@ -381,7 +387,8 @@ def _number(value, digits: int = 0) -> str:
 def summary(results: dict) -> str:
     rows = [row for part in results["parts"].values() for row in part["rows"]]
     environment = next((row for row in rows if row["what"] == "environment" and "error" not in row), {})
-    lines = [f"# device check ({results['mode']}): {environment.get('device', 'device not read')}", ""]
+    device = environment.get("device") or next((row["device"] for row in rows if row.get("device")), "no device read")
+    lines = [f"# device check ({results['mode']}): {device}", ""]
     if environment:
         packages = ", ".join(f"{name} {version}" for name, version in environment["packages"].items() if version)
         lines += [f"Python {environment['python']}, {environment['cpu_count']} CPUs; {packages}", ""]
@@ -389,7 +396,9 @@ def summary(results: dict) -> str:
     lines += [f"| {name} | {part['status']} | {part['seconds']:.0f} |" for name, part in results["parts"].items()]
     lines += ["", "| " + " | ".join(ENGINE_COLUMNS) + " |", "|---" * len(ENGINE_COLUMNS) + "|"]
     for row in (row for row in rows if row["what"] == "engine"):
-        start = f"| {row['model']} | {row['precision']} | {'yes' if row['compiled'] else 'no'} |"
+        mode = row.get("compile_mode") or "default"
+        compiled = ("yes" if mode == "default" else f"yes ({mode})") if row["compiled"] else "no"
+        start = f"| {row['model']} | {row['precision']} | {compiled} |"
         if "images_per_second" not in row:
             lines.append(f"{start} {row.get('skipped') or row.get('error')} |" + " |" * (len(ENGINE_COLUMNS) - 4))
             continue
@@ -467,6 +476,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="inductor",
         help="torch.compile's backend (aot_eager checks graphs without generating code, for quick rehearsals)",
     )
+    parser.add_argument(
+        "--compile-mode",
+        default="default",
+        choices=COMPILE_MODES,
+        help="torch.compile's mode of the engine's compiled step (the engine's default: default)",
+    )
     for hidden in ("--part", "--rows", "--deadline", "--work"):  # how the check runs one part in its own process
         parser.add_argument(hidden, help=argparse.SUPPRESS)
     return parser
@@ -486,7 +501,8 @@ def main(argv: list[str] | None = None) -> None:
             import torch
 
             torch.compile = functools.partial(torch.compile, backend=args.compile_backend)
-        run_part(args.part, sizes, Recorder(Path(args.rows), float(args.deadline)), Path(args.work))
+        recorder = Recorder(Path(args.rows), float(args.deadline))
+        run_part(args.part, sizes, recorder, Path(args.work), args.compile_mode)
         return
     if args.prepare_wheels:
         prepare_wheels(args.prepare_wheels, args.python_version)

@@ -94,6 +94,12 @@ def test_wheels_are_installed_only_where_the_machine_lacks_the_package_or_has_an
     assert not (tmp_path / "site-packages" / "numpy.py").exists() and numpy.__version__ != "1.0"
 
 
+def test_the_compile_modes_offered_are_the_engines():
+    from alternet_hf.recipe import COMPILE_MODES
+
+    assert device_check.COMPILE_MODES == COMPILE_MODES
+
+
 @pytest.mark.parametrize(
     "arguments, message",
     [

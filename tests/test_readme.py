@@ -50,6 +50,7 @@ RULES = [
     (r"--config my_run\.json", CLEAR_ERROR, "my_run.json: a run on the Hub's CIFAR-10"),
     (r"^alternet-(push|publish-cifar100c)(?!.*--dry-run)", CLEAR_ERROR, "uploads to the Hub"),
     (r"scripts/benchmark\.py", PARSE_ONLY, "minutes of timing on a CPU"),
+    (r"scripts/device_check\.py", PARSE_ONLY, "minutes, or a GPU; tests/test_device_check.py runs its rehearsal"),
     (r"--paper", CLEAR_ERROR, "the paper's five models (AlterNet-50: no released weights) and CIFAR-100, from the Hub"),
     (r"^alternet-space", SERVER, "a web server: it must come up and serve the page"),
 ]

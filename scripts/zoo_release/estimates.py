@@ -5,8 +5,9 @@ import time
 
 import torch
 
-# The H100 estimate: NVIDIA's dense bf16 peak of an H100 SXM, and the share of it these 32x32 models are assumed to
-# sustain: 8% is what the engine's H100 goal (8,500 AlterNet-50 training images/s) means in FLOPs. An assumption.
+# The H100 estimate: NVIDIA's dense bf16 peak of an H100 SXM (and H200), and the share of it these 32x32 models are
+# assumed to sustain: 8% is what the engine's H100 goal (8,500 AlterNet-50 training images/s) means in FLOPs. An
+# assumption; `scripts/device_check.py` measures the share a GPU sustains.
 H100_BF16_FLOPS = 989e12
 ASSUMED_UTILISATION = 0.08
 CIFAR_TRAIN_IMAGES, CIFAR_TEST_IMAGES = 50_000, 10_000
@@ -68,8 +69,8 @@ def h100_estimate(presets, epochs: int | None = None, **overrides) -> tuple[floa
         lines.append(f"  {preset}: {flops / 1e9:.2f} GFLOPs per training image x {epochs} epochs -> {hours:.1f} h")
     lines.append(
         f"  total {total:.1f} h of training on one H100: an ESTIMATE from FLOPs counted here at an assumed "
-        f"{ASSUMED_UTILISATION:.0%} of the {H100_BF16_FLOPS / 1e12:.0f} TFLOP/s bf16 peak, never measured on a GPU; "
-        "evaluation, CIFAR-100-C and the analyses add to it"
+        f"{ASSUMED_UTILISATION:.0%} of the {H100_BF16_FLOPS / 1e12:.0f} TFLOP/s bf16 peak (what a GPU sustained: "
+        "docs/benchmarks.md); evaluation, CIFAR-100-C and the analyses add to it"
     )
     return total, "\n".join(lines)
 
