@@ -105,6 +105,8 @@ class TrainResult:
     metrics: dict  # of the last evaluation
     best_accuracy: float
     history: list
+    logits: torch.Tensor | None = None  # of the last evaluation, one row per image (None where none ran)
+    labels: torch.Tensor | None = None
 
 
 # Where Accelerate's backward, clipping and optimizer wrappers do nothing but call torch
@@ -672,7 +674,9 @@ class TrainingSession:
                 plt.close(ax.figure)
         accelerator.end_training()
         unwrapped = accelerator.unwrap_model(self.model)
-        return TrainResult(unwrapped, output_dir, self.metrics, state.best_accuracy, state.history)
+        return TrainResult(
+            unwrapped, output_dir, self.metrics, state.best_accuracy, state.history, self.logits, self.labels
+        )
 
 
 def _minutes_since(moment: float) -> float:

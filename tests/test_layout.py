@@ -8,7 +8,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("alternet_hf", "analysis")
 # The applications inside alternet_hf: they may use the analyses (the commands, the Space, the mini-zoo). The
 # maintainer's tools (scripts/: the release, the benchmarks) are not installed and may use anything.
-APPLICATIONS = ("alternet_hf.cli", "alternet_hf.space", "alternet_hf.minizoo")
+APPLICATIONS = ("alternet_hf.cli", "alternet_hf.space", "alternet_hf.minizoo", "alternet_hf.buildup")
 TRAINING = ("alternet_hf.training", "alternet_hf.finetuning")
 
 

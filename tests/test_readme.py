@@ -45,6 +45,7 @@ RULES = [
         PARSE_ONLY,
         "minutes; tests/test_release.py runs it end to end, killed and resumed",
     ),
+    (r"^alternet-buildup", PARSE_ONLY, "minutes of training; tests/test_buildup.py runs a search, killed and resumed"),
     (r"uoft-cs/|imagenet|<org>/(alternet|resnet|vit)-\d", CLEAR_ERROR, "Hub data or models"),
     (r"--recipe paper --model \S+-cifar(?!.*--print-config)|-paper\b", CLEAR_ERROR, "the paper's recipe on Hub data"),
     (r"--config my_run\.json", CLEAR_ERROR, "my_run.json: a run on the Hub's CIFAR-10"),

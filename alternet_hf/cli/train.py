@@ -32,13 +32,19 @@ FIELD_TYPES = {"model": model_source}  # checked as the user typed them, before 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = make_parser(__doc__)
-    parser.add_argument("--recipe", choices=["paper", "sgd"], help="start from this recipe for --model's dataset")
-    parser.add_argument("--config", type=json_file, help="JSON file of TrainingConfig fields")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --output-dir")
     parser.add_argument(
         "--overwrite", action="store_true", help="replace an earlier run in --output-dir (refused otherwise)"
     )
     parser.add_argument("--print-config", action="store_true", help="print the resulting config as JSON and exit")
+    add_training_arguments(parser)
+    return parser
+
+
+def add_training_arguments(parser: argparse.ArgumentParser) -> None:
+    """--recipe, --config and one flag per TrainingConfig field (read back by `config_from_args`)."""
+    parser.add_argument("--recipe", choices=["paper", "sgd"], help="start from this recipe for --model's dataset")
+    parser.add_argument("--config", type=json_file, help="JSON file of TrainingConfig fields")
     helps = TrainingConfig.fields_help()
     hints = typing.get_type_hints(TrainingConfig)
     for f in dataclasses.fields(TrainingConfig):
@@ -50,7 +56,6 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             kind = FIELD_TYPES.get(f.name) or _parsertype(hints[f.name])
             parser.add_argument(flag, type=kind, default=argparse.SUPPRESS, help=helps[f.name])
-    return parser
 
 
 def config_from_args(args: argparse.Namespace) -> TrainingConfig:

@@ -1,0 +1,66 @@
+"""Build an AlterNet for your data by the paper's rules: start from the CNN, add an MSA block at the end of the
+network, keep it if the held-out accuracy rises beyond the noise, else try the end of an earlier stage; stop when no
+stage is left (or at --max-msa). With no arguments: the first run's small AlterNet-18 on the embedded digits.
+
+    alternet-buildup --epochs 2 --output-dir outputs/buildup-digits   # offline, minutes on a CPU
+    alternet-buildup --recipe paper --model alternet-50-cifar100 --seeds 0 1 2   # on uoft-cs/cifar100, a GPU
+    alternet-buildup --model outputs/alternet-digits --dataset path/to/imagefolder --start-layout 0 1 0 1 --max-msa 3
+
+Every candidate is an ordinary alternet-train run with the same settings (any alternet-train flag applies to all),
+in --output-dir/candidates/; the path goes to buildup.md, buildup.png and buildup.json, the last kept layout's model
+to --output-dir/final/. The same command run again reads the finished candidates and resumes the interrupted one.
+"""
+
+import argparse
+
+from alternet_hf.cli._common import CommandError, command, make_parser
+from alternet_hf.cli.train import add_training_arguments, config_from_args
+
+DEFAULT_OUTPUT_DIR = "outputs/buildup"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = make_parser(__doc__)
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        help="train every candidate once per seed and judge by the mean over seeds (default: --seed's one run, "
+        "judged on its held-out images)",
+    )
+    parser.add_argument("--max-msa", type=int, help="stop once the layout has this many MSA blocks")
+    parser.add_argument(
+        "--start-layout",
+        type=int,
+        nargs="+",
+        metavar="M",
+        help="MSA blocks per stage to start from (default: none, the CNN)",
+    )
+    add_training_arguments(parser)
+    parser.set_defaults(output_dir=DEFAULT_OUTPUT_DIR)
+    return parser
+
+
+@command
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    if args.max_msa is not None and args.max_msa < 1:
+        raise CommandError(f"--max-msa must be at least 1, not {args.max_msa}")
+    if args.config and "output_dir" in args.config and args.output_dir == DEFAULT_OUTPUT_DIR:
+        del args.output_dir  # the file's folder, unless a flag says otherwise
+    config = config_from_args(args)
+    from alternet_hf.buildup import NotAnAlterNetError, search
+
+    try:
+        search(
+            config,
+            seeds=args.seeds or [config.seed],
+            max_msa=args.max_msa,
+            start_layout=args.start_layout,
+        )
+    except NotAnAlterNetError as error:
+        raise CommandError(str(error)) from None
+
+
+if __name__ == "__main__":
+    main()
