@@ -178,10 +178,14 @@ def search(
     seeds: Sequence[int] = (0,),
     max_msa: int | None = None,
     start_layout: Sequence[int] | None = None,
+    jobs: int = 1,
     say: Callable[[str], None] = print,
 ) -> BuildUp:
     """Build an AlterNet from the CNN `config.model` by the rules, each candidate trained as `config` says (under
-    `config.output_dir`); returns the path, also written there (JSON, Markdown table, figure)."""
+    `config.output_dir`); returns the path, also written there (JSON, Markdown table, figure).
+
+    `jobs` > 1 trains that many candidates side by side, each in its own process (on its own GPU where there are
+    enough): the next candidate with the fallbacks rule 2 would try if it fails, which do not depend on it."""
     config, depths = baseline(config)
     layout = tuple(start_layout) if start_layout is not None else (0,) * len(depths)
     if len(layout) != len(depths) or any(m < 0 or 2 * m > d for m, d in zip(layout, depths)):
@@ -204,6 +208,8 @@ def search(
                 stopped = "no earlier stage is left to try"
             break
         stage, candidate = options[0]
+        if jobs > 1 and len(options) > 1:
+            _train_side_by_side(config, root, [option for _, option in options[:jobs]], seeds, say)
         say(f"--- candidate {len(steps)}: {layout_name(candidate)} (an MSA at the end of stage {stage + 1})")
         step = _train_layout(config, root, candidate, stage, seeds, say)
         step.decision, step.reason = _judge(step, current, seeds)
@@ -243,13 +249,49 @@ def _correct(folder: Path) -> np.ndarray:
     return np.frombuffer(bits.encode(), dtype=np.uint8) - ord("0")
 
 
+def candidate_config(config: TrainingConfig, root: Path, layout: Sequence[int], seed: int) -> TrainingConfig:
+    """The training run of one layout and seed: `config` with the layout, the seed and the candidate's folder."""
+    overrides = {**config.model_overrides, "num_attention_blocks": list(layout)}
+    folder = root / "candidates" / f"{layout_name(layout)}-seed{seed}"
+    return dataclasses.replace(config, model_overrides=overrides, output_dir=str(folder), seed=seed)
+
+
+def _train_side_by_side(config: TrainingConfig, root: Path, layouts, seeds: Sequence[int], say) -> None:
+    """Train the runs of `layouts` not yet recorded, each in its own `alternet-buildup --train-candidate` process,
+    one GPU each where there are as many; wait for all of them."""
+    import os
+    import subprocess
+    import sys
+
+    import torch
+
+    runs = [candidate_config(config, root, layout, seed) for layout in layouts for seed in seeds]
+    runs = [run for run in runs if not (Path(run.output_dir) / RECORD).is_file()]
+    gpus = torch.cuda.device_count()
+    processes = []
+    for index, run in enumerate(runs):
+        settings = Path(run.output_dir).with_suffix(".json")
+        settings.parent.mkdir(parents=True, exist_ok=True)
+        run.save(settings)
+        environment = dict(os.environ)
+        if gpus >= len(runs):
+            environment["CUDA_VISIBLE_DEVICES"] = str(index)
+        command = [sys.executable, "-m", "alternet_hf.cli.buildup", "--train-candidate", str(settings)]
+        processes.append((run, subprocess.Popen(command, env=environment)))
+    if processes:
+        say(f"training {', '.join(Path(run.output_dir).name for run, _ in processes)} side by side")
+    failed = [Path(run.output_dir).name for run, process in processes if process.wait() != 0]
+    if failed:
+        raise RuntimeError(f"training {', '.join(failed)} failed (their output above says why)")
+
+
+def train_candidate(config: TrainingConfig, say: Callable[[str], None] = print) -> dict:
+    """The record of one candidate run: read where it finished, else trained (resumed where a checkpoint is)."""
+    return _train_or_read(config, say)
+
+
 def _train_layout(config: TrainingConfig, root: Path, layout, stage: int | None, seeds: Sequence[int], say) -> Step:
-    records = []
-    for seed in seeds:
-        overrides = {**config.model_overrides, "num_attention_blocks": list(layout)}
-        folder = root / "candidates" / f"{layout_name(layout)}-seed{seed}"
-        run = dataclasses.replace(config, model_overrides=overrides, output_dir=str(folder), seed=seed)
-        records.append(_train_or_read(run, say))
+    records = [_train_or_read(candidate_config(config, root, layout, seed), say) for seed in seeds]
     accuracies = [record["accuracy"] for record in records]
     if len(accuracies) > 1:
         error = float(np.std(accuracies, ddof=1) / np.sqrt(len(accuracies)))

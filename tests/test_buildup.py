@@ -79,21 +79,26 @@ def test_every_candidate_within_the_noise_is_reported_as_a_budget_too_small(tmp_
     assert "the budget is too small to decide" in result.summary()
 
 
-TINY = '{"hidden_sizes": [8, 16], "embedding_size": 8, "depths": [1, 2], "num_attention_heads": [1, 1], "attention_head_dim": 8}'  # noqa: E501
+TINY = '{"hidden_sizes": [8, 16], "embedding_size": 8, "depths": [2, 2], "num_attention_heads": [1, 1], "attention_head_dim": 8}'  # noqa: E501
 
 
-def _command(folder: str) -> list[str]:
-    """A tiny search on the digits: the CNN and one candidate (an MSA at the end of the second, last stage)."""
+def _command(folder: str, *more: str) -> list[str]:
+    """A tiny search on the digits: the CNN, then an MSA at the end of the second stage and (rule 2's fallback, or
+    the next step) at the end of the first."""
     return ["alternet-buildup", "--model-overrides", TINY, "--epochs", "1", "--save-every-steps", "4"] + [
         "--output-dir",
         folder,
+        *more,
     ]
 
 
 @pytest.mark.commands
-def test_a_search_killed_in_a_candidate_resumes_it_and_ends_where_an_uninterrupted_one_ends(tmp_path):
-    whole = run_command(_command("whole"), cwd=tmp_path)
+def test_a_search_killed_in_a_candidate_resumes_it_and_ends_where_one_run_side_by_side_ends(tmp_path):
+    """The uninterrupted search trains both candidates at once (--jobs 2, one process each); the killed one trains
+    them one after the other in its own process: the same path, to the last digit."""
+    whole = run_command(_command("whole", "--jobs", "2"), cwd=tmp_path)
     assert whole.returncode == 0, whole.stderr[-3000:]
+    assert "training msa-0-1-seed0, msa-1-0-seed0 side by side" in whole.stdout
     assert "build-up: msa-0-0 " in whole.stdout
 
     process = start_command(_command("killed"), cwd=tmp_path)
@@ -123,6 +128,7 @@ def test_a_search_killed_in_a_candidate_resumes_it_and_ends_where_an_uninterrupt
         (["--model", "vit-ti-cifar10"], "vit-ti-cifar10 is not an AlterNet: the build-up rules re-lay out"),
         (["--start-layout", "0", "5"], "start layout [0, 5] does not fit the stages' depths [2, 2, 2, 2]"),
         (["--max-msa", "0"], "--max-msa must be at least 1, not 0"),
+        (["--jobs", "0"], "--jobs must be at least 1, not 0"),
     ],
 )
 def test_a_baseline_or_layout_the_rules_cannot_use_is_refused_before_training(arguments, message, tmp_path):

@@ -12,9 +12,12 @@ to --output-dir/final/. The same command run again reads the finished candidates
 """
 
 import argparse
+import json
+from pathlib import Path
 
 from alternet_hf.cli._common import CommandError, command, make_parser
 from alternet_hf.cli.train import add_training_arguments, config_from_args
+from alternet_hf.recipe import TrainingConfig
 
 DEFAULT_OUTPUT_DIR = "outputs/buildup"
 
@@ -30,6 +33,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--max-msa", type=int, help="stop once the layout has this many MSA blocks")
     parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="train this many candidates side by side (the next and rule 2's fallbacks), one process each, on its "
+        "own GPU where there are as many (default: 1)",
+    )
+    parser.add_argument("--train-candidate", type=Path, help=argparse.SUPPRESS)  # one run of --jobs, by its config
+    parser.add_argument(
         "--start-layout",
         type=int,
         nargs="+",
@@ -44,6 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
 @command
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    if args.train_candidate:
+        from alternet_hf.buildup import train_candidate
+
+        train_candidate(TrainingConfig(**json.loads(args.train_candidate.read_text())))
+        return
+    if args.jobs < 1:
+        raise CommandError(f"--jobs must be at least 1, not {args.jobs}")
     if args.max_msa is not None and args.max_msa < 1:
         raise CommandError(f"--max-msa must be at least 1, not {args.max_msa}")
     if args.config and "output_dir" in args.config and args.output_dir == DEFAULT_OUTPUT_DIR:
@@ -57,6 +75,7 @@ def main(argv: list[str] | None = None) -> None:
             seeds=args.seeds or [config.seed],
             max_msa=args.max_msa,
             start_layout=args.start_layout,
+            jobs=args.jobs,
         )
     except NotAnAlterNetError as error:
         raise CommandError(str(error)) from None
