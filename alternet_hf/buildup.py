@@ -12,6 +12,7 @@ current layout's by more than twice the standard error of the difference (`analy
 rule). A killed search run again reads its finished candidates and resumes the interrupted one.
 
     <output_dir>/candidates/msa-0-0-1-seed0/   one training run per layout and seed (alternet-train's folder)
+    <output_dir>/candidates/msa-0-0-1-seed0.json   its settings, where it was trained side by side (`jobs`)
     <output_dir>/final/                         the last kept layout's model (loads with the Auto classes)
     <output_dir>/buildup.json, buildup.md, buildup.png   the path: each step's layout, accuracy, size, decision
 """
@@ -313,16 +314,19 @@ def _train_layout(config: TrainingConfig, root: Path, layout, stage: int | None,
 
 def _train_or_read(config: TrainingConfig, say) -> dict:
     """The record of a finished candidate, read; else the candidate trained (resumed where a checkpoint is)."""
-    from .training import train
+    from .training import RESUMABLE_CHANGES, train
 
     folder = Path(config.output_dir)
     record_path = folder / RECORD
     settings = json.loads(json.dumps(config.to_dict()))
     if record_path.is_file():
         record = json.loads(record_path.read_text())
-        if record["training_config"] != settings:
+        before = record["training_config"]
+        changed = [key for key in settings if key not in RESUMABLE_CHANGES and before.get(key) != settings[key]]
+        if changed:  # how a run ran may change (workers, precision, cadence); what it trained may not
             raise FileExistsError(
-                f"{folder} holds a candidate trained with other settings; give another --output-dir or delete it"
+                f"{folder} holds a candidate trained with other settings ({', '.join(changed)}); give another "
+                "--output-dir or delete it"
             )
         say(f"{folder.name}: trained before, read")
         return record

@@ -135,3 +135,16 @@ def test_a_baseline_or_layout_the_rules_cannot_use_is_refused_before_training(ar
     completed = run_command(["alternet-buildup", *arguments], cwd=tmp_path)
     assert completed.returncode == 2 and message in completed.stderr
     assert not (tmp_path / "outputs").exists()
+
+
+def test_a_candidate_recorded_with_other_settings_is_refused_not_reused(tmp_path):
+    config = TrainingConfig(model="alternet-18-cifar10", output_dir=str(tmp_path / "msa-0-0-0-1-seed0"))
+    folder = tmp_path / "msa-0-0-0-1-seed0"
+    folder.mkdir()
+    recorded = {**config.to_dict(), "learning_rate": 0.1, "num_workers": 4}  # workers may change, what it learns not
+    (folder / buildup.RECORD).write_text(json.dumps({"training_config": recorded}))
+    with pytest.raises(FileExistsError, match=r"trained with other settings \(learning_rate\)"):
+        buildup.train_candidate(config, say=lambda _: None)
+    recorded["learning_rate"] = config.learning_rate
+    (folder / buildup.RECORD).write_text(json.dumps({"training_config": recorded, "accuracy": 0.5}))
+    assert buildup.train_candidate(config, say=lambda _: None)["accuracy"] == 0.5
