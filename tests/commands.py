@@ -259,6 +259,16 @@ class CommandProcess:
         self.send_signal(signal.SIGKILL)
 
 
+def kill_once_written(process, path: Path, timeout: float = 300) -> None:
+    """SIGKILL `process` as soon as `path` exists (say, a run's first checkpoint), and wait for it to end; the caller
+    checks that it was still running then (`process.returncode == -signal.SIGKILL`)."""
+    deadline = time.monotonic() + timeout
+    while not path.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+
+
 def start_command(
     argv: list,
     *,

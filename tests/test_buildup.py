@@ -4,10 +4,9 @@ reads what was finished, resumes the rest and ends where an uninterrupted search
 
 import json
 import signal
-import time
 
 import pytest
-from commands import run_command, start_command
+from commands import kill_once_written, run_command, start_command
 from transformers import AutoModelForImageClassification
 
 import alternet_hf  # noqa: F401  (registers the classes for AutoModel)
@@ -103,11 +102,7 @@ def test_a_search_killed_in_a_candidate_resumes_it_and_ends_where_one_run_side_b
 
     process = start_command(_command("killed"), cwd=tmp_path)
     pointer = tmp_path / "killed" / "candidates" / "msa-0-1-seed0" / "checkpoints" / "latest"
-    deadline = time.monotonic() + 300
-    while not pointer.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.005)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    kill_once_written(process, pointer)
     assert process.returncode == -signal.SIGKILL, "the search ended before it could be killed"
     assert not (tmp_path / "killed" / "buildup.json").exists()
 

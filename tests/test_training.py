@@ -8,12 +8,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
-from commands import run_command, start_command
+from commands import kill_once_written, run_command, start_command
 from conftest import TINY, installed_command
 from safetensors.torch import load_file
 from transformers import AutoModelForImageClassification
@@ -105,11 +104,7 @@ def test_resume_after_sigkill_equals_an_uninterrupted_run(uninterrupted_run, tmp
     interrupted = tmp_path / "interrupted"
     process = start_command(_train_command(interrupted), cwd=tmp_path, env=_env())
     pointer = interrupted / "checkpoints" / "latest"
-    deadline = time.monotonic() + 300
-    while not pointer.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.005)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    kill_once_written(process, pointer)
     assert process.returncode == -signal.SIGKILL, "training ended before it could be killed"
     state = json.loads((interrupted / "checkpoints" / pointer.read_text().strip() / "train_state.json").read_text())
     assert state["epoch"] == 0 and state["step_in_epoch"] > 0  # killed in the middle of the first epoch
