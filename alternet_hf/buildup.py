@@ -102,7 +102,8 @@ class BuildUp:
         start, final = self.steps[0], next(s for s in reversed(self.steps) if s.decision in ("start", "kept"))
         text = (
             f"{layout_name(start.layout)} {100 * start.accuracy:.2f}% -> {layout_name(final.layout)} "
-            f"{100 * final.accuracy:.2f}% in {len(self.steps) - 1} candidates ({self.stopped})"
+            f"{100 * final.accuracy:.2f}% in {len(self.steps) - 1} candidate{'s' * (len(self.steps) != 2)} "
+            f"({self.stopped})"
         )
         if self.undecided:
             text += (
@@ -286,13 +287,8 @@ def _train_side_by_side(config: TrainingConfig, root: Path, layouts, seeds: Sequ
         raise RuntimeError(f"training {', '.join(failed)} failed (their output above says why)")
 
 
-def train_candidate(config: TrainingConfig, say: Callable[[str], None] = print) -> dict:
-    """The record of one candidate run: read where it finished, else trained (resumed where a checkpoint is)."""
-    return _train_or_read(config, say)
-
-
 def _train_layout(config: TrainingConfig, root: Path, layout, stage: int | None, seeds: Sequence[int], say) -> Step:
-    records = [_train_or_read(candidate_config(config, root, layout, seed), say) for seed in seeds]
+    records = [train_candidate(candidate_config(config, root, layout, seed), say) for seed in seeds]
     accuracies = [record["accuracy"] for record in records]
     if len(accuracies) > 1:
         error = float(np.std(accuracies, ddof=1) / np.sqrt(len(accuracies)))
@@ -312,8 +308,8 @@ def _train_layout(config: TrainingConfig, root: Path, layout, stage: int | None,
     )
 
 
-def _train_or_read(config: TrainingConfig, say) -> dict:
-    """The record of a finished candidate, read; else the candidate trained (resumed where a checkpoint is)."""
+def train_candidate(config: TrainingConfig, say: Callable[[str], None] = print) -> dict:
+    """The record of one candidate run: read where it finished, else trained (resumed where a checkpoint is)."""
     from .training import RESUMABLE_CHANGES, train
 
     folder = Path(config.output_dir)

@@ -394,8 +394,10 @@ def summary(results: dict) -> str:
         lines += [f"Python {environment['python']}, {environment['cpu_count']} CPUs; {packages}", ""]
     lines += ["| part | status | seconds |", "|---|---|---|"]
     lines += [f"| {name} | {part['status']} | {part['seconds']:.0f} |" for name, part in results["parts"].items()]
-    lines += ["", "| " + " | ".join(ENGINE_COLUMNS) + " |", "|---" * len(ENGINE_COLUMNS) + "|"]
-    for row in (row for row in rows if row["what"] == "engine"):
+    engine = [row for row in rows if row["what"] == "engine"]
+    if engine:
+        lines += ["", "| " + " | ".join(ENGINE_COLUMNS) + " |", "|---" * len(ENGINE_COLUMNS) + "|"]
+    for row in engine:
         mode = row.get("compile_mode") or "default"
         compiled = ("yes" if mode == "default" else f"yes ({mode})") if row["compiled"] else "no"
         start = f"| {row['model']} | {row['precision']} | {compiled} |"
