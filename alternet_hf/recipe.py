@@ -14,7 +14,8 @@ from pathlib import Path
 
 # torch and transformers are imported where they are used: a TrainingConfig is plain data (JSON files, flags).
 
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# "auto" is the engine's own choice (`training.resolve_compile_mode`); the others are torch.compile's modes.
+COMPILE_MODES = ("auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 DEFAULT_MODEL = "alternet-18-cifar10"
 # The offline first run's AlterNet-18 at a quarter of the width: minutes on two CPU cores. These belong
 # to the default model only; any other model starts from its preset as it is.
@@ -79,7 +80,13 @@ class TrainingConfig:
     compile: bool | None = field(
         default=None, metadata={"help": "torch.compile the training and evaluation steps (default: on CUDA only)"}
     )
-    compile_mode: str = field(default="default", metadata={"help": f"torch.compile mode: {', '.join(COMPILE_MODES)}"})
+    compile_mode: str = field(
+        default="auto",
+        metadata={
+            "help": f"torch.compile mode: {', '.join(COMPILE_MODES)} (auto: CUDA graphs, i.e. reduce-overhead, on one "
+            "GPU without gradient accumulation; default otherwise)"
+        },
+    )
     num_workers: int = field(default=0, metadata={"help": "data-loading processes per training process"})
     seed: int = 0
     deterministic: bool = field(default=False, metadata={"help": "deterministic algorithms (for exact resume checks)"})

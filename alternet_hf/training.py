@@ -401,6 +401,17 @@ def _mixed_precision(config: TrainingConfig) -> str:
     return config.mixed_precision
 
 
+def resolve_compile_mode(config: TrainingConfig, accelerator: Accelerator) -> str:
+    """torch.compile's mode for `config.compile_mode`; "auto" is CUDA graphs ("reduce-overhead") where one process
+    steps after every batch on a GPU: at the paper's batch sizes the step is bound by the host launching kernels, which
+    a graph replay skips (docs/benchmarks.md). With gradient accumulation or several processes the engine keeps the
+    default mode, as CUDA graphs have not run there (a grad kept across replays, DDP's hooks)."""
+    if config.compile_mode != "auto":
+        return config.compile_mode
+    one_step_per_batch = accelerator.num_processes == 1 and config.gradient_accumulation_steps == 1
+    return "reduce-overhead" if accelerator.device.type == "cuda" and one_step_per_batch else "default"
+
+
 def _tracker_config(config: TrainingConfig) -> dict:
     """TensorBoard hparams take scalars and strings only."""
     return {k: v if isinstance(v, int | float | str | bool) else json.dumps(v) for k, v in config.to_dict().items()}
@@ -475,6 +486,7 @@ class TrainingSession:
         model_config = accelerator.unwrap_model(self.model).config
         mean, std = channel_statistics(model_config.image_mean, model_config.image_std, device=accelerator.device)
         compiled = config.compile if config.compile is not None else self.on_cuda
+        self.compile_mode = resolve_compile_mode(config, accelerator) if compiled else None
         self.train_step, self.eval_step = build_steps(
             self.model,
             mean=mean,
@@ -482,7 +494,7 @@ class TrainingSession:
             num_labels=model_config.num_labels,
             label_smoothing=config.label_smoothing,
             channels_last=config.channels_last,
-            compile_mode=config.compile_mode if compiled else None,
+            compile_mode=self.compile_mode,
         )
         self.mixer = None
         if config.mixup_alpha > 0 or config.cutmix_alpha > 0:

@@ -5,7 +5,7 @@ and the full results as JSON after every part (a part that fails or runs out of 
     python scripts/device_check.py --prepare-wheels .whl  # beforehand, with a package index: what the GPU lacks
     python scripts/device_check.py --wheels .whl          # on the GPU machine, from a copy of the repo, no install
     python scripts/device_check.py --cpu-rehearsal        # every part at tiny sizes, on this CPU
-    python scripts/device_check.py --wheels .whl --parts engine-alternet-50 --compile-mode reduce-overhead
+    python scripts/device_check.py --wheels .whl --parts engine-alternet-50 --compile-mode default
 
 Parts, in order (`--parts` picks some):
   machine       versions, the device, its measured bf16 matrix rate; bf16 against fp32 on one batch per model
@@ -39,7 +39,13 @@ WHEELS = ("datasets", "dill", "multiprocess", "pyarrow")
 WHEEL_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64")
 # The engine's runs of one model, most important first: the engine's own setting on CUDA (bf16, compiled) leads.
 ENGINE_VARIANTS = (("bf16", True), ("bf16", False), ("fp32", False), ("fp32", True))
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")  # the engine's (tested)
+COMPILE_MODES = (
+    "auto",
+    "default",
+    "reduce-overhead",
+    "max-autotune",
+    "max-autotune-no-cudagraphs",
+)  # the engine's (tested)
 
 
 @dataclass(frozen=True)
@@ -480,9 +486,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--compile-mode",
-        default="default",
+        default="auto",
         choices=COMPILE_MODES,
-        help="torch.compile's mode of the engine's compiled step (the engine's default: default)",
+        help="torch.compile's mode of the engine's compiled step (default: the engine's, auto)",
     )
     for hidden in ("--part", "--rows", "--deadline", "--work"):  # how the check runs one part in its own process
         parser.add_argument(hidden, help=argparse.SUPPRESS)

@@ -365,3 +365,26 @@ def test_the_compiled_steps_never_break_the_graph_or_recompile(name, tiny_datase
             train(config)
         assert not counters["graph_break"], dict(counters["graph_break"])
         assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])
+
+
+@pytest.mark.parametrize(
+    "device, processes, accumulation, chosen, expected",
+    [
+        ("cuda", 1, 1, "auto", "reduce-overhead"),  # one GPU, a step per batch: CUDA graphs
+        ("cuda", 2, 1, "auto", "default"),
+        ("cuda", 1, 4, "auto", "default"),
+        ("cpu", 1, 1, "auto", "default"),
+        ("cuda", 1, 1, "max-autotune", "max-autotune"),  # a mode asked for is kept
+        ("cpu", 2, 4, "reduce-overhead", "reduce-overhead"),
+    ],
+)
+def test_auto_compile_mode_uses_cuda_graphs_only_for_one_step_per_batch_on_one_gpu(
+    device, processes, accumulation, chosen, expected
+):
+    from types import SimpleNamespace
+
+    from alternet_hf.training import resolve_compile_mode
+
+    config = TrainingConfig(compile_mode=chosen, gradient_accumulation_steps=accumulation)
+    accelerator = SimpleNamespace(device=torch.device(device), num_processes=processes)
+    assert resolve_compile_mode(config, accelerator) == expected
