@@ -109,15 +109,17 @@ def test_the_four_released_models_go_out_and_alternet_waits(rehearsal_run):
     assert first["comparison"]["meta"]["pending"] == ["AlterNet-50"]
     assert f"train/{TRAINED}" not in first["steps"]
     for preset in CONVERTED:  # converted from the file, checked against what the stand-in reported
-        assert {f"fetch/{preset}", f"convert/{preset}", f"evaluate/{preset}"} <= set(first["steps"])
+        assert {f"stand-in/{preset}", f"fetch/{preset}", f"convert/{preset}", f"evaluate/{preset}"} <= set(
+            first["steps"]
+        )
         assert f"{preset}: top-1 " in log and " points apart (at most 5)" in log
 
 
 def test_the_same_release_run_again_elsewhere_gives_the_same_files_and_numbers(rehearsal_run):
     """Same seed, same numbers: the rehearsal run again from scratch in a fresh interpreter and another folder, for
-    one model, writes the stand-ins (data, CIFAR-100-C, the four trained stand-in files) byte for byte as the
-    fixture's first run did, and that model's weights, evaluation, CIFAR-100-C subset and analyses with the same
-    numbers (wall-clock fields aside)."""
+    one model, writes the stand-ins (data, CIFAR-100-C, that model's trained stand-in file and nothing of the
+    others') byte for byte as the fixture's first run did, and that model's weights, evaluation, CIFAR-100-C subset
+    and analyses with the same numbers (wall-clock fields aside)."""
     from test_same_seed import without_wall_clock
 
     cwd, preset = rehearsal_run["cwd"], "resnet-50-cifar100"
@@ -126,8 +128,9 @@ def test_the_same_release_run_again_elsewhere_gives_the_same_files_and_numbers(r
     completed = run_command(argv, cwd=cwd, env=offline_env(), timeout=900, warm=False)
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     first, again = rehearsal_run["first"]["steps"], manifest(cwd / "again")["steps"]
-    for step in ("stand-in", "stand-in/reference", "dataset", *(f"{k}/{preset}" for k in ("fetch", "convert"))):
+    for step in ("stand-in", "dataset", *(f"{k}/{preset}" for k in ("stand-in", "fetch", "convert"))):
         assert again[step]["outputs"] == first[step]["outputs"], step
+    assert not [step for step in again if step.startswith("stand-in/") and not step.endswith(preset)]
     for step in (f"evaluate/{preset}", f"analyze/{preset}"):
         assert again[step]["outputs"].keys() == first[step]["outputs"].keys()
         for path in again[step]["outputs"]:
@@ -173,7 +176,7 @@ def test_a_second_run_adds_alternet_and_redoes_only_what_depends_on_it(rehearsal
     )
     # The last run finds everything complete and changes nothing.
     again = rehearsal_run["again"].stdout
-    assert "0 steps run, 34 already complete" in again
+    assert "0 steps run, 37 already complete" in again
     assert manifest(out)["steps"] == steps
     assert "release summary (rehearsal)" in again and f"{ORG}/{TRAINED}: top-1" in again
     assert "(converted from the reference's release)" in again and "(trained)" in again
@@ -200,7 +203,8 @@ def test_the_converted_models_score_what_the_stand_ins_reported(rehearsal_run):
     """The stand-ins' own test accuracies, measured before their files were written, are what the converted models
     score in the release: conversion, label order and preprocessing all agree, far above chance (1%)."""
     out = rehearsal_run["out"]
-    reported = json.loads((out / "work" / "stand-in" / "reference" / rehearsal.REPORTED).read_text())
+    folder = out / "work" / "stand-in" / "reference" / rehearsal.REPORTED
+    reported = {preset: json.loads((folder / f"{preset}.json").read_text()) for preset in CONVERTED}
     for preset in CONVERTED:
         evaluation = json.loads(next((out / "work" / "converted" / preset).glob("eval_*_test.json")).read_text())
         assert 100 * evaluation["metrics"]["accuracy"] == pytest.approx(reported[preset]["top1"], abs=1e-6)
@@ -249,7 +253,7 @@ def test_each_card_reports_the_evaluation_files(rehearsal_run, preset):
         stand_in = out / "work" / "stand-in" / "reference" / REFERENCE_FILES[preset]
         assert f"file [`{stand_in.name}`](" in text and f"SHA-256\n`{release.file_hash(stand_in)}`" in text
         assert f"converted by alternet-hf {alternet_hf.__version__}" in text and "evaluated here on a CPU" in text
-        reported = json.loads(stand_in.with_name(rehearsal.REPORTED).read_text())[preset]["top1"]
+        reported = json.loads((stand_in.parent / rehearsal.REPORTED / f"{preset}.json").read_text())["top1"]
         assert f"| reported by the stand-in (its own test, before its file was written) | {reported:g} | — |" in text
         assert "Trained by the reference's authors with the paper's recipe" in text
     else:
@@ -461,7 +465,7 @@ def test_publishing_after_the_dry_run_uploads_each_repo_and_redoes_nothing(rehea
     runner = release.Release(options, say=lines.append)
     summary = runner.run()
     assert runner.ran == [f"upload/{name}" for name in ("cifar100-c", *PRESETS, "how-do-vits-work")]
-    assert len(runner.skipped) == 34
+    assert len(runner.skipped) == 37
     created = [(repo_id, kind, sdk) for what, repo_id, kind, sdk in calls if what == "create"]
     assert created == [(f"{ORG}/cifar100-c", "dataset", None)] + [(f"{ORG}/{p}", "model", None) for p in PRESETS] + [
         (f"{ORG}/how-do-vits-work", "space", "gradio")

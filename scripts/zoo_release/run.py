@@ -206,14 +206,15 @@ class Release:
         )
         if options.rehearsal:
             self.step("stand-in", self.stand_in_settings(), self.build_stand_in)
-            if any(map(options.converted, options.models)):
+            for preset in filter(options.converted, options.models):  # only the released files this run needs
+                family = preset.split("-", 1)[0]
                 settings = {
                     "data": self.outputs_of("stand-in"),
-                    "models": rehearsal.REFERENCE_STAND_INS,
+                    "model": rehearsal.REFERENCE_STAND_INS[preset],
                     "training": rehearsal.STAND_IN_TRAINING,
-                    "learning_rates": rehearsal.STAND_IN_LEARNING_RATES,
+                    "learning_rate": rehearsal.STAND_IN_LEARNING_RATES[family],
                 }
-                self.step("stand-in/reference", settings, self.build_reference_stand_ins)
+                self.step(f"stand-in/{preset}", settings, lambda p=preset: self.build_reference_stand_in(p))
         if self.cifar100c_arrays is not None:
             arrays = {
                 "arrays": str(self.cifar100c_arrays),
@@ -327,10 +328,8 @@ class Release:
         arrays = rehearsal.write_stand_in_cifar100c(self.stand_in / "cifar100", self.stand_in / "CIFAR-100-C")
         return tree_files(dataset) + tree_files(arrays)
 
-    def build_reference_stand_ins(self) -> list[Path]:
-        if self.reference_dir.exists():
-            shutil.rmtree(self.reference_dir)  # a killed run's half-trained stand-ins
-        return rehearsal.write_reference_stand_ins(self.stand_in / "cifar100", self.reference_dir, say=self.say)
+    def build_reference_stand_in(self, preset: str) -> list[Path]:
+        return rehearsal.write_reference_stand_in(self.stand_in / "cifar100", self.reference_dir, preset, say=self.say)
 
     def write_dataset(self) -> list[Path]:
         """CIFAR-100-C as the Hub dataset, once its labels are checked against the clean test split's."""
@@ -414,8 +413,8 @@ class Release:
         """The top-1 and CIFAR-100-C mean (percent) reported for `preset`, and by whom: the paper, or in the
         rehearsal the stand-in's own test before its file was written."""
         if self.options.rehearsal:
-            table = self.reference_dir / rehearsal.REPORTED
-            numbers = json.loads(table.read_text()).get(preset) if table.is_file() else None
+            table = self.reference_dir / rehearsal.REPORTED / f"{preset}.json"
+            numbers = json.loads(table.read_text()) if table.is_file() else None
             return numbers and {**numbers, "by": "the stand-in (its own test, before its file was written)"}
         paper = PAPER_RESULTS.get(preset)
         return paper and {"top1": paper.top1, "cifar100c_mean": paper.cifar100c_mean, "by": "the paper"}
