@@ -91,9 +91,32 @@ def _load_local(path: Path, split: str | None) -> datasets.Dataset:
     else:
         # datasets infers the format (parquet, images) and the splits from the file and folder names:
         # train/ and test/ folders, data/train-*.parquet, test.parquet, ...; anything else is "train".
-        loaded = datasets.load_dataset(str(path), cache_dir=_local_cache_dir(path))
+        cache = _local_cache_dir(path)
+        only = _load_split_only(str(path), split, "a folder", cache_dir=cache)
+        if only is not None:
+            return only
+        loaded = datasets.load_dataset(str(path), cache_dir=cache)
         splits, kind = {name: (lambda name=name: loaded[name]) for name in loaded}, "a folder"
     return splits[_choose_split(str(path), split, sorted(splits), kind)]()
+
+
+def _load_split_only(source: str, split: str | None, kind: str, *, cache_dir: str | None = None):
+    """One split of a parquet dataset (a folder or Hub repo), fetching and preparing that split's files only, where
+    `load_dataset` prepares every split before it returns one (ImageNet's 140 GB of training images, to read its
+    validation split). The split's files are those the card's `configs` or the file names give it. None for other
+    formats: an image folder names its classes after the folders of every split, so it is read whole."""
+    builder = datasets.load_dataset_builder(source, cache_dir=cache_dir)
+    data_files = {str(name): files for name, files in (builder.config.data_files or {}).items()}
+    if builder.name != "parquet" or not data_files:
+        return None
+    chosen = _choose_split(source, split, sorted(data_files), kind)
+    return datasets.load_dataset(
+        "parquet",
+        data_files={chosen: data_files[chosen]},
+        split=chosen,
+        features=builder.info.features,  # the card's, where it declares them (class names)
+        cache_dir=cache_dir,
+    )
 
 
 def _local_cache_dir(path: Path) -> str:
@@ -159,6 +182,9 @@ class DatasetUnavailableError(ConnectionError):
 
 def _load_hub(name: str, split: str | None) -> datasets.Dataset:
     try:
+        only = _load_split_only(name, split, "a Hub dataset")
+        if only is not None:
+            return only
         if split is None:
             loaded = datasets.load_dataset(name)
             return loaded[_choose_split(name, None, sorted(loaded), "a Hub dataset")]
@@ -195,17 +221,26 @@ def config_names(source: str) -> list[str]:
         raise _unavailable(f"the configs of {source!r}", error) from error
 
 
-def load_config_split(source: str, config: str, split: str) -> datasets.Dataset:
-    """One split of one config of a local folder or Hub dataset, reading that split's files only (`load_dataset`
-    would fetch and prepare every split of the config first): the file patterns the card gives it, resolved, then
-    loaded as parquet."""
+def config_data_files(source: str, config: str) -> dict[str, list[str]]:
+    """The files of each split of one config of a local folder or Hub dataset: the patterns its card gives,
+    resolved (reading the card is the costly part: a caller reading many splits asks once per config)."""
     try:
         data_files = datasets.load_dataset_builder(source, config).config.data_files
     except (ConnectionError, OSError) as error:
         raise _unavailable(f"the config {config!r} of {source!r}", error) from error
+    return {str(split): [str(file) for file in files] for split, files in data_files.items()}
+
+
+def load_config_split(
+    source: str, config: str, split: str, *, data_files: dict[str, list[str]] | None = None
+) -> datasets.Dataset:
+    """One split of one config of a local folder or Hub dataset, reading that split's files only (`load_dataset`
+    would fetch and prepare every split of the config first), loaded as parquet. `data_files`: the config's, from
+    `config_data_files` (else read here)."""
+    data_files = data_files or config_data_files(source, config)
     if split not in data_files:
         raise ValueError(_missing_split_message(source, split, sorted(data_files), f"config {config!r}"))
-    files = [str(file) for file in data_files[split]]
+    files = data_files[split]
     local = Path(source).exists()
     cache = _local_cache_dir(Path(files[0])) if local and len(files) == 1 else None
     shown = datasets.utils.logging.is_progress_bar_enabled()

@@ -132,18 +132,17 @@ class ParquetCorruptions:
     def __init__(self, source: str | Path, *, split: str | None = None):
         """`split`: of a source without per-corruption configs; by default its only split (a single parquet file
         has no split name)."""
-        from alternet_hf.data import config_names, load_raw_dataset
+        from alternet_hf.data import config_data_files, config_names, load_raw_dataset
 
         self.source = self.name = str(source)
         self.dataset, self.rows, self.sets, self._open = None, {}, {}, {}
+        self._files = {}  # per corruption config: its files per split
         is_file = Path(source).is_file()
         configs = [c for c in CORRUPTIONS if c in config_names(self.source)] if not is_file else []
         if configs:
-            from datasets import get_dataset_split_names
-
-            for corruption in configs:
-                splits = set(get_dataset_split_names(self.source, corruption))
-                self.sets[corruption] = [s for s in SEVERITIES if severity_split(s) in splits]
+            self._files = {corruption: config_data_files(self.source, corruption) for corruption in configs}
+            for corruption, files in self._files.items():
+                self.sets[corruption] = [s for s in SEVERITIES if severity_split(s) in files]
             return
         self.dataset = load_raw_dataset(self.source, split=split)
         self._check_columns(self.dataset)
@@ -170,7 +169,8 @@ class ParquetCorruptions:
         if (corruption, severity) not in self._open:
             from alternet_hf.data import load_config_split
 
-            dataset = load_config_split(self.source, corruption, severity_split(severity))
+            split = severity_split(severity)
+            dataset = load_config_split(self.source, corruption, split, data_files=self._files[corruption])
             self._check_columns(dataset)
             self._open = {(corruption, severity): dataset}  # one set open at a time: sets are read one by one
         dataset = self._open[(corruption, severity)]

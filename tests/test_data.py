@@ -81,6 +81,31 @@ def test_folders_of_the_same_name_and_card_never_share_cached_rows(tmp_path):
     assert len(load_image_classification(str(folder), split="test", image_column="img", label_column="fine_label")) == 8
 
 
+def test_one_split_of_a_parquet_dataset_prepares_that_split_only(tmp_path, monkeypatch):
+    """A split of a folder (or Hub repo) of parquet files reads and caches that split's files alone, with the classes
+    its card declares; a split it lacks is refused with the ones it has, before any file is read. The training
+    file here is not parquet at all: reading it would fail."""
+    import datasets
+
+    card = (
+        "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n    path: data/train-*.parquet\n"
+        "  - split: validation\n    path: data/validation-*.parquet\n---\n"
+    )
+    folder = tmp_path / "repo"
+    (folder / "data").mkdir(parents=True)
+    (folder / "README.md").write_text(card)
+    (folder / "data" / "train-0.parquet").write_bytes(b"140 GB of training images")
+    _cifar100_like(4).to_parquet(str(folder / "data" / "validation-0.parquet"))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "cache"))
+
+    data = load_image_classification(str(folder), split="validation", image_column="img", label_column="fine_label")
+    assert len(data) == 4 and data.features["label"].names == [f"fine{i}" for i in range(4)]
+    cached = [path.name for path in (tmp_path / "cache").rglob("*.arrow")]
+    assert cached and all("validation" in name for name in cached), cached
+    with pytest.raises(ValueError, match=r"has no split 'test': its splits are \['train', 'validation'\]"):
+        load_image_classification(str(folder), split="test", image_column="img", label_column="fine_label")
+
+
 @pytest.mark.parametrize("kind", ["parquet file", "saved Dataset", "unnamed parquet files", "flat image folder"])
 def test_a_source_with_one_split_serves_no_other(tmp_path, kind):
     """One parquet file, one saved Dataset, or files that name no split hold the split "train" only: any other
