@@ -1,0 +1,72 @@
+"""A Hub-compatible HTTP server for the tests: olah serving local git repositories as Hub repos, offline, at
+`HF_ENDPOINT=http://127.0.0.1:<port>`. Two answers are made the Hub's for repos that exist only here: a file the
+repo lacks is a 404 with `X-Error-Code: EntryNotFound` (olah answers 500), and `/api/<type>/<org>/<repo>` without a
+revision is the head of `main`. Each file served (GET of `/resolve/`) is appended to --log, one path per line, so
+that a test counts what a command fetched.
+
+    python tests/hub_server.py --mirrors DIR --port N --log FILE   # DIR/datasets/<org>/<repo>: git repos on main
+"""
+
+import argparse
+import os
+import tempfile
+from pathlib import Path
+
+TYPES = {"models", "datasets", "spaces"}
+
+
+def repo_and_file(path: str) -> tuple[Path, str, str] | None:
+    """(repo folder relative to the mirrors, revision, file) of a `/resolve/` path; None for any other path."""
+    parts = path.strip("/").split("/")
+    if "resolve" not in parts:
+        return None
+    at = parts.index("resolve")
+    owner = parts[:at] if parts[0] in TYPES else ["models", *parts[:at]]
+    if len(owner) != 3 or len(parts) < at + 3:
+        return None
+    return Path(*owner), parts[at + 1], "/".join(parts[at + 2 :])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mirrors", type=Path, required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--log", type=Path, required=True)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="hub-server-"))
+    config = work / "olah.toml"
+    config.write_text(
+        f'[basic]\nhost = "127.0.0.1"\nport = {args.port}\nrepos-path = "{work / "repos"}"\n'
+        f'mirrors-path = ["{args.mirrors.resolve()}"]\nmirror-scheme = "http"\n'
+        f'mirror-netloc = "127.0.0.1:{args.port}"\nmirror-lfs-netloc = "127.0.0.1:{args.port}"\n'
+        "[accessibility]\noffline = true\n"
+    )
+    os.environ["OLAH_CONFIG"], os.environ["OLAH_LOG_PATH"] = str(config), str(work / "logs")
+    import git
+    import uvicorn
+    from olah.server import app  # reads OLAH_CONFIG when imported
+    from starlette.responses import Response
+
+    @app.middleware("http")
+    async def as_the_hub_answers(request, call_next):
+        parts = request.url.path.strip("/").split("/")
+        if len(parts) == 4 and parts[0] == "api" and parts[1] in TYPES:
+            request.scope["path"] = request.url.path.rstrip("/") + "/revision/main"
+        found = repo_and_file(request.url.path)
+        if found is not None:
+            repo, revision, file = found
+            try:
+                git.Repo(args.mirrors / repo).commit(revision).tree[file]
+            except (KeyError, ValueError, git.exc.GitError):
+                headers = {"X-Error-Code": "EntryNotFound", "X-Error-Message": f"{file} is not in {repo}"}
+                return Response(status_code=404, headers=headers)
+            if request.method == "GET":
+                with args.log.open("a") as log:
+                    log.write(f"{repo}/{file}\n")
+        return await call_next(request)
+
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

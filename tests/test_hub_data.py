@@ -1,0 +1,123 @@
+"""Hub datasets over HTTP, as the commands read the Hub: a Hub-compatible server (`tests/hub_server.py`, olah on local
+git repos) serves a dataset repo in the Hub's layout (parquet shards per split, a card naming them), the commands
+run with `HF_ENDPOINT` pointing at it and a fresh cache, and the server's log says which files each fetched."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from commands import run_command
+from conftest import TINY
+from test_space import free_port
+
+pytestmark = pytest.mark.commands
+
+HUB_SERVER = Path(__file__).with_name("hub_server.py")
+REPO = "org/digits"
+CARD = """---
+configs:
+- config_name: default
+  data_files:
+  - split: train
+    path: data/train-*.parquet
+  - split: validation
+    path: data/validation-*.parquet
+---
+# digits, in the Hub's layout
+"""
+
+
+def git(*args, cwd: Path) -> None:
+    identity = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, env={**os.environ, **identity})
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    """The server, serving `org/digits`: the embedded digits' training split in three shards, its test split as
+    `validation`; and a tiny model that classifies them."""
+    import alternet_hf
+    from alternet_hf.data import load_image_classification
+
+    root = tmp_path_factory.mktemp("hub")
+    repo = root / "mirrors" / "datasets" / REPO
+    (repo / "data").mkdir(parents=True)
+    train = load_image_classification("digits", split="train")
+    for shard, rows in enumerate(np.array_split(np.arange(len(train)), 3)):
+        train.select(rows).to_parquet(str(repo / "data" / f"train-{shard:05d}-of-00003.parquet"))
+    load_image_classification("digits", split="test").to_parquet(
+        str(repo / "data" / "validation-00000-of-00001.parquet")
+    )
+    (repo / "README.md").write_text(CARD)
+    git("init", "-q", "-b", "main", cwd=repo)
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "digits", cwd=repo)
+
+    overrides = {**TINY["alternet-18-cifar10"], "num_labels": 10}
+    overrides |= {"id2label": {i: str(i) for i in range(10)}, "label2id": {str(i): i for i in range(10)}}
+    model = root / "model"
+    alternet_hf.create_model("alternet-18-cifar10", **overrides).save_pretrained(model)
+
+    port, log = free_port(), root / "fetched.log"
+    command = [sys.executable, str(HUB_SERVER), "--mirrors", str(root / "mirrors"), "--port", str(port)]
+    server = subprocess.Popen([*command, "--log", str(log)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        assert server.poll() is None, server.stderr.read().decode()[-3000:]
+        try:
+            urllib.request.urlopen(f"{endpoint}/api/datasets/{REPO}", timeout=5).read()
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "the Hub server did not answer within 60 s"
+            time.sleep(0.3)
+    yield SimpleNamespace(endpoint=endpoint, log=log, repo=repo, model=model, root=root)
+    server.terminate()
+    server.wait(30)
+
+
+def fetch(hub, argv: list[str], cwd: Path):
+    """Run a command against the server with an empty cache; (its result, the files it fetched)."""
+    before = hub.log.read_text().splitlines() if hub.log.exists() else []
+    env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_HUB_OFFLINE": "0", "HF_DATASETS_OFFLINE": "0"}
+    env["HF_HOME"] = str(cwd / "hf-home")
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"  # the installed commands
+    result = run_command(argv, cwd=cwd, env=env, timeout=600)
+    after = hub.log.read_text().splitlines() if hub.log.exists() else []
+    return result, [line.removeprefix(f"datasets/{REPO}/") for line in after[len(before) :]]
+
+
+def test_evaluating_the_validation_split_fetches_no_training_file(hub, tmp_path):
+    """The validation split alone is fetched (the card and its one file), and it scores what the same files score
+    read from a local folder."""
+    argv = ["alternet-evaluate", "--model", str(hub.model), "--split", "validation"]
+    result, fetched = fetch(hub, [*argv, "--dataset", REPO, "--output", "from-hub"], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "data/validation-00000-of-00001.parquet" in fetched
+    assert not [name for name in fetched if "train-" in name], fetched
+    local = run_command([*argv, "--dataset", str(hub.repo), "--output", "local"], cwd=tmp_path)
+    assert local.returncode == 0, local.stderr[-3000:]
+    (from_hub,), (from_folder,) = (list((tmp_path / out).glob("eval_*.json")) for out in ("from-hub", "local"))
+    hub_metrics, local_metrics = (json.loads(path.read_text()) for path in (from_hub, from_folder))
+    assert hub_metrics["num_images"] == local_metrics["num_images"] == 360
+    assert hub_metrics["metrics"] == local_metrics["metrics"]
+
+
+def test_a_split_the_repo_lacks_is_named_with_the_ones_it_has_before_any_data_is_fetched(hub, tmp_path):
+    argv = ["alternet-evaluate", "--model", str(hub.model), "--dataset", REPO, "--split", "test"]
+    result, fetched = fetch(hub, argv, tmp_path)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert "has no split 'test': its splits are ['train', 'validation']" in result.stderr
+    assert not [name for name in fetched if name.endswith(".parquet")], fetched
