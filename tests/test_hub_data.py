@@ -121,3 +121,27 @@ def test_a_split_the_repo_lacks_is_named_with_the_ones_it_has_before_any_data_is
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert "has no split 'test': its splits are ['train', 'validation']" in result.stderr
     assert not [name for name in fetched if name.endswith(".parquet")], fetched
+
+
+def test_the_robustness_analysis_fetches_only_the_cifar_c_sets_it_evaluates(hub, tmp_path):
+    """CIFAR-C as the release publishes it (a config per corruption, a split per severity): two corruptions at two
+    severities fetch those four sets' files, and the clean images come from the validation split alone."""
+    from readme_data import zenodo_arrays
+
+    from analysis import robustness
+
+    repo = hub.root / "mirrors" / "datasets" / "org" / "digits-c"
+    arrays = zenodo_arrays(tmp_path / "arrays", images=360)
+    robustness.write_hub_dataset(arrays, repo, "org/digits-c")
+    git("init", "-q", "-b", "main", cwd=repo)
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "digits-c", cwd=repo)
+    argv = ["alternet-analyze", "--model", str(hub.model), "--dataset", REPO, "--test-split", "validation"]
+    argv += ["--analyses", "robustness", "--cifar-c", "org/digits-c", "--corruptions", "fog,snow"]
+    result, fetched = fetch(hub, [*argv, "--severities", "1,3", "--out", "results"], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = sorted(name.removeprefix("datasets/org/digits-c/") for name in fetched if name.endswith(".parquet"))
+    sets = [robustness.set_file(c, s) for c in ("fog", "snow") for s in (1, 3)]
+    assert data == sorted([*sets, "data/validation-00000-of-00001.parquet"]), fetched
+    analysed = json.loads((tmp_path / "results" / "robustness.json").read_text())
+    assert analysed["result"]["corruptions"] == ["fog", "snow"] and analysed["result"]["severities"] == [1, 3]
