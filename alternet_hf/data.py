@@ -195,10 +195,24 @@ def _load_hub(name: str, split: str | None) -> datasets.Dataset:
         available = list(datasets.get_dataset_split_names(name))
         raise ValueError(_missing_split_message(name, split, available, "a Hub dataset")) from None
     except (ConnectionError, OSError) as error:
-        raise _unavailable(f"the dataset {name!r}", error) from error
+        raise _unavailable(name, f"the dataset {name!r}", error) from error
 
 
-def _unavailable(what: str, error: BaseException) -> DatasetUnavailableError:
+def _unavailable(source: str, what: str, error: BaseException) -> DatasetUnavailableError:
+    from huggingface_hub import constants
+    from huggingface_hub.errors import GatedRepoError
+
+    causes, cause = [], error
+    while cause is not None and len(causes) < 10:
+        causes.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    # huggingface_hub's error, or datasets' wording of it (datasets re-raises its own error without the cause)
+    if any(isinstance(c, GatedRepoError) or "is a gated dataset" in str(c) for c in causes):
+        return DatasetUnavailableError(
+            f"{source!r} is a gated dataset on the Hugging Face Hub: ask for access on its page "
+            f"({constants.ENDPOINT}/datasets/{source}), log in (`hf auth login`, or set HF_TOKEN) with the account "
+            "that was granted it, and run the command again"
+        )
     return DatasetUnavailableError(
         f"could not load {what} from the Hugging Face Hub ({type(error).__name__}: {error}). Offline, use a local "
         f"copy instead: a folder written by `Dataset.save_to_disk`, a folder or file of parquet, an image folder "
@@ -218,7 +232,7 @@ def config_names(source: str) -> list[str]:
     try:
         return list(datasets.get_dataset_config_names(source))
     except (ConnectionError, OSError) as error:
-        raise _unavailable(f"the configs of {source!r}", error) from error
+        raise _unavailable(source, f"the configs of {source!r}", error) from error
 
 
 def config_data_files(source: str, config: str) -> dict[str, list[str]]:
@@ -227,7 +241,7 @@ def config_data_files(source: str, config: str) -> dict[str, list[str]]:
     try:
         data_files = datasets.load_dataset_builder(source, config).config.data_files
     except (ConnectionError, OSError) as error:
-        raise _unavailable(f"the config {config!r} of {source!r}", error) from error
+        raise _unavailable(source, f"the config {config!r} of {source!r}", error) from error
     return {str(split): [str(file) for file in files] for split, files in data_files.items()}
 
 
@@ -248,7 +262,7 @@ def load_config_split(
     try:
         return datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=cache)
     except (ConnectionError, OSError) as error:
-        raise _unavailable(f"split {split!r} of the config {config!r} of {source!r}", error) from error
+        raise _unavailable(source, f"split {split!r} of the config {config!r} of {source!r}", error) from error
     finally:
         if shown:
             datasets.enable_progress_bars()

@@ -1,8 +1,9 @@
 """A Hub-compatible HTTP server for the tests: olah serving local git repositories as Hub repos, offline, at
-`HF_ENDPOINT=http://127.0.0.1:<port>`. Two answers are made the Hub's for repos that exist only here: a file the
-repo lacks is a 404 with `X-Error-Code: EntryNotFound` (olah answers 500), and `/api/<type>/<org>/<repo>` without a
-revision is the head of `main`. Each file served (GET of `/resolve/`) is appended to --log, one path per line, so
-that a test counts what a command fetched.
+`HF_ENDPOINT=http://127.0.0.1:<port>`. Some answers are made the Hub's for repos that exist only here: a file the
+repo lacks is a 404 with `X-Error-Code: EntryNotFound` (olah answers 500); `/api/<type>/<org>/<repo>` without a
+revision is the head of `main`; a repo whose folder holds an (uncommitted) file `.gated` answers every request as
+the Hub answers one without access to a gated repo (401, `X-Error-Code: GatedRepo`). Each file served (GET of
+`/resolve/`) is appended to --log, one path per line, so that a test counts what a command fetched.
 
     python tests/hub_server.py --mirrors DIR --port N --log FILE   # DIR/datasets/<org>/<repo>: git repos on main
 """
@@ -13,6 +14,15 @@ import tempfile
 from pathlib import Path
 
 TYPES = {"models", "datasets", "spaces"}
+
+
+def repo_of(path: str) -> Path | None:
+    """The repo folder (relative to the mirrors) a Hub API or file path is about."""
+    parts = path.strip("/").split("/")
+    parts = parts[1:] if parts[0] == "api" else parts
+    if len(parts) >= 3 and parts[0] in TYPES:
+        return Path(*parts[:3])
+    return None
 
 
 def repo_and_file(path: str) -> tuple[Path, str, str] | None:
@@ -50,6 +60,10 @@ def main() -> None:
     @app.middleware("http")
     async def as_the_hub_answers(request, call_next):
         parts = request.url.path.strip("/").split("/")
+        repo = repo_of(request.url.path)
+        if repo is not None and (args.mirrors / repo / ".gated").exists():
+            headers = {"X-Error-Code": "GatedRepo", "X-Error-Message": f"Access to {repo} is restricted."}
+            return Response(status_code=401, headers=headers)
         if len(parts) == 4 and parts[0] == "api" and parts[1] in TYPES:
             request.scope["path"] = request.url.path.rstrip("/") + "/revision/main"
         found = repo_and_file(request.url.path)

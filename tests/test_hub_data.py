@@ -4,6 +4,7 @@ run with `HF_ENDPOINT` pointing at it and a fresh cache, and the server's log sa
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -145,3 +146,16 @@ def test_the_robustness_analysis_fetches_only_the_cifar_c_sets_it_evaluates(hub,
     assert data == sorted([*sets, "data/validation-00000-of-00001.parquet"]), fetched
     analysed = json.loads((tmp_path / "results" / "robustness.json").read_text())
     assert analysed["result"]["corruptions"] == ["fog", "snow"] and analysed["result"]["severities"] == [1, 3]
+
+
+def test_a_gated_dataset_without_access_is_one_line_saying_how_to_get_it(hub, tmp_path):
+    gated = hub.root / "mirrors" / "datasets" / "org" / "gated"
+    shutil.copytree(hub.repo, gated)
+    (gated / ".gated").touch()
+    argv = ["alternet-evaluate", "--model", str(hub.model), "--dataset", "org/gated", "--split", "validation"]
+    result, fetched = fetch(hub, argv, tmp_path)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    (line,) = [line for line in result.stderr.splitlines() if "error" in line.lower()]
+    assert "'org/gated' is a gated dataset" in line and f"{hub.endpoint}/datasets/org/gated" in line, line
+    assert "hf auth login" in line and "Offline" not in line
+    assert not fetched
