@@ -102,7 +102,7 @@ def _load_local(path: Path, split: str | None) -> datasets.Dataset:
 
 def _load_split_only(source: str, split: str | None, kind: str, *, cache_dir: str | None = None):
     """One split of a parquet dataset (a folder or Hub repo), fetching and preparing that split's files only, where
-    `load_dataset` prepares every split before it returns one (ImageNet's 140 GB of training images, to read its
+    `load_dataset` prepares every split before it returns one (all of ImageNet's training images, to read its
     validation split). The split's files are those the card's `configs` or the file names give it. None for other
     formats: an image folder names its classes after the folders of every split, so it is read whole."""
     builder = datasets.load_dataset_builder(source, cache_dir=cache_dir)

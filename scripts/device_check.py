@@ -39,13 +39,8 @@ WHEELS = ("datasets", "dill", "multiprocess", "pyarrow")
 WHEEL_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64")
 # The engine's runs of one model, most important first: the engine's own setting on CUDA (bf16, compiled) leads.
 ENGINE_VARIANTS = (("bf16", True), ("bf16", False), ("fp32", False), ("fp32", True))
-COMPILE_MODES = (
-    "auto",
-    "default",
-    "reduce-overhead",
-    "max-autotune",
-    "max-autotune-no-cudagraphs",
-)  # the engine's (tested)
+# The engine's compile modes (a test keeps them equal to alternet_hf.recipe's).
+COMPILE_MODES = ("auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 @dataclass(frozen=True)
