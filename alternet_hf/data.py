@@ -145,8 +145,9 @@ def _choose_split(source: str, split: str | None, available: list[str], kind: st
 
 def _missing_split_message(source: str, split: str, available: list[str], kind: str = "this dataset") -> str:
     hint = (
-        "Name one of those splits (--train-split / --eval-split), put the images or files in train/ and test/ "
-        f"sub-folders (or name parquet files train-*.parquet and test-*.parquet), or ask for a seeded, stratified "
+        "Name one of those splits (alternet-train's --train-split / --eval-split, alternet-evaluate's --split, "
+        "alternet-analyze's --train-split / --test-split), put the images or files in train/ and test/ sub-folders "
+        "(or name parquet files train-*.parquet and test-*.parquet), or, to train, ask for a seeded, stratified "
         f"hold-out of the training split with --eval-split {HOLDOUT} (10%) or {HOLDOUT}:0.2"
     )
     return f"{source} ({kind}) has no split {split!r}: its splits are {available}. {hint}."
