@@ -106,7 +106,7 @@ def _load_split_only(source: str, split: str | None, kind: str, *, cache_dir: st
     validation split). The split's files are those the card's `configs` or the file names give it. None for other
     formats: an image folder names its classes after the folders of every split, so it is read whole."""
     builder = datasets.load_dataset_builder(source, cache_dir=cache_dir)
-    data_files = {str(name): files for name, files in (builder.config.data_files or {}).items()}
+    data_files = _files_by_split(builder)
     if builder.name != "parquet" or not data_files:
         return None
     chosen = _choose_split(source, split, sorted(data_files), kind)
@@ -117,6 +117,11 @@ def _load_split_only(source: str, split: str | None, kind: str, *, cache_dir: st
         features=builder.info.features,  # the card's, where it declares them (class names)
         cache_dir=cache_dir,
     )
+
+
+def _files_by_split(builder) -> dict[str, list[str]]:
+    """A dataset builder's files per split, as the card's `configs` or the file names assign them."""
+    return {str(split): [str(file) for file in files] for split, files in (builder.config.data_files or {}).items()}
 
 
 def _local_cache_dir(path: Path) -> str:
@@ -240,10 +245,9 @@ def config_data_files(source: str, config: str) -> dict[str, list[str]]:
     """The files of each split of one config of a local folder or Hub dataset: the patterns its card gives,
     resolved (reading the card is the costly part: a caller reading many splits asks once per config)."""
     try:
-        data_files = datasets.load_dataset_builder(source, config).config.data_files
+        return _files_by_split(datasets.load_dataset_builder(source, config))
     except (ConnectionError, OSError) as error:
         raise _unavailable(source, f"the config {config!r} of {source!r}", error) from error
-    return {str(split): [str(file) for file in files] for split, files in data_files.items()}
 
 
 def load_config_split(

@@ -17,7 +17,8 @@ TYPES = {"models", "datasets", "spaces"}
 
 
 def repo_of(path: str) -> Path | None:
-    """The repo folder (relative to the mirrors) a Hub API or file path is about."""
+    """The repo folder (relative to the mirrors) a Hub API or file path is about (datasets and spaces, whose paths
+    name their type; the tests serve no model)."""
     parts = path.strip("/").split("/")
     parts = parts[1:] if parts[0] == "api" else parts
     if len(parts) >= 3 and parts[0] in TYPES:
@@ -27,14 +28,10 @@ def repo_of(path: str) -> Path | None:
 
 def repo_and_file(path: str) -> tuple[Path, str, str] | None:
     """(repo folder relative to the mirrors, revision, file) of a `/resolve/` path; None for any other path."""
-    parts = path.strip("/").split("/")
-    if "resolve" not in parts:
+    parts, repo = path.strip("/").split("/"), repo_of(path)
+    if repo is None or parts[3:4] != ["resolve"] or len(parts) < 6:
         return None
-    at = parts.index("resolve")
-    owner = parts[:at] if parts[0] in TYPES else ["models", *parts[:at]]
-    if len(owner) != 3 or len(parts) < at + 3:
-        return None
-    return Path(*owner), parts[at + 1], "/".join(parts[at + 2 :])
+    return repo, parts[4], "/".join(parts[5:])
 
 
 def main() -> None:
