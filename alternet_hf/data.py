@@ -100,22 +100,28 @@ def _load_local(path: Path, split: str | None) -> datasets.Dataset:
     return splits[_choose_split(str(path), split, sorted(splits), kind)]()
 
 
-def _load_split_only(source: str, split: str | None, kind: str, *, cache_dir: str | None = None):
+def _load_split_only(
+    source: str, split: str | None, kind: str, *, cache_dir: str | None = None, streaming: bool = False
+):
     """One split of a parquet dataset (a folder or Hub repo), fetching and preparing that split's files only, where
     `load_dataset` prepares every split before it returns one (all of ImageNet's training images, to read its
     validation split). The split's files are those the card's `configs` or the file names give it. None for other
-    formats: an image folder names its classes after the folders of every split, so it is read whole."""
+    formats: an image folder names its classes after the folders of every split, so it is read whole.
+    `streaming`: the split as a stream, its files read as it is iterated; an image folder's too."""
     builder = datasets.load_dataset_builder(source, cache_dir=cache_dir)
     data_files = _files_by_split(builder)
-    if builder.name != "parquet" or not data_files:
+    if not data_files or (builder.name != "parquet" and not streaming):
         return None
     chosen = _choose_split(source, split, sorted(data_files), kind)
+    if builder.name != "parquet":
+        return datasets.load_dataset(source, split=chosen, streaming=True)
     return datasets.load_dataset(
         "parquet",
         data_files={chosen: data_files[chosen]},
         split=chosen,
         features=builder.info.features,  # the card's, where it declares them (class names)
         cache_dir=cache_dir,
+        streaming=streaming,
     )
 
 
@@ -233,6 +239,24 @@ def load_raw_dataset(source: str, *, split: str | None = "train") -> datasets.Da
     return _load_local(path, split) if path.exists() else _load_hub(source, split)
 
 
+def stream_raw_dataset(source: str, *, split: str | None = "train") -> datasets.IterableDataset:
+    """A split of `source` (as `load_raw_dataset` reads it) as a stream: rows are read as it is iterated, a Hub repo's
+    files fetched as the stream reaches them, so a few rows of a large split cost a file or two, not the split. The
+    split's name is checked against the source's before any data file is read."""
+    if source == DIGITS:
+        return load_digits_dataset(split).to_iterable_dataset()
+    path = Path(source)
+    if path.is_file() or (path / "dataset_dict.json").exists() or (path / "state.json").exists():
+        return _load_local(path, split).to_iterable_dataset()  # on this disk already
+    try:
+        stream = _load_split_only(source, split, "a folder" if path.exists() else "a Hub dataset", streaming=True)
+        return stream if stream is not None else datasets.load_dataset(source, split=split, streaming=True)
+    except (ConnectionError, OSError) as error:
+        if path.exists():
+            raise
+        raise _unavailable(source, f"the dataset {source!r}", error) from error
+
+
 def config_names(source: str) -> list[str]:
     """The configs a local folder's or a Hub dataset's card declares (`["default"]` where it declares none)."""
     try:
@@ -290,7 +314,67 @@ def load_image_classification(
     """
     if source == DIGITS:
         return encode_labels(load_digits_dataset(split), class_names)
-    dataset = load_raw_dataset(source, split=split)
+    return _image_classification(load_raw_dataset(source, split=split), source, image_column, label_column, class_names)
+
+
+# Rows a streamed sample is drawn from at a time (datasets' default for `IterableDataset.shuffle`).
+SAMPLE_SHUFFLE_BUFFER = 1_000
+
+
+def load_image_sample(
+    source: str = DIGITS,
+    *,
+    split: str = "test",
+    num_images: int,
+    seed: int = 0,
+    image_column: str | None = None,
+    label_column: str | None = None,
+    class_names: list[str] | None = None,
+    shuffle_buffer: int = SAMPLE_SHUFFLE_BUFFER,
+) -> datasets.Dataset:
+    """A seeded sample of `num_images` rows of a split (all of them where it has fewer), in the columns of
+    `load_image_classification`, drawn from the split's stream: its files in a seeded order, read one after another
+    through a shuffle buffer of `shuffle_buffer` rows, so that a few times `shuffle_buffer` rows are read (from the
+    Hub: the files holding them) however large the split. Random within the buffer's reach, as streamed
+    shuffles are: the rows come from a few files, so a split whose files each hold a few classes needs a buffer
+    as large as the split to sample every class. The same seed draws the same rows.
+
+    One file at a time, where datasets' shuffle fills the buffer from ten at once: the sample then reads the files
+    it needs and no more, and no reader threads (whose shutdown waits seconds) are started."""
+    if num_images < 1:
+        raise ValueError(f"a sample of {num_images} images: ask for at least one")
+    from tqdm.auto import tqdm
+
+    stream = stream_raw_dataset(source, split=split)
+    for name, feature in (stream.features or {}).items():
+        if isinstance(feature, datasets.Image):
+            stream = stream.cast_column(name, datasets.Image(decode=False))  # kept encoded until a batch decodes it
+    rows = stream.shuffle(seed=seed, buffer_size=shuffle_buffer, max_buffer_input_shards=1).take(num_images)
+    read = list(tqdm(rows, total=num_images, desc=f"sample of {split}", unit="image", leave=False))
+    sample = datasets.Dataset.from_list(read, features=stream.features)
+    return _image_classification(sample, source, image_column, label_column, class_names)
+
+
+def stream_image_classification(
+    source: str = DIGITS,
+    *,
+    split: str = "test",
+    image_column: str | None = None,
+    label_column: str | None = None,
+    class_names: list[str] | None = None,
+) -> datasets.IterableDataset:
+    """A whole split as a stream of `image` and `label` rows (see `load_image_classification`), in the split's order,
+    for a pass over a split too large to prepare on disk. Its labels must be a `ClassLabel`, or `class_names` given:
+    a stream cannot be scanned beforehand for the labels it holds."""
+    stream = stream_raw_dataset(source, split=split)
+    if stream.features is None:
+        raise ValueError(f"{source} declares no column types to stream by; read it without streaming")
+    return _image_classification(stream, source, image_column, label_column, class_names)
+
+
+def _image_classification(dataset, source: str, image_column, label_column, class_names):
+    """A split's `image` and `label` columns (a `Dataset` or an `IterableDataset`), named as the source or its
+    schema names them, the labels encoded by `encode_labels`."""
     known = KNOWN_COLUMNS.get(source) or _schema_of(dataset.column_names)
     columns = Columns(image_column or known.image, label_column or known.label)
     missing = [name for name in (columns.image, columns.label) if name not in dataset.column_names]
@@ -362,6 +446,15 @@ def encode_labels(dataset: datasets.Dataset, class_names: list[str] | None = Non
         if class_names is None or list(feature.names) == list(class_names):
             return dataset
         return _reindex_by_name(dataset, feature.names, class_names)
+    if isinstance(dataset, datasets.IterableDataset):  # labels checked as rows are read (`with_transform`)
+        if class_names is None:
+            raise ValueError(
+                f"a stream's labels must be a ClassLabel, or the class names given: its label column is {feature}. "
+                "Read it without streaming (its labels are then scanned for the classes), or give the class names"
+            )
+        if feature.dtype == "string" or not isinstance(feature, datasets.Value):
+            dataset = dataset.cast_column("label", datasets.Value("string"))
+        return dataset.cast_column("label", datasets.ClassLabel(names=list(class_names)))
     values = dataset.unique("label")
     if isinstance(feature, datasets.Value) and feature.dtype.startswith(("int", "uint")):
         count = len(class_names) if class_names is not None else max(values, default=-1) + 1
@@ -495,8 +588,9 @@ class SeededAugmentation:
         return self.transform(image, self._rng)
 
 
-def with_transform(dataset: datasets.Dataset, transform, *, source: str = "the dataset") -> datasets.Dataset:
-    """Rows -> `pixel_values` (the transform of the decoded RGB image) and `labels`, on the fly as rows are read.
+def with_transform(dataset, transform, *, source: str = "the dataset"):
+    """Rows -> `pixel_values` (the transform of the decoded RGB image) and `labels`, on the fly as rows are read, of a
+    `Dataset` or a stream (`IterableDataset`).
 
     Each row is checked as it is read, at no cost to the training step: an image that is missing or cannot be
     decoded, or a label outside the `ClassLabel` classes, is a `DataRowError` naming `source` (the dataset and
@@ -505,12 +599,11 @@ def with_transform(dataset: datasets.Dataset, transform, *, source: str = "the d
     num_classes = getattr(dataset.features.get("label"), "num_classes", None)
     if isinstance(dataset.features.get("image"), datasets.Image):
         dataset = dataset.cast_column("image", datasets.Image(decode=False))  # decoded below, errors named
-    dataset = dataset.add_column("index", list(range(len(dataset))))
     seeded = isinstance(transform, SeededAugmentation)
 
-    def apply(batch):
+    def apply(batch, rows):
         pixel_values = []
-        for value, label, row in zip(batch["image"], batch["label"], batch["index"]):
+        for value, label, row in zip(batch["image"], batch["label"], rows):
             if label is None:
                 raise DataRowError(f"{source}, row {row}: the label is missing (null); remove the row or label it")
             if num_classes is not None and not 0 <= label < num_classes:
@@ -519,4 +612,9 @@ def with_transform(dataset: datasets.Dataset, transform, *, source: str = "the d
             pixel_values.append(transform(image, row) if seeded else transform(image))
         return {"pixel_values": pixel_values, "labels": batch["label"]}
 
-    return dataset.with_transform(apply)  # a new view: the caller's dataset keeps returning PIL images
+    if isinstance(dataset, datasets.IterableDataset):
+        columns = list(dataset.features)
+        return dataset.map(apply, with_indices=True, batched=True, batch_size=64, remove_columns=columns)
+    dataset = dataset.add_column("index", list(range(len(dataset))))
+    # a new view: the caller's dataset keeps returning PIL images
+    return dataset.with_transform(lambda batch: apply(batch, batch["index"]))

@@ -10,7 +10,14 @@ from accelerate import Accelerator
 from torch.utils.data import DataLoader
 
 from .augmentation import channel_statistics, eval_transform
-from .data import class_names_of, collate_images, load_image_classification, with_transform
+from .data import (
+    class_names_of,
+    collate_images,
+    load_image_classification,
+    load_image_sample,
+    stream_image_classification,
+    with_transform,
+)
 from .metrics import plot_reliability_diagram, reliability_diagram
 from .presets import create_model
 from .training import build_steps, evaluate
@@ -29,22 +36,28 @@ def evaluate_model(
     num_workers: int = 0,
     mixed_precision: str = "no",
     compile_mode: str | None = None,
+    max_images: int | None = None,
+    seed: int = 0,
+    streaming: bool = False,
 ) -> tuple[dict, torch.Tensor, torch.Tensor]:
     """The paper's metrics of a trained model (folder or Hub id) on a split of a dataset (see `data`).
 
     In float32 by default: these are the numbers that go into model cards, and bf16 logits shift NLL, ECE
     and the 90%-confidence metrics. Labels are matched to the model's classes by name where it has names.
     `compile_mode` (e.g. "default") runs the evaluation step under `torch.compile`, as training does on a GPU.
+    `max_images`: a seeded sample of that many images of the split, streamed (`data.load_image_sample`; only the
+    rows it reads are fetched); `streaming`: the whole split read as a stream, never prepared on disk (the same
+    metrics as the prepared split's: they do not depend on the order of the images).
     """
     accelerator = Accelerator(mixed_precision=mixed_precision)
     model = create_model(model_name_or_path)
-    data = load_image_classification(
-        source,
-        split=split,
-        image_column=image_column,
-        label_column=label_column,
-        class_names=class_names_of(model.config),
-    )
+    columns = dict(image_column=image_column, label_column=label_column, class_names=class_names_of(model.config))
+    if max_images is not None:
+        data = load_image_sample(source, split=split, num_images=max_images, seed=seed, **columns)
+    elif streaming:
+        data = stream_image_classification(source, split=split, **columns)
+    else:
+        data = load_image_classification(source, split=split, **columns)
     num_classes = data.features["label"].num_classes
     if num_classes > model.config.num_labels:
         raise ValueError(
@@ -75,9 +88,11 @@ def evaluate_model(
     return evaluate(model, loader, accelerator, eval_step=eval_step)
 
 
-def evaluation_stem(dataset: str, split: str) -> str:
-    """`eval_<dataset folder or Hub name>_<split>`: the name of an evaluation's files."""
-    return f"eval_{Path(dataset).name}_{split}"
+def evaluation_stem(dataset: str, split: str, sample: dict | None = None) -> str:
+    """`eval_<dataset folder or Hub name>_<split>`: the name of an evaluation's files; a sample's
+    (`{"num_images", "seed"}`) ends in `_sample-<N>-seed-<S>`, so that it never stands for the split's."""
+    stem = f"eval_{Path(dataset).name}_{split}"
+    return stem + (f"_sample-{sample['num_images']}-seed-{sample['seed']}" if sample else "")
 
 
 def write_evaluation(
@@ -90,19 +105,22 @@ def write_evaluation(
     logits: torch.Tensor,
     labels: torch.Tensor,
     mixed_precision: str = "no",
+    sample: dict | None = None,
 ) -> Path:
     """`<output>/eval_<dataset>_<split>.json` (metrics, undefined ones as null) and its reliability diagram
-    (`..._reliability.png`); returns the JSON's path."""
+    (`..._reliability.png`); returns the JSON's path. `sample`: how the images were sampled (`num_images` asked
+    for, `seed`, `shuffle_buffer`), recorded, and named in the files' names."""
     import matplotlib.pyplot as plt
 
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
-    stem = evaluation_stem(dataset, split)
+    stem = evaluation_stem(dataset, split, sample)
     payload = {
         "model": model,
         "dataset": dataset,
         "split": split,
         "num_images": len(labels),
+        **({"sample": sample} if sample else {}),
         "mixed_precision": mixed_precision,
         "metrics": {k: v if math.isfinite(v) else None for k, v in metrics.items()},
     }

@@ -44,6 +44,11 @@ class DataOptions:
     paper's recipe where there is none), "paper", "none", or the path of a `training_config.json`. `cifar_c`:
     a CIFAR-C source (Zenodo arrays folder, parquet dataset or Hub id); without one the corruptions are
     generated from the test split.
+
+    A split of which the analyses use N images (`max_images`; else as many as their settings read: `max_batches`
+    test batches, the Hessian's and landscape's minibatches) is a seeded sample of N, streamed
+    (`alternet_hf.data.load_image_sample`), so that the rest of a large split is never fetched; a split they read
+    whole is prepared on disk.
     """
 
     dataset: str = "digits"
@@ -55,6 +60,7 @@ class DataOptions:
     augmentation: str = "model"
     cifar_c: str | None = None
     seed: int = 0
+    max_images: int | None = None
 
 
 def choose_device(name: str | None = None) -> torch.device:
@@ -304,19 +310,38 @@ class DataCache:
     def __init__(self, options: DataOptions):
         self.options, self.splits = options, {}
 
-    def split(self, name: str, class_names):
-        from alternet_hf.data import load_image_classification
+    def split(self, name: str, class_names, num_images: int | None = None):
+        """The split `name`, or a seeded sample of `num_images` of it (`DataOptions`)."""
+        from alternet_hf.data import load_image_classification, load_image_sample
 
-        key = (name, tuple(class_names) if class_names else None)
+        key = (name, tuple(class_names) if class_names else None, num_images)
         if key not in self.splits:
-            self.splits[key] = load_image_classification(
-                self.options.dataset,
-                split=name,
+            columns = dict(
                 image_column=self.options.image_column,
                 label_column=self.options.label_column,
                 class_names=class_names,
             )
+            if num_images is None:
+                self.splits[key] = load_image_classification(self.options.dataset, split=name, **columns)
+            else:
+                self.splits[key] = load_image_sample(
+                    self.options.dataset, split=name, num_images=num_images, seed=self.options.seed, **columns
+                )
         return self.splits[key]
+
+
+def images_used(options: DataOptions, analyses, settings: Settings) -> dict[str, int | None]:
+    """How many images of the test and the training split `analyses` read (None: all of it)."""
+    if options.max_images is not None:
+        return {"test": options.max_images, "train": options.max_images}
+    test = [settings.max_batches * options.batch_size if settings.max_batches is not None else None]
+    if "robustness" in analyses and not options.cifar_c:  # the generated CIFAR-C corrupts test images
+        test.append(settings.corruption_images)
+    train = [settings.hessian_batches * ("hessian" in analyses), settings.landscape_batches * ("landscape" in analyses)]
+    return {
+        "test": None if None in test else max(test),
+        "train": settings.train_batch_size * max(train) if max(train) else None,
+    }
 
 
 def _loader(dataset, transform, batch_size: int, *, shuffle: bool, seed: int, drop_last: bool = False):
@@ -350,15 +375,17 @@ def prepare_data(loaded, options: DataOptions, analyses, settings: Settings, cac
     """Test batches, a factory of augmented training batches, the CIFAR-C source and the augmentation
     used, for one loaded model (`analysis.models.LoadedModel`)."""
     from alternet_hf.augmentation import eval_transform, train_transform
-    from alternet_hf.data import SeededAugmentation, class_names_of
+    from alternet_hf.data import SAMPLE_SHUFFLE_BUFFER, SeededAugmentation, class_names_of
 
     from . import robustness
 
     size, mean, std = loaded.image_size, loaded.image_mean, loaded.image_std
     names = class_names_of(getattr(loaded.model, "config", None))
-    test_set = cache.split(options.test_split, names)
+    used = images_used(options, analyses, settings)
+    test_set = cache.split(options.test_split, names, used["test"])
     test = _loader(test_set, eval_transform(size, mean, std), options.batch_size, shuffle=False, seed=options.seed)
     data = {"test": TestBatches(test), "train": None, "augmentation": None, "corruptions": None}
+    data["images"] = {"test": len(test_set)}
     if {"hessian", "landscape"} & set(analyses):
         augmentation = augmentation_of(options.augmentation, loaded)
         batch_size = settings.train_batch_size
@@ -366,7 +393,8 @@ def prepare_data(loaded, options: DataOptions, analyses, settings: Settings, cac
             raise ValueError(
                 f"Mixup/CutMix pair images: the training batch size (--train-batch-size) must be even, not {batch_size}"
             )
-        train_set = cache.split(options.train_split, names)
+        train_set = cache.split(options.train_split, names, used["train"])
+        data["images"]["train"] = len(train_set)
         if len(train_set) < batch_size:
             raise ValueError(
                 f"{len(train_set)} training images are fewer than the training batch size (--train-batch-size) "
@@ -390,6 +418,9 @@ def prepare_data(loaded, options: DataOptions, analyses, settings: Settings, cac
             return MixedBatches(loader, augmentation, loaded.num_labels, size, options.seed)
 
         data["train"], data["augmentation"] = train, augmentation
+    sampled = [split for split, count in used.items() if count is not None and split in data["images"]]
+    if sampled:  # what a result needs to say to be drawn again
+        data["images"]["sample"] = {"splits": sampled, "seed": options.seed, "shuffle_buffer": SAMPLE_SHUFFLE_BUFFER}
     if "robustness" in analyses:
         if options.cifar_c:
             data["corruptions"] = robustness.load_corruption_source(options.cifar_c)
@@ -438,7 +469,7 @@ def analyse_loaded(
             say(f"{loaded.name}: {name}: about {_duration(seconds)} ({how})")
 
     def meta_of(name):
-        extra = {}
+        extra = {"images": data["images"]}
         if name in ("hessian", "landscape"):
             extra["augmentation"] = data["augmentation"]
             extra["train_batch_size"] = settings.train_batch_size

@@ -2,8 +2,10 @@
 `HF_ENDPOINT=http://127.0.0.1:<port>`. Some answers are made the Hub's for repos that exist only here: a file the
 repo lacks is a 404 with `X-Error-Code: EntryNotFound` (olah answers 500); `/api/<type>/<org>/<repo>` without a
 revision is the head of `main`; a repo whose folder holds an (uncommitted) file `.gated` answers every request as
-the Hub answers one without access to a gated repo (401, `X-Error-Code: GatedRepo`). Each file served (GET of
-`/resolve/`) is appended to --log, one path per line, so that a test counts what a command fetched.
+the Hub answers one without access to a gated repo (401, `X-Error-Code: GatedRepo`); a GET with a `Range` (what a
+stream reads: a parquet file's footer, then its row groups) is answered with those bytes (206), where olah would send
+the whole file. Each file served (GET of `/resolve/`, whole or a range) is appended to --log, one path per line,
+so that a test counts what a command fetched.
 
     python tests/hub_server.py --mirrors DIR --port N --log FILE   # DIR/datasets/<org>/<repo>: git repos on main
 """
@@ -32,6 +34,17 @@ def repo_and_file(path: str) -> tuple[Path, str, str] | None:
     if repo is None or parts[3:4] != ["resolve"] or len(parts) < 6:
         return None
     return repo, parts[4], "/".join(parts[5:])
+
+
+def byte_range(header: str, size: int) -> tuple[int, int] | None:
+    """The first and last byte of an HTTP `Range: bytes=a-b` (or `a-`, or `-n`: the last n) of a file of `size`."""
+    unit, _, spec = header.partition("=")
+    first, _, last = spec.split(",")[0].strip().partition("-")
+    if unit.strip() != "bytes" or not (first or last):
+        return None
+    if not first:
+        return max(0, size - int(last)), size - 1
+    return int(first), min(size - 1, int(last)) if last else size - 1
 
 
 def main() -> None:
@@ -67,13 +80,19 @@ def main() -> None:
         if found is not None:
             repo, revision, file = found
             try:
-                git.Repo(args.mirrors / repo).commit(revision).tree[file]
+                blob = git.Repo(args.mirrors / repo).commit(revision).tree[file]
             except (KeyError, ValueError, git.exc.GitError):
                 headers = {"X-Error-Code": "EntryNotFound", "X-Error-Message": f"{file} is not in {repo}"}
                 return Response(status_code=404, headers=headers)
             if request.method == "GET":
+                span = byte_range(request.headers.get("range", ""), blob.size)
                 with args.log.open("a") as log:
-                    log.write(f"{repo}/{file}\n")
+                    log.write(f"{repo}/{file}" + (f" {span[0]}-{span[1]}/{blob.size}" if span else "") + "\n")
+                if span is not None:
+                    first, last = span
+                    data = blob.data_stream.read()[first : last + 1]
+                    headers = {"Content-Range": f"bytes {first}-{last}/{blob.size}", "Accept-Ranges": "bytes"}
+                    return Response(data, status_code=206, headers=headers, media_type="application/octet-stream")
         return await call_next(request)
 
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")

@@ -232,3 +232,76 @@ def test_unreachable_hub_dataset_names_the_offline_options(monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     with pytest.raises(DatasetUnavailableError, match="save_to_disk"):
         load_image_classification("uoft-cs/cifar100", split="test")
+
+
+def _parquet_repo(folder, train, test):
+    """A folder in the Hub's layout: `data/<split>-*.parquet`, the train split in three files."""
+    (folder / "data").mkdir(parents=True)
+    for shard, rows in enumerate(np.array_split(np.arange(len(train)), 3)):
+        train.select(rows).to_parquet(str(folder / "data" / f"train-{shard:05d}-of-00003.parquet"))
+    test.to_parquet(str(folder / "data" / "test-00000-of-00001.parquet"))
+    return str(folder)
+
+
+def test_a_seeded_sample_is_drawn_again_by_its_seed_and_never_prepares_the_split(tmp_path, monkeypatch):
+    import datasets
+
+    from alternet_hf.data import load_image_sample
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    source = _parquet_repo(tmp_path / "repo", _cifar100_like(30), _cifar100_like(4))
+    columns = dict(image_column="img", label_column="fine_label")
+    first, again, other = (
+        load_image_sample(source, split="train", num_images=8, seed=seed, **columns) for seed in (0, 0, 1)
+    )
+    pixels = [[np.asarray(image).tobytes() for image in sample["image"]] for sample in (first, again, other)]
+    assert len(first) == 8 and pixels[0] == pixels[1] and pixels[0] != pixels[2]
+    assert first.features["label"].names == [f"fine{i}" for i in range(4)] and first.column_names == ["image", "label"]
+    assert not list((tmp_path / "cache").rglob("*.arrow")), "a sample prepared the split on disk"
+    whole = load_image_sample(source, split="test", num_images=100, **columns)  # more than it has: all of it
+    assert sorted(whole["label"]) == sorted(load_image_classification(source, split="test", **columns)["label"])
+    with pytest.raises(ValueError, match=r"has no split 'validation': its splits are \['test', 'train'\]"):
+        load_image_sample(source, split="validation", num_images=8, **columns)
+    digits = load_image_sample("digits", split="test", num_images=5, seed=3)
+    assert len(digits) == 5 and digits.features["label"].names == [str(d) for d in range(10)]
+
+
+def test_a_streamed_split_gives_the_prepared_splits_rows_and_pixels(tmp_path):
+    import torch
+
+    from alternet_hf.augmentation import eval_transform
+    from alternet_hf.data import collate_images, stream_image_classification, with_transform
+
+    source = _parquet_repo(tmp_path / "repo", _cifar100_like(30), _cifar100_like(4))
+    columns = dict(image_column="img", label_column="fine_label")
+    transform = eval_transform(32, [0.5] * 3, [0.5] * 3, normalize=False)
+    batches = [
+        list(torch.utils.data.DataLoader(with_transform(data, transform), batch_size=7, collate_fn=collate_images))
+        for data in (
+            load_image_classification(source, split="train", **columns),
+            stream_image_classification(source, split="train", **columns),
+        )
+    ]
+    assert len(batches[0]) == len(batches[1]) == 5
+    for prepared, streamed in zip(*batches):
+        assert torch.equal(prepared["pixel_values"], streamed["pixel_values"])
+        assert torch.equal(prepared["labels"], streamed["labels"])
+
+
+def test_a_stream_is_encoded_by_the_class_names_it_is_given(tmp_path):
+    """A stream cannot be scanned for its labels: plain labels need the class names (the model's), and a label
+    outside them is named by row as the rows are read."""
+    from alternet_hf.augmentation import eval_transform
+    from alternet_hf.data import DataRowError, stream_image_classification, with_transform
+
+    DatasetDict({"test": _plain_labels([2, 0, 1], "int64")}).save_to_disk(str(tmp_path / "ints"))
+    DatasetDict({"test": _plain_labels(["b", "a"], "string")}).save_to_disk(str(tmp_path / "strings"))
+    stream = stream_image_classification(str(tmp_path / "ints"), class_names=["x", "y", "z"])
+    assert [row["label"] for row in stream] == [2, 0, 1] and stream.features["label"].names == ["x", "y", "z"]
+    stream = stream_image_classification(str(tmp_path / "strings"), class_names=["a", "b"])
+    assert [row["label"] for row in stream] == [1, 0]
+    with pytest.raises(ValueError, match="a stream's labels must be a ClassLabel, or the class names given"):
+        stream_image_classification(str(tmp_path / "ints"))
+    too_few = stream_image_classification(str(tmp_path / "ints"), class_names=["x", "y"])
+    with pytest.raises(DataRowError, match="row 0: label 2 is outside the classes 0…1"):
+        list(with_transform(too_few, eval_transform(8, [0.5] * 3, [0.5] * 3), source="ints"))

@@ -115,6 +115,48 @@ def test_evaluating_the_validation_split_fetches_no_training_file(hub, tmp_path)
     assert hub_metrics["num_images"] == local_metrics["num_images"] == 360
     assert hub_metrics["metrics"] == local_metrics["metrics"]
 
+    # The same split streamed (never prepared on disk) scores the same.
+    (tmp_path / "streaming").mkdir()
+    result, fetched = fetch(hub, [*argv, "--dataset", REPO, "--streaming", "--output", "out"], tmp_path / "streaming")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "360 images, streamed" in result.stdout
+    assert not [name for name in fetched if "train-" in name], fetched
+    streamed = json.loads((tmp_path / "streaming" / "out" / from_hub.name).read_text())
+    assert streamed["num_images"] == 360 and streamed["metrics"] == hub_metrics["metrics"]
+    assert not list((tmp_path / "streaming").rglob("*.arrow")), "a streamed split was prepared on disk"
+
+
+def test_a_seeded_sample_reads_a_few_files_of_a_large_split_and_its_seed_draws_it_again(hub, tmp_path):
+    """`--max-images 16` of a split in 20 files of 300 images: the stream reads files until its shuffle buffer
+    (1,000 rows) has filled twice, about 7 files, and never fetches the rest (at least half the split); the same seed,
+    in a fresh cache, draws the same images."""
+    from alternet_hf.data import load_image_classification
+
+    repo = hub.root / "mirrors" / "datasets" / "org" / "digits-20"
+    (repo / "data").mkdir(parents=True)
+    train = load_image_classification("digits", split="train")
+    for shard in range(20):
+        rows = [(shard * 300 + row) % len(train) for row in range(300)]
+        train.select(rows).to_parquet(str(repo / "data" / f"train-{shard:05d}-of-00020.parquet"))
+    shutil.copy(hub.repo / "data" / "validation-00000-of-00001.parquet", repo / "data")
+    (repo / "README.md").write_text(CARD)
+    git("init", "-q", "-b", "main", cwd=repo)
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "digits in 20 files", cwd=repo)
+
+    argv = ["alternet-evaluate", "--model", str(hub.model), "--dataset", "org/digits-20", "--split", "train"]
+    runs = []
+    for attempt in ("first", "again"):
+        (tmp_path / attempt).mkdir()
+        result, fetched = fetch(hub, [*argv, "--max-images", "16", "--output", "out"], tmp_path / attempt)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "16 images: a sample, seed 0" in result.stdout
+        files = {name.split()[0] for name in fetched if ".parquet" in name}
+        assert len(files) <= 10 and all("/data/train-" in name for name in files), fetched
+        runs.append(json.loads((tmp_path / attempt / "out" / "eval_digits-20_train_sample-16-seed-0.json").read_text()))
+    assert runs[0]["sample"] == {"num_images": 16, "seed": 0, "shuffle_buffer": 1000}
+    assert runs[0]["num_images"] == 16 and runs[0]["metrics"] == runs[1]["metrics"]
+
 
 def test_a_split_the_repo_lacks_is_named_with_the_ones_it_has_before_any_data_is_fetched(hub, tmp_path):
     argv = ["alternet-evaluate", "--model", str(hub.model), "--dataset", REPO, "--split", "test"]
@@ -141,11 +183,13 @@ def test_the_robustness_analysis_fetches_only_the_cifar_c_sets_it_evaluates(hub,
     argv += ["--analyses", "robustness", "--cifar-c", "org/digits-c", "--corruptions", "fog,snow"]
     result, fetched = fetch(hub, [*argv, "--severities", "1,3", "--out", "results"], tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    data = sorted(name.removeprefix("datasets/org/digits-c/") for name in fetched if name.endswith(".parquet"))
+    data = sorted({name.split()[0].removeprefix("datasets/org/digits-c/") for name in fetched if ".parquet" in name})
     sets = [robustness.set_file(c, s) for c in ("fog", "snow") for s in (1, 3)]
     assert data == sorted([*sets, "data/validation-00000-of-00001.parquet"]), fetched
     analysed = json.loads((tmp_path / "results" / "robustness.json").read_text())
     assert analysed["result"]["corruptions"] == ["fog", "snow"] and analysed["result"]["severities"] == [1, 3]
+    # on a CPU the analyses read 2 test batches: a sample of 512 (the split's 360), drawn by the analyses' seed
+    assert analysed["images"] == {"test": 360, "sample": {"splits": ["test"], "seed": 0, "shuffle_buffer": 1000}}
 
 
 def test_a_gated_dataset_without_access_is_one_line_saying_how_to_get_it(hub, tmp_path):

@@ -136,6 +136,17 @@ def json_object(text: str) -> dict:
     return value
 
 
+def positive_int(text: str) -> int:
+    """argparse type of a count: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"takes a whole number of at least 1, not {text!r}")
+    return value
+
+
 class CommandParser(argparse.ArgumentParser):
     """argparse, but a wrong argument is answered with the message alone, not with a screen of usage."""
 

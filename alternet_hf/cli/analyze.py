@@ -5,6 +5,8 @@
         --analyses fourier,variance,hessian,landscape,robustness,frequency-noise,lesion,cka --out results/
     alternet-analyze --model <dir> --dataset uoft-cs/cifar100 --analyses robustness --cifar-c CIFAR-100-C/
     alternet-analyze --model <dir> --analyses hessian --hessian-batches 1 --bottom-k 5 --hessian-time-limit 600
+    alternet-analyze --model timm:vit_small_patch16_224.augreg_in21k_ft_in1k --dataset ILSVRC/imagenet-1k \
+        --test-split validation --analyses fourier,variance --max-images 512
 
 Amounts fit the device: a GPU runs the paper's (10 Hessian minibatches, 100 Lanczos steps, a 21×21
 landscape, every CIFAR-C set of the whole test split); a CPU runs fewer and says which, and every
@@ -15,6 +17,8 @@ one L2 term (--penalty, --weight-decay) for both. The other analyses use the cle
 Robustness reads CIFAR-C from --cifar-c (the Zenodo arrays folder, a parquet dataset or a Hub id) or,
 without it, generates the 15 corruptions on the fly from the test split. The Hessian spectrum is
 written after every minibatch, so a run stopped by --hessian-time-limit (or killed) keeps what it found.
+Where the analyses read N images of a split (--max-images, --max-batches, a CPU's amounts), they read a seeded
+sample of N, streamed: of ImageNet's validation split, only the files holding them are fetched.
 """
 
 import argparse
@@ -23,7 +27,7 @@ import types
 import typing
 from pathlib import Path
 
-from alternet_hf.cli._common import command, make_parser, model_source
+from alternet_hf.cli._common import command, make_parser, model_source, positive_int
 
 
 def any_model(text: str) -> str:
@@ -98,6 +102,12 @@ def add_analysis_arguments(parser: argparse.ArgumentParser, **defaults) -> None:
     parser.add_argument("--analyses", type=analyses_list, default=list(ANALYSES), help=f"from {','.join(ANALYSES)}")
     parser.add_argument("--batch-size", type=int, default=256, help="evaluation batch size")
     parser.add_argument(
+        "--max-images",
+        type=positive_int,
+        help="a seeded sample of this many images of each split, streamed (default: as many as the analyses read: "
+        "with --max-batches and on a CPU a streamed sample too, else the whole split, prepared on disk)",
+    )
+    parser.add_argument(
         "--augmentation",
         default="model",
         type=augmentation_source,
@@ -164,6 +174,7 @@ def data_options(args, settings):
         augmentation=args.augmentation,
         cifar_c=args.cifar_c,
         seed=settings.seed,
+        max_images=args.max_images,
     )
 
 

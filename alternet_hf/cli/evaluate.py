@@ -2,11 +2,15 @@
 
 alternet-evaluate --model outputs/alternet-digits --dataset digits
 alternet-evaluate --model <org>/alternet-50-cifar100 --dataset uoft-cs/cifar100 --output results/
+alternet-evaluate --model <org>/alternet-50-imagenet --dataset ILSVRC/imagenet-1k --split validation --max-images 1000
+
+A split is prepared on disk before it is read, unless `--streaming` (the whole split as a stream) or `--max-images N`
+(a seeded sample of N images, streamed: only the files holding them are fetched) says otherwise.
 """
 
 from pathlib import Path
 
-from alternet_hf.cli._common import command, make_parser, model_source
+from alternet_hf.cli._common import command, make_parser, model_source, positive_int
 
 
 def build_parser():
@@ -16,6 +20,13 @@ def build_parser():
     parser.add_argument("--split", default="test")
     parser.add_argument("--image-column")
     parser.add_argument("--label-column")
+    parser.add_argument(
+        "--max-images", type=positive_int, help="a seeded sample of this many images of the split, streamed"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="of the --max-images sample")
+    parser.add_argument(
+        "--streaming", action="store_true", help="read the whole split as a stream instead of preparing it on disk"
+    )
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--num-workers", type=int, default=0)
     parser.add_argument(
@@ -33,8 +44,12 @@ def build_parser():
 @command
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    from alternet_hf.data import SAMPLE_SHUFFLE_BUFFER
     from alternet_hf.evaluation import evaluate_model, metric_lines, write_evaluation
 
+    sample = None
+    if args.max_images is not None:
+        sample = {"num_images": args.max_images, "seed": args.seed, "shuffle_buffer": SAMPLE_SHUFFLE_BUFFER}
     metrics, logits, labels = evaluate_model(
         args.model,
         args.dataset,
@@ -44,8 +59,12 @@ def main(argv: list[str] | None = None) -> None:
         batch_size=args.batch_size,
         num_workers=args.num_workers,
         mixed_precision=args.mixed_precision,
+        max_images=args.max_images,
+        seed=args.seed,
+        streaming=args.streaming,
     )
-    print(f"{args.model} on {args.dataset} ({args.split}, {len(labels):,} images)")
+    drawn = f": a sample, seed {args.seed}" if sample else (", streamed" if args.streaming else "")
+    print(f"{args.model} on {args.dataset} ({args.split}, {len(labels):,} images{drawn})")
     print("\n".join(metric_lines(metrics)))
     output = args.output or (Path(args.model) if Path(args.model).is_dir() else Path("results"))
     path = write_evaluation(
@@ -57,6 +76,7 @@ def main(argv: list[str] | None = None) -> None:
         logits=logits,
         labels=labels,
         mixed_precision=args.mixed_precision,
+        sample=sample,
     )
     print(f"wrote {path} and {path.stem}_reliability.png")
 
