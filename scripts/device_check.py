@@ -7,7 +7,7 @@ and the full results as JSON after every part (a part that fails or runs out of 
     python scripts/device_check.py --cpu-rehearsal        # every part at tiny sizes, on this CPU
     python scripts/device_check.py --wheels .whl --parts engine-alternet-50 --compile-mode default
 
-Parts, in order (`--parts` picks some):
+Parts, in order (`--parts` picks some), after the engine parts' training data is written (outside their budgets):
   machine       versions, the device, its measured bf16 matrix rate; bf16 against fp32 on one batch per model
   engine-*      the paper recipe's training steps of AlterNet-50, ResNet-50 and ViT-Ti at their paper batch size
                 through the engine's own loop and loader workers, on CIFAR-shaped PNG data: bf16 and fp32, compiled
@@ -121,6 +121,7 @@ PARTS = (
     Part("analyses", 50),
 )
 PART_NAMES = tuple(part.name for part in PARTS)
+DATA_STEP, DATA_SECONDS = "data", 120.0  # the engine parts' data, written before them, outside their budgets
 GPU_BUDGET, REHEARSAL_BUDGET = 420.0, 1800.0
 MIN_PART_SECONDS = 5.0  # a part whose share of the budget is smaller is skipped
 
@@ -177,14 +178,19 @@ def run_machine(sizes: Sizes, record: Recorder) -> None:
         )
 
 
-def run_engine(model: str, sizes: Sizes, record: Recorder, workdir: Path, compile_mode: str) -> None:
-    from zoo_benchmark.device import engine_steady_state
-
+def write_engine_data(sizes: Sizes, record: Recorder, workdir: Path) -> str | None:
+    """The engine parts' training data (written by the check before them, so that no part's time goes to it)."""
     folder = workdir / f"data-{sizes.image_size}"
     written = record.measure(
         {"what": "data", "images": sizes.train_images}, lambda: {"path": cifar_like_data(folder, sizes)}
     )
-    data = written.get("path")
+    return written.get("path")
+
+
+def run_engine(model: str, sizes: Sizes, record: Recorder, workdir: Path, compile_mode: str) -> None:
+    from zoo_benchmark.device import engine_steady_state
+
+    data = write_engine_data(sizes, record, workdir)
     for precision, compiled in ENGINE_VARIANTS:
         variant = {"what": "engine", "model": model, "precision": precision, "compiled": compiled}
         if data is None:
@@ -267,6 +273,8 @@ def run_analyses(sizes: Sizes, record: Recorder) -> None:
 def run_part(name: str, sizes: Sizes, record: Recorder, workdir: Path, compile_mode: str) -> None:
     if name == "machine":
         run_machine(sizes, record)
+    elif name == DATA_STEP:
+        write_engine_data(sizes, record, workdir)
     elif name.startswith("engine-"):
         model = next(m for m in MODELS if m.startswith(name.removeprefix("engine-") + "-"))
         run_engine(model, sizes, record, workdir, compile_mode)
@@ -328,9 +336,13 @@ def run_check(args, sizes: Sizes, out: Path) -> dict:
             path.append(str(site))
         environment["PYTHONPATH"] = os.pathsep.join(path + [environment.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         end = time.time() + args.budget
-        for index, part in enumerate(parts):
+        steps = [Part(DATA_STEP, 0)] * any(part.name.startswith("engine-") for part in parts) + parts
+        for index, part in enumerate(steps):
             # its share of what is left: time a part did not use goes to the parts after it
-            budget = (end - time.time()) * part.budget / sum(later.budget for later in parts[index:])
+            if part.name == DATA_STEP:
+                budget = min(DATA_SECONDS, end - time.time())
+            else:
+                budget = (end - time.time()) * part.budget / sum(later.budget for later in steps[index:])
             rows_file = work / f"{part.name}.jsonl"
             print(f"\n== {part.name} ({budget:.0f} s at most)", flush=True)
             started = time.time()

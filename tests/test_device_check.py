@@ -20,7 +20,7 @@ def test_the_rehearsal_runs_the_parts_end_to_end_and_prints_the_table_last(tmp_p
     completed = run_command([*command, "--out", "results"], cwd=tmp_path)
     assert completed.returncode == 0, completed.stderr[-3000:]
     results = json.loads((tmp_path / "results" / "device_check.json").read_text())
-    assert list(results["parts"]) == parts
+    assert list(results["parts"]) == ["data", *parts]  # the engine's data first, outside the parts' budgets
     assert all(part["status"] == "ok" for part in results["parts"].values())
     rows = [row for part in results["parts"].values() for row in part["rows"]]
     assert not [row for row in rows if "error" in row or "skipped" in row]
@@ -44,7 +44,7 @@ def test_a_spent_budget_skips_the_parts_left_keeps_the_results_and_fails(tmp_pat
     completed = run_command([*tool_command("device_check"), "--cpu-rehearsal", "--budget", "1"], cwd=tmp_path)
     assert completed.returncode == 1
     results = json.loads((tmp_path / "device-check" / "device_check.json").read_text())
-    assert [part["status"] for part in results["parts"].values()] == ["skipped: the check's --budget was spent"] * 6
+    assert [part["status"] for part in results["parts"].values()] == ["skipped: the check's --budget was spent"] * 7
     assert "| machine | skipped: the check's --budget was spent |" in completed.stdout
 
 
