@@ -1,7 +1,8 @@
 """Images/s of zoo presets on this machine: bare forward and forward+backward steps, eager and
 torch.compile; or the training engine: end to end (--training), its data path per loader worker (--data-only),
 its loop overhead against a hand-written loop (--engine-overhead), a race against the reference code's
-(--reference-dir); or the analyses, the CIFAR-100-C pass and alternet-finetune's defaults.
+(--reference-dir); or the analyses, the CIFAR-100-C pass, alternet-finetune's defaults, and a streamed sample of a
+split against preparing it (--sample).
 
     python scripts/benchmark.py  # the three zoo models, batch 32, eager
     python scripts/benchmark.py --batch-sizes 256 1024 --compile both --dtype bfloat16  # on a GPU
@@ -14,6 +15,7 @@ its loop overhead against a hand-written loop (--engine-overhead), a race agains
     python scripts/benchmark.py --hessian --models outputs/alternet-digits  # Lanczos vs power iteration
     python scripts/benchmark.py --feature-maps --models alternet-18-cifar10 --num-images 256
     python scripts/benchmark.py --finetune --models alternet-50-cifar100 outputs/alternet-digits --seeds 0 1 2
+    python scripts/benchmark.py --sample --num-images 512 --split-images 50000 --split-files 20
 """
 
 import argparse
@@ -102,7 +104,9 @@ def build_parser():
     parser.add_argument(
         "--corruptions", action="store_true", help="time CIFAR-C corruption generation against imagecorruptions"
     )
-    parser.add_argument("--num-images", type=positive, default=1000, help="images per corruption for --corruptions")
+    parser.add_argument(
+        "--num-images", type=positive, default=1000, help="images per corruption for --corruptions; of the --sample"
+    )
     parser.add_argument("--corruption-names", nargs="+", default=None, help="a subset of corruptions to time")
     parser.add_argument("--severity", type=int, default=3, help="severity for --corruptions")
     parser.add_argument("--threads", type=positive, default=None, help="torch threads for --corruptions")
@@ -124,6 +128,14 @@ def build_parser():
         "subset: faces or not), from a preset (from scratch) or a model folder (fine-tuned), per --seeds",
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of the --finetune runs")
+    parser.add_argument(
+        "--sample",
+        action="store_true",
+        help="seconds to a streamed sample of --num-images from a parquet split of --split-images in --split-files "
+        "files, against preparing the split first",
+    )
+    parser.add_argument("--split-images", type=positive, default=50_000, help="images of the --sample split")
+    parser.add_argument("--split-files", type=positive, default=20, help="parquet files of the --sample split")
     parser.add_argument("--output", type=Path, default=None, help="also write the results as JSON here")
     return parser
 
@@ -139,11 +151,12 @@ def main(argv: list[str] | None = None) -> None:
         args.engine_overhead,
         args.reference_dir,
         args.finetune,
+        args.sample,
     )
     if sum(map(bool, special)) > 1:
         raise CommandError(
             "choose one of --corruptions/--hessian/--feature-maps, --evaluation, --training, --data-only, "
-            "--engine-overhead, --reference-dir, --finetune"
+            "--engine-overhead, --reference-dir, --finetune, --sample"
         )
     if args.finetune and not args.models:
         raise CommandError(
@@ -205,6 +218,19 @@ def main(argv: list[str] | None = None) -> None:
             for batch_size in args.batch_sizes
         ]
         report, rows = "\n\n".join(map(tables.training_run_lines, results)), [r.to_dict() for r in results]
+    elif args.sample:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="alternet-sample-") as workdir:
+            rows = [
+                benchmark.sample_speed(
+                    num_images=args.num_images,
+                    split_images=args.split_images,
+                    files=args.split_files,
+                    workdir=workdir,
+                )
+            ]
+        report = tables.sample_table(rows)
     elif args.evaluation:
         compiled_options = {"no": [False], "yes": [True], "both": [False, True]}[args.compile or "no"]
         runs = [(n, b, c) for n in args.models for c in compiled_options for b in args.batch_sizes]

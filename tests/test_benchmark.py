@@ -179,3 +179,14 @@ def test_a_count_below_one_is_refused_before_anything_runs(tmp_path, flag):
         completed.stderr
     )
     assert "Traceback" not in completed.stderr and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.commands
+def test_the_sample_benchmark_writes_nothing_to_the_cache_where_preparing_writes_the_split(tmp_path):
+    command = [*tool_command("benchmark"), "--sample", "--num-images", "8", "--split-images", "60"]
+    completed = run_command([*command, "--split-files", "3", "--output", "sample.json"], cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    (row,) = json.loads((tmp_path / "sample.json").read_text())
+    assert row["num_images"] == 8 and row["split_images"] == 60 and row["files"] == 3
+    assert row["sample_cache_bytes"] == 0 < row["prepare_cache_bytes"]
+    assert "| 60 | 3 | 8 |" in completed.stdout

@@ -2,7 +2,8 @@
 
 - `models`: images per second of the zoo's models, bare steps, eager or compiled; the release's CIFAR-100-C pass;
   AlterNet-50 raced against the reference implementation's;
-- `engine`: the training engine's data path per loader worker, its loop overhead, end-to-end runs;
+- `engine`: the training engine's data path per loader worker, its loop overhead, end-to-end runs; a streamed
+  sample of a split against preparing it;
 - `analyses`: CIFAR-C generation, Hessian eigenvalue solvers, the per-block statistics;
 - `tables`: the results as the Markdown tables the command prints and the README quotes.
 
@@ -17,6 +18,7 @@ from .engine import (
     measure_data_path,
     measure_engine_overhead,
     measure_training_run,
+    sample_speed,
 )
 from .models import Throughput, evaluation_throughput, measure_throughput, race_reference
 
@@ -31,6 +33,7 @@ __all__ = [
     "measure_data_path",
     "measure_engine_overhead",
     "measure_training_run",
+    "sample_speed",
     "corruption_speed",
     "hessian_convergence",
     "per_block_speed",

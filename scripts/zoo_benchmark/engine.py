@@ -302,3 +302,49 @@ def measure_training_run(
         recipe_minutes=recipe_minutes,
         recipe_checkpoint_bytes=(epochs_saved + timed) * checkpoint_bytes,
     )
+
+
+def sample_speed(*, num_images: int, split_images: int, files: int, workdir: str, seed: int = 0) -> dict:
+    """Seconds to a seeded, streamed sample of `num_images` (`alternet_hf.data.load_image_sample`) of a split in the
+    Hub's layout (`files` parquet files of `split_images` CIFAR-shaped PNGs, in total), against preparing the split on
+    disk first (`load_image_classification`, into an empty cache) and drawing as many rows of it; and the bytes
+    each way wrote into the datasets cache."""
+    import datasets
+    import numpy as np
+
+    from alternet_hf.data import load_image_classification, load_image_sample
+
+    folder = Path(workdir) / "split"
+    (folder / "data").mkdir(parents=True, exist_ok=True)
+    saved = cifar_like_dataset(str(Path(workdir) / "saved"), num_labels=100, image_size=32, train=1, test=split_images)
+    written = load_image_classification(saved, split="test")
+    for index, rows in enumerate(np.array_split(np.arange(len(written)), files)):
+        written.select(rows).to_parquet(str(folder / "data" / f"test-{index:05d}-of-{files:05d}.parquet"))
+
+    def timed(load, cache: Path) -> tuple[float, int]:
+        kept, datasets.config.HF_DATASETS_CACHE = datasets.config.HF_DATASETS_CACHE, str(cache)
+        try:
+            started = time.perf_counter()
+            load()
+            seconds = time.perf_counter() - started
+        finally:
+            datasets.config.HF_DATASETS_CACHE = kept
+        return seconds, sum(path.stat().st_size for path in cache.rglob("*") if path.is_file())
+
+    sampled = timed(
+        lambda: load_image_sample(str(folder), split="test", num_images=num_images, seed=seed),
+        Path(workdir) / "cache-sample",
+    )
+    prepared = timed(
+        lambda: load_image_classification(str(folder), split="test").shuffle(seed=seed).select(range(num_images)),
+        Path(workdir) / "cache-prepared",
+    )
+    return {
+        "split_images": split_images,
+        "files": files,
+        "num_images": num_images,
+        "sample_seconds": sampled[0],
+        "sample_cache_bytes": sampled[1],
+        "prepare_seconds": prepared[0],
+        "prepare_cache_bytes": prepared[1],
+    }

@@ -155,3 +155,19 @@ def finetune_table(rows: list[dict]) -> str:
             f"{statistics.mean(r['seconds'] for r in runs) / 60:.1f} |"
         )
     return "\n".join(lines)
+
+
+def sample_table(rows: list[dict]) -> str:
+    """A streamed sample of a split against preparing the split first: seconds and bytes written to the cache."""
+    lines = [
+        f"{machine()}; a split of CIFAR-shaped PNGs in parquet files, in the Hub's layout",
+        "| split images | files | sample | streamed (s) | cache written | prepared, then sampled (s) | cache written |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['split_images']:,} | {r['files']} | {r['num_images']:,} | {r['sample_seconds']:.1f} | "
+        f"{r['sample_cache_bytes'] / 1e6:.1f} MB | {r['prepare_seconds']:.1f} | "
+        f"{r['prepare_cache_bytes'] / 1e6:.1f} MB |"
+        for r in rows
+    ]
+    return "\n".join(lines)
