@@ -127,6 +127,20 @@ def test_every_setting_is_a_flag_of_its_own_name_that_reaches_the_analyses():
     assert runner.AUGMENTATIONS == ("model", "paper", "none")
 
 
+def test_a_sample_of_n_images_is_analysed_whole_whatever_the_device_s_amounts():
+    """`--max-images 512` at batch 64 reads 8 test batches and corrupts the 512 images, where a CPU would read 2;
+    `--max-batches` still says how many when it is given."""
+    parse = build_parser().parse_args
+    settings, _ = settings_from_args(parse(["--model", "m/m", "--max-images", "512", "--batch-size", "64"]), "cpu")
+    assert settings.max_batches == 8 and settings.corruption_images == 512
+    argv = ["--model", "m/m", "--max-images", "512", "--batch-size", "64", "--max-batches", "2"]
+    settings, _ = settings_from_args(parse(argv), "cpu")
+    assert settings.max_batches == 2 and settings.corruption_images == 128
+    argv = ["--model", "m/m", "--max-images", "100", "--cifar-c", "c"]
+    settings, _ = settings_from_args(parse(argv), "cuda")
+    assert settings.max_batches == 1 and settings.corruption_images is None  # CIFAR-C's own images
+
+
 def test_hessian_batches_are_augmented_as_the_model_was_trained(tmp_path):
     """A folder written by alternet-train carries training_config.json: the Hessian and landscape use its
     augmentation (here Mixup, label smoothing, no RandAugment), recorded in the JSON; --augmentation none

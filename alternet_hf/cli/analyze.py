@@ -23,6 +23,7 @@ sample of N, streamed: of ImageNet's validation split, only the files holding th
 
 import argparse
 import dataclasses
+import math
 import types
 import typing
 from pathlib import Path
@@ -104,8 +105,9 @@ def add_analysis_arguments(parser: argparse.ArgumentParser, **defaults) -> None:
     parser.add_argument(
         "--max-images",
         type=positive_int,
-        help="a seeded sample of this many images of each split, streamed (default: as many as the analyses read: "
-        "with --max-batches and on a CPU a streamed sample too, else the whole split, prepared on disk)",
+        help="a seeded sample of this many images of each split, streamed, every one of them analysed unless "
+        "--max-batches says otherwise (default: as many as the analyses read: with --max-batches and on a CPU a "
+        "streamed sample too, else the whole split, prepared on disk)",
     )
     parser.add_argument(
         "--augmentation",
@@ -153,8 +155,10 @@ def settings_from_args(args, device):
     from analysis.compare import Settings
 
     given = {field.name: getattr(args, field.name) for field in dataclasses.fields(Settings)}
-    if args.max_batches is not None and args.corruption_images is None and not args.cifar_c:
-        given["corruption_images"] = args.max_batches * args.batch_size  # what --max-batches always meant for it
+    if args.max_images is not None and args.max_batches is None:  # every image of the sample is read
+        given["max_batches"] = math.ceil(args.max_images / args.batch_size)
+    if given["max_batches"] is not None and args.corruption_images is None and not args.cifar_c:
+        given["corruption_images"] = min(given["max_batches"] * args.batch_size, args.max_images or math.inf)
     settings, notes = Settings.for_device(device, **given)
     settings.check()
     return settings, notes
