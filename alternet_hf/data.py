@@ -362,17 +362,19 @@ def stream_image_classification(
     image_column: str | None = None,
     label_column: str | None = None,
     class_names: list[str] | None = None,
+    num_classes: int | None = None,
 ) -> datasets.IterableDataset:
     """A whole split as a stream of `image` and `label` rows (see `load_image_classification`), in the split's order,
-    for a pass over a split too large to prepare on disk. Its labels must be a `ClassLabel`, or `class_names` given:
-    a stream cannot be scanned beforehand for the labels it holds."""
+    for a pass over a split too large to prepare on disk. Its labels must be a `ClassLabel`, or named by
+    `class_names`, or integers below `num_classes` (a model's outputs): a stream cannot be scanned beforehand for the
+    labels it holds."""
     stream = stream_raw_dataset(source, split=split)
     if stream.features is None:
         raise ValueError(f"{source} declares no column types to stream by; read it without streaming")
-    return _image_classification(stream, source, image_column, label_column, class_names)
+    return _image_classification(stream, source, image_column, label_column, class_names, num_classes)
 
 
-def _image_classification(dataset, source: str, image_column, label_column, class_names):
+def _image_classification(dataset, source: str, image_column, label_column, class_names, num_classes=None):
     """A split's `image` and `label` columns (a `Dataset` or an `IterableDataset`), named as the source or its
     schema names them, the labels encoded by `encode_labels`."""
     known = KNOWN_COLUMNS.get(source) or _schema_of(dataset.column_names)
@@ -388,7 +390,7 @@ def _image_classification(dataset, source: str, image_column, label_column, clas
         dataset = dataset.rename_column(columns.image, "image")
     if columns.label != "label":
         dataset = dataset.rename_column(columns.label, "label")
-    return encode_labels(dataset, class_names).cast_column("image", datasets.Image())
+    return encode_labels(dataset, class_names, num_classes=num_classes).cast_column("image", datasets.Image())
 
 
 @dataclass
@@ -434,12 +436,14 @@ def load_train_and_eval(
     return TrainEvalSplits(train.select(kept), train.select(rows), {"fraction": fraction, "seed": seed, "rows": rows})
 
 
-def encode_labels(dataset: datasets.Dataset, class_names: list[str] | None = None) -> datasets.Dataset:
+def encode_labels(dataset, class_names: list[str] | None = None, *, num_classes: int | None = None):
     """The `label` column as a `ClassLabel` whose names are `class_names` (when given).
 
     Plain integers keep their values (class i is named "i"); strings are looked up by name (sorted, when
     no names are given). A `ClassLabel` column with other names is re-indexed by name. Labels outside
     `class_names` are an error naming them: a silently renumbered class would score against the wrong one.
+    A stream (`IterableDataset`) cannot be scanned for its labels: its plain labels need `class_names`, or, for
+    integers, `num_classes`.
     """
     feature = dataset.features["label"]
     if isinstance(feature, datasets.ClassLabel):
@@ -447,10 +451,13 @@ def encode_labels(dataset: datasets.Dataset, class_names: list[str] | None = Non
             return dataset
         return _reindex_by_name(dataset, feature.names, class_names)
     if isinstance(dataset, datasets.IterableDataset):  # labels checked as rows are read (`with_transform`)
+        integers = isinstance(feature, datasets.Value) and feature.dtype.startswith(("int", "uint"))
+        if class_names is None and integers and num_classes is not None:
+            class_names = [str(i) for i in range(num_classes)]
         if class_names is None:
             raise ValueError(
                 f"a stream's labels must be a ClassLabel, or the class names given: its label column is {feature}. "
-                "Read it without streaming (its labels are then scanned for the classes), or give the class names"
+                "Read it without streaming (--streaming off: its labels are then scanned for the classes)"
             )
         if feature.dtype == "string" or not isinstance(feature, datasets.Value):
             dataset = dataset.cast_column("label", datasets.Value("string"))

@@ -55,7 +55,7 @@ def evaluate_model(
     if max_images is not None:
         data = load_image_sample(source, split=split, num_images=max_images, seed=seed, **columns)
     elif streaming:
-        data = stream_image_classification(source, split=split, **columns)
+        data = stream_image_classification(source, split=split, num_classes=model.config.num_labels, **columns)
     else:
         data = load_image_classification(source, split=split, **columns)
     num_classes = data.features["label"].num_classes

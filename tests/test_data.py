@@ -302,6 +302,10 @@ def test_a_stream_is_encoded_by_the_class_names_it_is_given(tmp_path):
     assert [row["label"] for row in stream] == [1, 0]
     with pytest.raises(ValueError, match="a stream's labels must be a ClassLabel, or the class names given"):
         stream_image_classification(str(tmp_path / "ints"))
+    with pytest.raises(ValueError, match="a stream's labels must be a ClassLabel, or the class names given"):
+        stream_image_classification(str(tmp_path / "strings"), num_classes=2)
+    stream = stream_image_classification(str(tmp_path / "ints"), num_classes=4)  # integers: a model's 4 outputs
+    assert [row["label"] for row in stream] == [2, 0, 1] and stream.features["label"].names == ["0", "1", "2", "3"]
     too_few = stream_image_classification(str(tmp_path / "ints"), class_names=["x", "y"])
     with pytest.raises(DataRowError, match="row 0: label 2 is outside the classes 0…1"):
         list(with_transform(too_few, eval_transform(8, [0.5] * 3, [0.5] * 3), source="ints"))
