@@ -18,25 +18,13 @@ split against preparing it (--sample).
     python scripts/benchmark.py --sample --num-images 512 --split-images 50000 --split-files 20
 """
 
-import argparse
 import json
 from pathlib import Path
 
-from alternet_hf.cli._common import CommandError, command, make_parser
+from alternet_hf.cli._common import CommandError, command, make_parser, positive_int
 
 DTYPES = ("float32", "bfloat16", "float16")
 DEFAULT_MODELS = ("alternet-50-cifar100", "resnet-50-cifar100", "vit-ti-cifar100")
-
-
-def positive(text: str) -> int:
-    """argparse type of a count: an integer of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"takes a whole number of at least 1, not {text!r}")
-    return value
 
 
 def build_parser():
@@ -46,7 +34,7 @@ def build_parser():
         nargs="+",
         help=f"default: {' '.join(DEFAULT_MODELS)}; --finetune takes them from you (presets or model folders)",
     )
-    parser.add_argument("--batch-sizes", nargs="+", type=positive, default=[32])
+    parser.add_argument("--batch-sizes", nargs="+", type=positive_int, default=[32])
     parser.add_argument(
         "--modes", nargs="+", default=["forward", "forward+backward"], choices=["forward", "forward+backward"]
     )
@@ -59,15 +47,17 @@ def build_parser():
     )
     parser.add_argument("--dtype", choices=DTYPES, default="float32", help="autocast dtype of bare steps")
     parser.add_argument("--device", default=None, help="default: cuda if available, else cpu")
-    parser.add_argument("--iterations", type=positive, default=5)
+    parser.add_argument("--iterations", type=positive_int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument(
         "--training",
         action="store_true",
         help="time alternet-train end to end (paper recipe, loader workers, evaluation and a checkpoint every epoch)",
     )
-    parser.add_argument("--training-images", type=positive, default=960, help="training images per --training epoch")
-    parser.add_argument("--training-epochs", type=positive, default=2, help="epochs of the --training run")
+    parser.add_argument(
+        "--training-images", type=positive_int, default=960, help="training images per --training epoch"
+    )
+    parser.add_argument("--training-epochs", type=positive_int, default=2, help="epochs of the --training run")
     parser.add_argument("--num-workers", type=int, default=2, help="data-loading processes for --training")
     parser.add_argument(
         "--data-only", action="store_true", help="CPU time per image of the training data path, as one loader worker"
@@ -84,14 +74,14 @@ def build_parser():
     )
     parser.add_argument(
         "--inference-batch-sizes",
-        type=positive,
+        type=positive_int,
         nargs="+",
         default=[1, 256],
         help="batch sizes of the --reference-dir race's inference pass (eval, no grad)",
     )
     parser.add_argument(
         "--repeats",
-        type=positive,
+        type=positive_int,
         default=5,
         help="repetitions of --data-only / --engine-overhead / --reference-dir measurements",
     )
@@ -105,11 +95,11 @@ def build_parser():
         "--corruptions", action="store_true", help="time CIFAR-C corruption generation against imagecorruptions"
     )
     parser.add_argument(
-        "--num-images", type=positive, default=1000, help="images per corruption for --corruptions; of the --sample"
+        "--num-images", type=positive_int, default=1000, help="images per corruption for --corruptions; of the --sample"
     )
     parser.add_argument("--corruption-names", nargs="+", default=None, help="a subset of corruptions to time")
     parser.add_argument("--severity", type=int, default=3, help="severity for --corruptions")
-    parser.add_argument("--threads", type=positive, default=None, help="torch threads for --corruptions")
+    parser.add_argument("--threads", type=positive_int, default=None, help="torch threads for --corruptions")
     parser.add_argument(
         "--hessian",
         action="store_true",
@@ -134,8 +124,8 @@ def build_parser():
         help="seconds to a streamed sample of --num-images from a parquet split of --split-images in --split-files "
         "files, against preparing the split first",
     )
-    parser.add_argument("--split-images", type=positive, default=50_000, help="images of the --sample split")
-    parser.add_argument("--split-files", type=positive, default=20, help="parquet files of the --sample split")
+    parser.add_argument("--split-images", type=positive_int, default=50_000, help="images of the --sample split")
+    parser.add_argument("--split-files", type=positive_int, default=20, help="parquet files of the --sample split")
     parser.add_argument("--output", type=Path, default=None, help="also write the results as JSON here")
     return parser
 
