@@ -88,7 +88,8 @@ def rehearsal_run(tmp_path_factory):
     first["space_dir"] = shutil.copytree(out / "spaces" / "how-do-vits-work", cwd / "space-while-pending")
     training = start_command(quick, cwd=cwd, env=offline_env(), merge=True)
     checkpoints = out / "work" / "train" / TRAINED / "checkpoints"
-    wait_for(lambda: checkpoints.is_dir() and any(checkpoints.iterdir()), training, 900, "a checkpoint of AlterNet-50")
+    # `latest` names a checkpoint once it is complete (a `.partial` folder alone would leave nothing to resume from)
+    wait_for(lambda: (checkpoints / "latest").is_file(), training, 900, "a checkpoint of AlterNet-50")
     training.send_signal(signal.SIGKILL)
     training.wait(30)
     resumed = run_command(quick, cwd=cwd, env=offline_env(), timeout=900)
