@@ -257,6 +257,22 @@ def stream_raw_dataset(source: str, *, split: str | None = "train") -> datasets.
         raise _unavailable(source, f"the dataset {source!r}", error) from error
 
 
+def split_files(source: str, split: str) -> list[str] | None:
+    """The parquet files of one split of a folder or Hub repo, in the order its stream reads them (one file a shard),
+    or None for other sources (an image folder, a saved dataset, a single file, the digits)."""
+    path = Path(source)
+    if source == DIGITS or path.is_file() or (path / "dataset_dict.json").exists() or (path / "state.json").exists():
+        return None
+    try:
+        builder = datasets.load_dataset_builder(source)
+    except (ConnectionError, OSError) as error:
+        if path.exists():
+            raise
+        raise _unavailable(source, f"the dataset {source!r}", error) from error
+    files = _files_by_split(builder).get(split)
+    return files if builder.name == "parquet" and files else None
+
+
 def config_names(source: str) -> list[str]:
     """The configs a local folder's or a Hub dataset's card declares (`["default"]` where it declares none)."""
     try:
@@ -420,13 +436,21 @@ def load_train_and_eval(
     image_column: str | None = None,
     label_column: str | None = None,
     seed: int = 0,
+    streaming: bool = False,
 ) -> TrainEvalSplits:
     """Both splits a training run needs. `eval_split="holdout"` (10%) or `"holdout:0.2"` carves the evaluation
     rows out of the training split (seeded by `seed`, stratified by class) instead of naming a split of the
-    source, for sources that have only one; the two then share no row."""
+    source, for sources that have only one; the two then share no row. `streaming=True`: the training split as a
+    stream (`stream_image_classification`), never prepared; the evaluation split is prepared (its files only)."""
     columns = dict(image_column=image_column, label_column=label_column)
-    train = load_image_classification(source, split=train_split, **columns)
     fraction = parse_holdout(eval_split)
+    if streaming and fraction is not None:
+        raise ValueError(
+            f"eval_split {eval_split!r} carves its rows out of a prepared training split; a streamed one cannot be "
+            "divided so: name a split of the dataset (--eval-split validation), or train without --streaming"
+        )
+    load_train = stream_image_classification if streaming else load_image_classification
+    train = load_train(source, split=train_split, **columns)
     if fraction is None:
         names = train.features["label"].names
         return TrainEvalSplits(train, load_image_classification(source, split=eval_split, class_names=names, **columns))
@@ -514,10 +538,16 @@ class DataRowError(ValueError):
     """
 
     def __init__(self, message: str):
-        marker = f"{type(self).__name__}: "
-        if message.startswith("Caught ") and marker in message:
-            message = message.rsplit(marker, 1)[1].rstrip()
-        super().__init__(message)
+        super().__init__(raised_message(message, type(self)))
+
+
+def raised_message(message: str, error_type: type) -> str:
+    """The message an error of `error_type` was raised with, where a DataLoader worker raised it: the loader re-raises
+    it with the worker's traceback as the message."""
+    marker = f"{error_type.__name__}: "
+    if message.startswith("Caught ") and marker in message:
+        return message.rsplit(marker, 1)[1].rstrip()
+    return message
 
 
 def to_rgb(image: Image.Image) -> Image.Image:
@@ -595,28 +625,33 @@ class SeededAugmentation:
         return self.transform(image, self._rng)
 
 
+def transform_row(value, label, row: int, transform, *, source: str, num_classes: int | None):
+    """The transform of one row's stored image (`datasets.Image(decode=False)`), its label checked first: a label
+    missing or outside the `num_classes` classes, or an image that cannot be decoded, is a `DataRowError` naming
+    `source`, the row and the file. A `SeededAugmentation` is called with the row's index."""
+    if label is None:
+        raise DataRowError(f"{source}, row {row}: the label is missing (null); remove the row or label it")
+    if num_classes is not None and not 0 <= label < num_classes:
+        raise DataRowError(f"{source}, row {row}: label {label} is outside the classes 0…{num_classes - 1}")
+    image = decode_image(value, source=source, row=row)
+    return transform(image, row) if isinstance(transform, SeededAugmentation) else transform(image)
+
+
 def with_transform(dataset, transform, *, source: str = "the dataset"):
     """Rows -> `pixel_values` (the transform of the decoded RGB image) and `labels`, on the fly as rows are read, of a
     `Dataset` or a stream (`IterableDataset`).
 
-    Each row is checked as it is read, at no cost to the training step: an image that is missing or cannot be
-    decoded, or a label outside the `ClassLabel` classes, is a `DataRowError` naming `source` (the dataset and
-    split), the row and the file. A `SeededAugmentation` is called with the row's index.
+    Each row is checked as it is read (`transform_row`), at no cost to the training step.
     """
     num_classes = getattr(dataset.features.get("label"), "num_classes", None)
     if isinstance(dataset.features.get("image"), datasets.Image):
         dataset = dataset.cast_column("image", datasets.Image(decode=False))  # decoded below, errors named
-    seeded = isinstance(transform, SeededAugmentation)
 
     def apply(batch, rows):
-        pixel_values = []
-        for value, label, row in zip(batch["image"], batch["label"], rows):
-            if label is None:
-                raise DataRowError(f"{source}, row {row}: the label is missing (null); remove the row or label it")
-            if num_classes is not None and not 0 <= label < num_classes:
-                raise DataRowError(f"{source}, row {row}: label {label} is outside the classes 0…{num_classes - 1}")
-            image = decode_image(value, source=source, row=row)
-            pixel_values.append(transform(image, row) if seeded else transform(image))
+        pixel_values = [
+            transform_row(value, label, row, transform, source=source, num_classes=num_classes)
+            for value, label, row in zip(batch["image"], batch["label"], rows)
+        ]
         return {"pixel_values": pixel_values, "labels": batch["label"]}
 
     if isinstance(dataset, datasets.IterableDataset):

@@ -88,6 +88,17 @@ class TrainingConfig:
         },
     )
     num_workers: int = field(default=0, metadata={"help": "data-loading processes per training process"})
+    streaming: bool = field(
+        default=False,
+        metadata={
+            "help": "train from the training split as a stream, read as it is needed and never prepared on disk, "
+            "each process reading its own files (the evaluation split is prepared)"
+        },
+    )
+    # The buffer holds encoded images: 1,000 of ImageNet's JPEGs are about 100 MB per data-loading process.
+    shuffle_buffer: int = field(
+        default=1_000, metadata={"help": "rows each data-loading process shuffles within, with --streaming"}
+    )
     seed: int = 0
     deterministic: bool = field(default=False, metadata={"help": "deterministic algorithms (for exact resume checks)"})
     log_every_steps: int = field(
@@ -150,6 +161,7 @@ class TrainingConfig:
             "save_every_epochs",
             "save_every_steps",
             "keep_checkpoints",
+            "shuffle_buffer",
         ):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"TrainingConfig.{name} must be at least 1, got {getattr(self, name)}")

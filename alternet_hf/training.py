@@ -64,6 +64,7 @@ from .metrics import classification_metrics, plot_reliability_diagram, reliabili
 from .presets import create_model
 from .recipe import TrainingConfig, build_optimizer, build_scheduler
 from .run_lock import hold_folder
+from .streaming import StreamBrokenError, StreamLoader, stream_loader
 
 # What a second run on a folder in use is told (`run_lock.hold_folder`): resuming beside a live run would train twice.
 RUNNING_ADVICE = "wait for it to end, or stop it and then continue it with --resume"
@@ -313,6 +314,7 @@ def build_model_and_data(config: TrainingConfig, *, pin_memory: bool = False):
         image_column=config.image_column,
         label_column=config.label_column,
         seed=config.seed,
+        streaming=config.streaming,
     )
     train_data, eval_data = splits.train, splits.eval
     names = train_data.features["label"].names
@@ -333,13 +335,11 @@ def build_model_and_data(config: TrainingConfig, *, pin_memory: bool = False):
         normalize=False,
     )
     augmentation = SeededAugmentation(augment, config.seed)
-    train_data = with_transform(train_data, augmentation, source=f"{config.dataset} (split {config.train_split!r})")
+    train_source = f"{config.dataset} (split {config.train_split!r})"
     eval_transform_uint8 = eval_transform(size, mean, std, normalize=False)
     eval_data = with_transform(
         eval_data, eval_transform_uint8, source=f"{config.dataset} (split {config.eval_split!r})"
     )
-    if len(train_data) < config.batch_size:
-        raise ValueError(f"{len(train_data)} training images are fewer than one batch ({config.batch_size})")
     # Own generators: creating a loader iterator must not draw from the global RNG, or a resumed run
     # (which creates one more iterator) would drift from the uninterrupted one.
     options = dict(
@@ -349,9 +349,20 @@ def build_model_and_data(config: TrainingConfig, *, pin_memory: bool = False):
         pin_memory=pin_memory,
     )
     train_loader_rng, eval_loader_rng = (torch.Generator().manual_seed(config.seed + i) for i in range(2))
-    train_loader = DataLoader(
-        train_data, batch_size=config.batch_size, shuffle=True, drop_last=True, generator=train_loader_rng, **options
-    )
+    if config.streaming:
+        train_loader = stream_loader(config, train_data, augmentation, source=train_source, pin_memory=pin_memory)
+    else:
+        train_data = with_transform(train_data, augmentation, source=train_source)
+        if len(train_data) < config.batch_size:
+            raise ValueError(f"{len(train_data)} training images are fewer than one batch ({config.batch_size})")
+        train_loader = DataLoader(
+            train_data,
+            batch_size=config.batch_size,
+            shuffle=True,
+            drop_last=True,
+            generator=train_loader_rng,
+            **options,
+        )
     eval_loader = DataLoader(eval_data, batch_size=config.eval_batch_size, generator=eval_loader_rng, **options)
     return model, augmentation, train_loader, eval_loader, splits
 
@@ -476,9 +487,14 @@ class TrainingSession:
         if config.channels_last:
             model = model.to(memory_format=torch.channels_last)
         optimizer = build_optimizer(config, model, fused=self.on_cuda)
-        self.model, self.optimizer, self.train_loader, self.eval_loader = accelerator.prepare(
-            model, optimizer, train_loader, eval_loader
-        )
+        if isinstance(train_loader, StreamLoader):  # already this process's part, and on its device
+            accelerator.print(train_loader.stream.plan.describe())
+            self.model, self.optimizer, self.eval_loader = accelerator.prepare(model, optimizer, eval_loader)
+            self.train_loader = train_loader
+        else:
+            self.model, self.optimizer, self.train_loader, self.eval_loader = accelerator.prepare(
+                model, optimizer, train_loader, eval_loader
+            )
         # Accelerate also steps on an epoch's last, incomplete accumulation window.
         steps_per_epoch = math.ceil(len(self.train_loader) / config.gradient_accumulation_steps)
         # Stepped by hand, once per optimizer step; on the optimizer Accelerate wraps, whose `step` it counts.
@@ -533,6 +549,26 @@ class TrainingSession:
         except NonFiniteLossError as error:
             self.accelerator.end_training()
             raise NonFiniteLossError(_diverged_message(error, self.config, self.checkpoints)) from None
+        except StreamBrokenError as error:
+            raise StreamBrokenError(f"{error}. {self.stop_at_break()}") from error.__cause__
+
+    def stop_at_break(self) -> str:
+        """Where a run whose stream broke can resume: one process checkpoints the batches it trained (between two
+        optimizer steps; several processes cannot, as the others wait inside a step); otherwise the last checkpoint."""
+        state, accelerator = self.state, self.accelerator
+        between_steps = state.step_in_epoch % self.config.gradient_accumulation_steps == 0
+        if accelerator.num_processes == 1 and between_steps and state.step_in_epoch > 0:
+            self.save_checkpoint()
+            accelerator.end_training()
+            return (
+                f"Checkpointed at batch {state.step_in_epoch} of epoch {state.epoch + 1}: once the data reads again, "
+                "the same command with --resume continues from there"
+            )
+        accelerator.end_training()
+        latest = self.checkpoints.latest()
+        if latest is None:
+            return "No checkpoint was written yet: once the data reads again, start the run again"
+        return f"Once the data reads again, the same command with --resume continues from {latest}"
 
     def run_epoch(self) -> None:
         config, accelerator, state = self.config, self.accelerator, self.state
@@ -541,7 +577,10 @@ class TrainingSession:
         self.train_loader.set_epoch(state.epoch)
         self.augmentation.epoch = state.epoch  # before the loader's iterator exists: its workers read it
         resumed_at = state.step_in_epoch
-        loader = accelerator.skip_first_batches(self.train_loader, resumed_at) if resumed_at else self.train_loader
+        loader = self.train_loader
+        if resumed_at:
+            streamed = isinstance(loader, StreamLoader)
+            loader = loader.starting_at(resumed_at) if streamed else accelerator.skip_first_batches(loader, resumed_at)
         progress = tqdm(
             total=len(self.train_loader),
             initial=state.step_in_epoch,
@@ -828,7 +867,9 @@ def _check_resumable(config: TrainingConfig, saved_path: Path) -> None:
         return
     saved = json.loads(saved_path.read_text())
     current = json.loads(json.dumps(config.to_dict()))  # as the saved file has it: tuples become lists
-    changed = [name for name in current if name not in RESUMABLE_CHANGES and saved.get(name) != current[name]]
+    # A stream's order depends on how many loader workers deal out its files.
+    may_change = set(RESUMABLE_CHANGES) - ({"num_workers"} if config.streaming else set())
+    changed = [name for name in current if name not in may_change and saved.get(name) != current[name]]
     if changed:
         details = ", ".join(f"{name} {saved.get(name)!r} -> {current[name]!r}" for name in changed)
         raise ValueError(

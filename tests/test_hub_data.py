@@ -158,6 +158,28 @@ def test_a_seeded_sample_reads_a_few_files_of_a_large_split_and_its_seed_draws_i
     assert runs[0]["num_images"] == 16 and runs[0]["metrics"] == runs[1]["metrics"]
 
 
+def test_training_from_the_hub_as_a_stream_counts_rows_from_footers_and_prepares_no_training_file(hub, tmp_path):
+    """`alternet-train --streaming` on the Hub repo: the training files' rows are counted from their parquet footers
+    (ranged reads of their ends) before the epoch reads them; only the validation split is prepared on disk."""
+    from test_training import TINY_ALTERNET
+
+    argv = ["alternet-train", "--dataset", REPO, "--eval-split", "validation", "--streaming", "--epochs", "1"]
+    argv += ["--model-overrides", json.dumps(TINY_ALTERNET), "--output-dir", "run"]
+    result, fetched = fetch(hub, argv, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "streaming 1,437 images in 3 file(s): 22 batches of 64 an epoch" in result.stdout
+    footers = {file for file, span in (line.split() for line in fetched if " " in line) if _reaches_the_end(span)}
+    assert {f"data/train-{shard:05d}-of-00003.parquet" for shard in range(3)} <= footers, fetched
+    prepared = {path.name for path in (tmp_path / "hf-home").rglob("*.arrow")}
+    assert prepared and all("validation" in name for name in prepared), prepared
+
+
+def _reaches_the_end(span: str) -> bool:
+    """A ranged read ("first-last/size", as the server logs it) of a file's end, not the whole file."""
+    first, last, size = (int(n) for n in span.replace("/", "-").split("-"))
+    return first > 0 and last == size - 1
+
+
 def test_a_split_the_repo_lacks_is_named_with_the_ones_it_has_before_any_data_is_fetched(hub, tmp_path):
     argv = ["alternet-evaluate", "--model", str(hub.model), "--dataset", REPO, "--split", "test"]
     result, fetched = fetch(hub, argv, tmp_path)
