@@ -402,6 +402,9 @@ def _image_classification(dataset, source: str, image_column, label_column, clas
             "Name them with image_column= / label_column= (--image-column / --label-column)."
         )
     dataset = dataset.select_columns([columns.image, columns.label])
+    if isinstance(dataset, datasets.IterableDataset) and isinstance(dataset.features[columns.image], datasets.Image):
+        # a stream's column operations run row by row: with images kept encoded, none decodes and re-encodes them
+        dataset = dataset.cast_column(columns.image, datasets.Image(decode=False))
     if columns.image != "image":
         dataset = dataset.rename_column(columns.image, "image")
     if columns.label != "label":

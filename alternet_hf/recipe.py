@@ -249,7 +249,9 @@ SGD_RECIPE = dict(
     num_workers=8,
     **GPU_RUN_CADENCE,
 )
-DATASET_SOURCES = {"cifar10": "uoft-cs/cifar10", "cifar100": "uoft-cs/cifar100", "imagenet": "imagenet-1k"}
+DATASET_SOURCES = {"cifar10": "uoft-cs/cifar10", "cifar100": "uoft-cs/cifar100", "imagenet": "ILSVRC/imagenet-1k"}
+# ImageNet's test split has no labels; its training split (about 140 GB) is streamed, not prepared on every node.
+DATASET_SETTINGS = {"imagenet": dict(eval_split="validation", streaming=True)}
 
 
 def recipe_config(preset: str, recipe: str = "paper", **overrides) -> TrainingConfig:
@@ -257,10 +259,11 @@ def recipe_config(preset: str, recipe: str = "paper", **overrides) -> TrainingCo
     recipes = {"paper": PAPER_RECIPE, "sgd": SGD_RECIPE}
     if recipe not in recipes:
         raise ValueError(f"unknown recipe {recipe!r}: choose one of {sorted(recipes)}")
-    dataset = DATASET_SOURCES.get(preset.rsplit("-", 1)[-1])
-    if dataset is None:
+    name = preset.rsplit("-", 1)[-1]
+    if name not in DATASET_SOURCES:
         raise ValueError(f"{preset!r} names no known dataset (its last part must be one of {sorted(DATASET_SOURCES)})")
-    fields = {**recipes[recipe], "model": preset, "dataset": dataset, "output_dir": f"outputs/{preset}-{recipe}"}
+    fields = {**recipes[recipe], "model": preset, "dataset": DATASET_SOURCES[name], **DATASET_SETTINGS.get(name, {})}
+    fields["output_dir"] = f"outputs/{preset}-{recipe}"
     return TrainingConfig(**{**fields, **overrides})
 
 

@@ -8,6 +8,7 @@ split against preparing it (--sample).
     python scripts/benchmark.py --batch-sizes 256 1024 --compile both --dtype bfloat16  # on a GPU
     python scripts/benchmark.py --training --models alternet-50-cifar100 --batch-sizes 96 --num-workers 8
     python scripts/benchmark.py --data-only --models alternet-50-cifar100  # CPU ms per image, one loader worker
+    python scripts/benchmark.py --data-only --streaming  # the same, prepared split against a stream of parquet files
     python scripts/benchmark.py --engine-overhead  # engine loop vs a hand-written loop, ms per step
     python scripts/benchmark.py --reference-dir how-do-vits-work/  # AlterNet-50 vs the reference code's
     python scripts/benchmark.py --evaluation --models pit-ti-cifar100 --batch-sizes 64 --compile both
@@ -61,6 +62,11 @@ def build_parser():
     parser.add_argument("--num-workers", type=int, default=2, help="data-loading processes for --training")
     parser.add_argument(
         "--data-only", action="store_true", help="CPU time per image of the training data path, as one loader worker"
+    )
+    parser.add_argument(
+        "--streaming",
+        action="store_true",
+        help="--data-only also reads the images as alternet-train --streaming does, from parquet files",
     )
     parser.add_argument(
         "--engine-overhead", action="store_true", help="ms per step of the engine's loop beyond a hand-written one"
@@ -148,6 +154,8 @@ def main(argv: list[str] | None = None) -> None:
             "choose one of --corruptions/--hessian/--feature-maps, --evaluation, --training, --data-only, "
             "--engine-overhead, --reference-dir, --finetune, --sample"
         )
+    if args.streaming and not args.data_only:
+        raise CommandError("--streaming measures the data path: give it with --data-only")
     if args.finetune and not args.models:
         raise CommandError(
             "--finetune needs --models: presets (trained from scratch) and/or folders of trained models (fine-tuned), "
@@ -190,7 +198,9 @@ def main(argv: list[str] | None = None) -> None:
         report = tables.reference_race_table(rows)
     elif args.data_only:
         results = [
-            benchmark.measure_data_path(name, images=args.training_images, repeats=args.repeats) for name in args.models
+            benchmark.measure_data_path(name, images=args.training_images, repeats=args.repeats, streaming=streaming)
+            for name in args.models
+            for streaming in ((False, True) if args.streaming else (False,))
         ]
         report, rows = "\n".join(map(tables.data_path_line, results)), [r.to_dict() for r in results]
     elif args.training:

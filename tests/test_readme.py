@@ -46,6 +46,7 @@ RULES = [
         "minutes; tests/test_release.py runs it end to end, killed and resumed",
     ),
     (r"^alternet-buildup", PARSE_ONLY, "minutes of training; tests/test_buildup.py runs a search, killed and resumed"),
+    (r"--num_machines", PARSE_ONLY, "several nodes: the launch waits for all of them to join"),
     (r"uoft-cs/|imagenet|<org>/(alternet|resnet|vit)-\d", CLEAR_ERROR, "Hub data or models"),
     (r"--recipe paper --model \S+-cifar(?!.*--print-config)|-paper\b", CLEAR_ERROR, "the paper's recipe on Hub data"),
     (r"--config my_run\.json", CLEAR_ERROR, "my_run.json: a run on the Hub's CIFAR-10"),
@@ -176,6 +177,9 @@ def _check_arguments(command: str) -> None:
     argv = shlex.split(command)
     if argv[0] == "python":
         argv = argv[1:]
+    if argv[:2] == ["accelerate", "launch"]:  # the module's arguments (Accelerate checks its own)
+        module = argv.index("-m") + 1
+        argv = ["alternet-" + argv[module].rsplit(".", 1)[-1].replace("_", "-"), *argv[module + 1 :]]
     errors = io.StringIO()
     with _PARSING, contextlib.redirect_stderr(errors):  # one at a time: check_all runs commands in threads
         try:

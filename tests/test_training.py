@@ -293,6 +293,8 @@ def test_paper_recipe_is_the_papers():
     assert (config.epochs, config.warmup_epochs, config.batch_size, config.learning_rate) == (305, 5, 96, 1.25e-4)
     assert (config.mixup_alpha, config.cutmix_alpha, config.label_smoothing) == (1.0, 0.8, 0.1)
     assert (config.weight_decay, config.clip_grad_norm, config.model_overrides["drop_path_rate"]) == (0.05, 5.0, 0.1)
+    imagenet = recipe_config("alternet-50-imagenet")  # streamed; its test split has no labels
+    assert (imagenet.dataset, imagenet.eval_split, imagenet.streaming) == ("ILSVRC/imagenet-1k", "validation", True)
     with pytest.raises(ValueError, match="unknown recipe"):
         recipe_config("alternet-50-cifar100", "adam")
     with pytest.raises(ValueError, match="batch_size must be even"):

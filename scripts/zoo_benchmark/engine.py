@@ -43,6 +43,7 @@ class DataPathSpeed:
     recipe: str
     images: int
     milliseconds_per_image: list[float]  # CPU (process) time, one per pass over the images
+    streaming: bool = False  # read as `alternet-train --streaming` reads a split of parquet files
 
     @property
     def images_per_second_per_worker(self) -> float:
@@ -60,11 +61,16 @@ def measure_data_path(
     batch_size: int = 96,
     repeats: int = 3,
     workdir: str | None = None,
+    streaming: bool = False,
 ) -> DataPathSpeed:
     """Read, decode, check, augment (the recipe's crop, flip, RandAugment, seeded per image) and collate the
     training images exactly as `alternet-train`'s loader workers do, timed in CPU seconds (process time, so a
-    shared machine's other jobs do not count), on one thread as in a worker."""
+    shared machine's other jobs do not count), on one thread as in a worker. `streaming`: the images in four parquet
+    files, read as a stream (`alternet-train --streaming`: the files' rows counted, then read through the shuffle
+    buffer) instead of from the prepared split."""
     import tempfile
+
+    import datasets
 
     from alternet_hf.presets import create_config
     from alternet_hf.recipe import recipe_config
@@ -76,21 +82,29 @@ def measure_data_path(
         data = cifar_like_dataset(
             f"{tmp}/data", num_labels=config.num_labels, image_size=config.image_size, train=images, test=1
         )
+        if streaming:
+            splits, data = datasets.load_from_disk(data), f"{tmp}/parquet"
+            for index in range(4):
+                splits["train"].shard(4, index).to_parquet(f"{data}/data/train-{index:05d}-of-00004.parquet")
+            splits["test"].to_parquet(f"{data}/data/test-00000-of-00001.parquet")
         run = recipe_config(
             name, recipe, dataset=data, image_column="img", batch_size=batch_size, num_workers=0, eval_batch_size=1
         )
+        run.streaming = streaming
         _, augmentation, loader, _, _ = build_model_and_data(run)
         torch.set_num_threads(1)
         try:
             milliseconds = []
             for epoch in range(repeats):
                 augmentation.epoch = epoch
+                if streaming:
+                    loader.set_epoch(epoch)
                 started = time.process_time()
                 count = sum(len(batch["labels"]) for batch in loader)
                 milliseconds.append(1000 * (time.process_time() - started) / count)
         finally:
             torch.set_num_threads(threads)
-    return DataPathSpeed(name, recipe, count, milliseconds)
+    return DataPathSpeed(name, recipe, count, milliseconds, streaming)
 
 
 def measure_engine_overhead(*, steps: int = 50, batch_size: int = 8, repeats: int = 15) -> dict:

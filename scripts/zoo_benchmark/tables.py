@@ -69,7 +69,8 @@ def reference_race_table(rows: list[dict]) -> str:
 def data_path_line(result) -> str:
     per_pass = ", ".join(f"{ms:.3f}" for ms in result.milliseconds_per_image)
     return (
-        f"{result.model}, {result.recipe} recipe, {machine()}: {per_pass} ms CPU per image "
+        f"{result.model}, {result.recipe} recipe, {'streamed' if result.streaming else 'prepared'} split, "
+        f"{machine()}: {per_pass} ms CPU per image "
         f"({result.images_per_second_per_worker:,.0f} images/s per loader worker)"
     )
 
