@@ -1,5 +1,6 @@
-"""Run by torchrun in the distributed tests: train, then save this rank's final weights. A streamed run first saves
-the rows of the split this rank's loader reads in the first epoch (`rows<rank>.json`)."""
+"""Run by torchrun in the distributed tests: train (`--resume` after the two arguments: resume), then save this rank's
+final weights. A streamed run first saves the rows of the split this rank's loader reads in the first epoch
+(`rows<rank>.json`)."""
 
 import json
 import os
@@ -36,6 +37,6 @@ if __name__ == "__main__":
         loader.set_epoch(0)
         rows = [int(row) for batch in loader for row in batch["pixel_values"].flatten()]
         (out / f"rows{rank}.json").write_text(json.dumps(rows))
-    result = train(config)
+    result = train(config, resume="--resume" in sys.argv[3:])
     state = {k: v.detach().contiguous() for k, v in result.model.state_dict().items()}
     save_file(state, str(out / f"rank{rank}.safetensors"))

@@ -4,7 +4,10 @@ split's, and end to end: a run whose stream breaks stops at a checkpoint and res
 not break; two processes (gloo) read disjoint rows whose union is the epoch."""
 
 import json
-import shutil
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import datasets
@@ -15,7 +18,7 @@ from commands import run_command
 from conftest import installed_command
 from PIL import Image
 from safetensors.torch import load_file
-from test_training import TINY_ALTERNET, _distributed_config, _env, _torchrun
+from test_training import TINY_ALTERNET, TORCHRUN_ENV, _distributed_config, _env, _torchrun, _torchrun_command
 
 from alternet_hf.augmentation import train_transform
 from alternet_hf.data import SeededAugmentation, stream_image_classification, with_transform
@@ -169,14 +172,32 @@ def test_a_run_whose_stream_breaks_stops_at_a_checkpoint_and_resumes_to_the_same
 
 
 @pytest.mark.commands
-def test_two_processes_stream_disjoint_rows_and_end_with_identical_weights(tmp_path):
-    folder = write_parquet_folder(tmp_path / "data", [16, 16, 16, 16])
-    fields = dict(dataset=folder, streaming=True, num_workers=1, shuffle_buffer=8, batch_size=8)
-    config = _distributed_config(tmp_path, "run", model_overrides=TINY_ALTERNET, **fields)
-    rank0, rank1 = _torchrun(config, tmp_path / "weights", processes=2)
+def test_two_processes_stream_disjoint_rows_and_resume_after_a_kill_to_the_same_weights(tmp_path):
+    """Two processes under torchrun (gloo): each reads half the rows of the epoch, none twice; DDP keeps their weights
+    equal; a run killed (SIGKILL, its process group) after a checkpoint and resumed ends with the weights of the
+    run that was not killed."""
+    folder = write_parquet_folder(tmp_path / "data", [32, 32, 32, 32])
+    fields = dict(dataset=folder, streaming=True, num_workers=1, shuffle_buffer=8, batch_size=8, epochs=2)
+    fields |= dict(save_every_steps=3, deterministic=True, model_overrides=TINY_ALTERNET)
+    rank0, rank1 = _torchrun(_distributed_config(tmp_path, "whole", **fields), tmp_path / "whole-weights", 2)
     for key in rank0:
         assert torch.equal(rank0[key], rank1[key]), key
-    seen = [json.loads((tmp_path / "weights" / f"rows{rank}.json").read_text()) for rank in range(2)]
-    assert len(seen[0]) == len(seen[1]) == 32
-    assert not set(seen[0]) & set(seen[1]) and sorted(seen[0] + seen[1]) == list(range(64))
-    shutil.rmtree(tmp_path / "data")
+    seen = [json.loads((tmp_path / "whole-weights" / f"rows{rank}.json").read_text()) for rank in range(2)]
+    assert len(seen[0]) == len(seen[1]) == 64
+    assert not set(seen[0]) & set(seen[1]) and sorted(seen[0] + seen[1]) == list(range(128))
+
+    config = _distributed_config(tmp_path, "killed", **fields)
+    command = _torchrun_command(config, tmp_path / "killed-weights", 2)
+    launcher = subprocess.Popen(command, env={**_env(), **TORCHRUN_ENV}, start_new_session=True, **QUIET)
+    pointer = tmp_path / "killed" / "checkpoints" / "latest"
+    while not pointer.exists() and launcher.poll() is None:
+        time.sleep(0.01)
+    os.killpg(launcher.pid, signal.SIGKILL)
+    launcher.wait()
+    assert launcher.returncode == -signal.SIGKILL and not (tmp_path / "killed" / "model.safetensors").exists()
+    resumed, _ = _torchrun(config, tmp_path / "resumed-weights", 2, "--resume")
+    for key in rank0:
+        assert torch.equal(rank0[key], resumed[key]), key
+
+
+QUIET = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

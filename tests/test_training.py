@@ -125,19 +125,19 @@ def test_resume_after_sigkill_equals_an_uninterrupted_run(uninterrupted_run, tmp
     )
 
 
-def _torchrun(config: dict, out: Path, processes: int):
+def _torchrun_command(config: dict, out: Path, processes: int, *extra: str) -> list[str]:
     out.mkdir(parents=True)
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc-per-node={processes}",
-        str(REPO / "tests" / "distributed_harness.py"),
-        json.dumps(config),
-        str(out),
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, env={**_env(), "ACCELERATE_USE_CPU": "1"})
+    harness = str(REPO / "tests" / "distributed_harness.py")
+    run = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}", harness]
+    return [sys.executable, *run, json.dumps(config), str(out), *extra]
+
+
+TORCHRUN_ENV = {"ACCELERATE_USE_CPU": "1"}
+
+
+def _torchrun(config: dict, out: Path, processes: int, *extra: str):
+    command = _torchrun_command(config, out, processes, *extra)
+    result = subprocess.run(command, capture_output=True, text=True, env={**_env(), **TORCHRUN_ENV})
     assert result.returncode == 0, result.stderr[-4000:]
     return [load_file(out / f"rank{rank}.safetensors") for rank in range(processes)]
 
