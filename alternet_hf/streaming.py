@@ -235,9 +235,10 @@ class StreamLoader:
                 "under the run"
             ) from None
         except Exception as error:
+            cause = " ".join(raised_message(str(error), type(error)).split())  # on one line
             raise StreamBrokenError(
-                f"reading {self.stream.source} failed at batch {number + 1} of {len(self)} "
-                f"({type(error).__name__}: {raised_message(str(error), type(error))})"
+                f"reading {self.stream.source} failed at batch {number + 1} of {len(self)} ({type(error).__name__}: "
+                f"{cause})"
             ) from error
 
 

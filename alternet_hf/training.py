@@ -567,7 +567,9 @@ class TrainingSession:
         accelerator.end_training()
         latest = self.checkpoints.latest()
         if latest is None:
-            return "No checkpoint was written yet: once the data reads again, start the run again"
+            return (
+                "No checkpoint was written yet: once the data reads again, the same command with --resume starts over"
+            )
         return f"Once the data reads again, the same command with --resume continues from {latest}"
 
     def run_epoch(self) -> None:
