@@ -24,7 +24,7 @@ from alternet_hf.augmentation import train_transform
 from alternet_hf.data import SeededAugmentation, stream_image_classification, with_transform
 from alternet_hf.recipe import TrainingConfig
 from alternet_hf.streaming import EpochPlan, StreamLoader, TrainStream, deal, row_counts, turns
-from alternet_hf.training import _check_resumable
+from alternet_hf.training import _check_resumable, train
 
 
 class RowNumbers(SeededAugmentation):
@@ -201,3 +201,19 @@ def test_two_processes_stream_disjoint_rows_and_resume_after_a_kill_to_the_same_
 
 
 QUIET = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def test_what_a_stream_cannot_do_is_refused_before_anything_is_written(tmp_path):
+    folder = write_parquet_folder(tmp_path / "data", [12, 12])
+    refusals = {
+        "carves its rows out of a prepared training split; a streamed one cannot": dict(eval_split="holdout"),
+        "24 images in 2 file\\(s\\), dealt to 2 reader\\(s\\).* make no batch of 16": dict(
+            batch_size=16, num_workers=2
+        ),
+    }
+    for message, fields in refusals.items():
+        run = tmp_path / "run"
+        config = TrainingConfig(dataset=folder, streaming=True, output_dir=str(run), **fields)
+        with pytest.raises(ValueError, match=message):
+            train(config)
+        assert not run.exists() or not any(run.iterdir()), list(run.iterdir())
