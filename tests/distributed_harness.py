@@ -18,7 +18,7 @@ from alternet_hf.training import train
 
 
 class RowNumbers(SeededAugmentation):
-    """Pixels that are the row's number in the split."""
+    """An "augmentation" whose pixels are the row's number in the split: which rows a batch holds."""
 
     def __init__(self):
         super().__init__(transform=None, seed=0)

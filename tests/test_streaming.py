@@ -1,7 +1,8 @@
 """Training from a stream (`alternet-train --streaming`): how an epoch is dealt to processes and loader workers, that a
 resumed epoch goes on with the batches of the uninterrupted one, that a streamed image is augmented as the prepared
-split's, and end to end: a run whose stream breaks stops at a checkpoint and resumes to the weights of a run that did
-not break; two processes (gloo) read disjoint rows whose union is the epoch."""
+split's, what a stream refuses; and end to end: a run whose stream breaks stops at a checkpoint and resumes to the
+weights of a run that did not break; two processes (torchrun, gloo) read disjoint rows whose union is the epoch, and
+killed and resumed they end with the weights of two that were not."""
 
 import json
 import os
@@ -16,6 +17,7 @@ import pytest
 import torch
 from commands import run_command
 from conftest import installed_command
+from distributed_harness import RowNumbers
 from PIL import Image
 from safetensors.torch import load_file
 from test_training import TINY_ALTERNET, TORCHRUN_ENV, _distributed_config, _env, _torchrun, _torchrun_command
@@ -25,16 +27,6 @@ from alternet_hf.data import SeededAugmentation, stream_image_classification, wi
 from alternet_hf.recipe import TrainingConfig
 from alternet_hf.streaming import EpochPlan, StreamLoader, TrainStream, deal, row_counts, turns
 from alternet_hf.training import _check_resumable, train
-
-
-class RowNumbers(SeededAugmentation):
-    """An "augmentation" whose pixels are the row's number in the split: which rows a batch holds."""
-
-    def __init__(self):
-        super().__init__(transform=None, seed=0)
-
-    def __call__(self, image, index: int):
-        return torch.tensor(float(index)).view(1, 1, 1)
 
 
 def write_parquet_folder(folder: Path, rows_per_file: list[int], *, test_rows: int = 16, size: int = 16) -> str:
