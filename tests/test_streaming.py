@@ -123,7 +123,7 @@ def _stream_command(folder: str, output_dir: Path, *extra) -> list[str]:
         installed_command("alternet-train"),
         *("--dataset", folder, "--streaming", "--num-workers", "2", "--shuffle-buffer", "16"),
         *("--output-dir", str(output_dir), "--model-overrides", json.dumps(TINY_ALTERNET)),
-        *("--epochs", "2", "--batch-size", "8", "--deterministic", "--eval-batch-size", "512"),
+        *("--epochs", "1", "--batch-size", "8", "--deterministic", "--eval-batch-size", "512"),
         *extra,
     ]
 
@@ -169,7 +169,7 @@ def test_two_processes_stream_disjoint_rows_and_resume_after_a_kill_to_the_same_
     equal; a run killed (SIGKILL, its process group) after a checkpoint and resumed ends with the weights of the
     run that was not killed."""
     folder = write_parquet_folder(tmp_path / "data", [32, 32, 32, 32])
-    fields = dict(dataset=folder, streaming=True, num_workers=1, shuffle_buffer=8, batch_size=8, epochs=2)
+    fields = dict(dataset=folder, streaming=True, num_workers=1, shuffle_buffer=8, batch_size=8, epochs=1)
     fields |= dict(save_every_steps=3, deterministic=True, model_overrides=TINY_ALTERNET)
     rank0, rank1 = _torchrun(_distributed_config(tmp_path, "whole", **fields), tmp_path / "whole-weights", 2)
     for key in rank0:
