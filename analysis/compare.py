@@ -631,23 +631,37 @@ def _seconds(function, repeats: int = 1) -> float:
     return (time.perf_counter() - started) / repeats
 
 
-# A Hessian-vector product costs about this many forward passes of its batch (measured on the first run's
-# AlterNet on a CPU: 6.3; a gradient with its graph, then a double backward).
-HVP_FORWARDS = 6.5
+def _forward_seconds(model: nn.Module, inputs: torch.Tensor) -> float:
+    """Seconds for a forward pass of `inputs`, timed on a quarter of them and scaled: a warm-up and a timed pass of
+    the whole batch would cost as much as a one-pass analysis itself."""
+    part = inputs[: max(1, len(inputs) // 4)]
+    return _seconds(lambda: model(part)) * len(inputs) / len(part)
 
 
-def measure_costs(model: nn.Module, *, test_batch, train_batch=None, device=None) -> dict[str, float]:
-    """Seconds per forward pass of a test and a training batch, measured on the batches given: what
-    `estimate_seconds` multiplies."""
+def measure_costs(
+    model: nn.Module, *, test_batch, train_batch=None, hessian: Settings | None = None, device=None
+) -> dict[str, float]:
+    """Seconds per forward pass of a test and a training batch, and with `hessian` (the settings the Hessian will
+    run with) per Hessian-vector product on the training batch, measured on the batches given: what
+    `estimate_seconds` multiplies. A product is timed, not reckoned from forward passes: its double backward costs
+    a different multiple of a forward pass for every architecture."""
+    from .hessian import HessianOperator
+
     device = _common.resolve_device(model, device)
     costs = {}
     with _common.analysis_mode(model, device=device), torch.no_grad():
         inputs = test_batch[0].to(device)
-        costs["test_forward"] = _seconds(lambda: model(inputs))
+        costs["test_forward"] = _forward_seconds(model, inputs)
         costs["test_batch_size"] = len(inputs)
         if train_batch is not None:
             train_inputs = train_batch[0].to(device)
-            costs["train_forward"] = _seconds(lambda: model(train_inputs))
+            costs["train_forward"] = _forward_seconds(model, train_inputs)
+    if hessian is not None and train_batch is not None:
+        batch = [(train_batch[0].to(device), train_batch[1].to(device))]
+        with _common.analysis_mode(model, batchnorm=hessian.batchnorm or "train", device=device):
+            operator = HessianOperator(model, batch, weight_decay=hessian.weight_decay)
+            vector = operator.random_vector(torch.Generator(device=device).manual_seed(0))
+            costs["hvp"] = _seconds(lambda: operator(vector))
     return costs
 
 
@@ -667,9 +681,9 @@ def estimate_seconds(
     per_block = [name for name in PER_BLOCK if name in analyses]
     if per_block:
         estimates[", ".join(per_block)] = (1.3 * test * test_batches, f"one pass over {test_batches} test batches")
-    if "hessian" in analyses and "train_forward" in costs:
+    if "hessian" in analyses and "hvp" in costs:
         products = settings.hessian_batches * settings.lanczos_steps + settings.density_vectors * settings.density_steps
-        hvp = HVP_FORWARDS * costs["train_forward"]
+        hvp = costs["hvp"]
         estimates["hessian"] = (
             products * hvp,
             f"at most {settings.hessian_batches} minibatches × {settings.lanczos_steps} Lanczos steps"

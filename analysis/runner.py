@@ -450,7 +450,8 @@ def analyse_loaded(
     adapter = describe_blocks(loaded.model)
     test_batch = next(iter(data["test"]))
     train_batch = next(iter(data["train"]())) if data["train"] else None
-    costs = measure_costs(loaded.model, test_batch=test_batch, train_batch=train_batch, device=device)
+    hessian = settings if "hessian" in analyses else None
+    costs = measure_costs(loaded.model, test_batch=test_batch, train_batch=train_batch, hessian=hessian, device=device)
     test_batches = len(data["test"]) if settings.max_batches is None else min(len(data["test"]), settings.max_batches)
     estimates = estimate_seconds(
         analyses,
