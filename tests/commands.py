@@ -30,8 +30,10 @@ import time
 from pathlib import Path
 
 # Read by torch, transformers, huggingface_hub or Python when they are imported: a command whose environment
-# differs from the fork server's in one of these is run cold.
-IMPORT_TIME_VARIABLES = re.compile(r"^(HF_|HUGGINGFACE_|TRANSFORMERS_|TORCH|PYTORCH_|CUDA_|XDG_|HOME$|PYTHON)")
+# differs from the fork server's in one of these is run cold. A token is read when a request is made, not before.
+IMPORT_TIME_VARIABLES = re.compile(
+    r"^(?!HF_TOKEN$|HUGGING_FACE_HUB_TOKEN$)(HF_|HUGGINGFACE_|TRANSFORMERS_|TORCH|PYTORCH_|CUDA_|XDG_|HOME$|PYTHON)"
+)
 
 # The fork server: imports alternet_hf once, then for each request (a JSON line on stdin) forks a process that
 # runs one command and answers with its pid (a line on stdout); it reaps its children and writes each one's exit
