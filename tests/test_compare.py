@@ -217,6 +217,21 @@ def test_settings_scale_down_on_a_cpu_and_say_so():
         compare.Settings.for_device("cpu", hessian_batch=3)
 
 
+def test_the_hessian_estimate_multiplies_a_timed_product_and_leaves_the_model_as_it_was():
+    torch.manual_seed(0)
+    model = alternet_hf.create_model("alternet-50-cifar100", **{**TINY["alternet-50-cifar100"], "num_labels": 4})
+    model.train()
+    before = {name: value.clone() for name, value in model.state_dict().items()}
+    images, labels = torch.randn(8, 3, 16, 16), torch.arange(8) % 4
+    settings = compare.Settings(hessian_batches=3, lanczos_steps=7, density_vectors=0)
+    costs = compare.measure_costs(model, test_batch=(images, labels), train_batch=(images, labels), hessian=settings)
+    assert costs["hvp"] > 0 and costs["test_forward"] > 0 and costs["test_batch_size"] == 8
+    seconds, how = compare.estimate_seconds(["hessian"], costs, settings, test_batches=1, num_branches=0)["hessian"]
+    assert seconds == pytest.approx(3 * 7 * costs["hvp"]) and "3 minibatches × 7 Lanczos steps" in how
+    assert model.training and all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert "hvp" not in compare.measure_costs(model, test_batch=(images, labels), train_batch=(images, labels))
+
+
 def test_comparison_of_two_zoo_models_writes_every_figure_json_and_report(tmp_path):
     models = {
         name: alternet_hf.create_model(name, **{**TINY[name], "num_labels": 4})
