@@ -3,10 +3,11 @@ environment, exit status, standard output and standard error, that a test can wa
 
 Every `alternet-*` command starts by importing `alternet_hf` (its module is inside the package): about 3.5 CPU
 seconds of torch and transformers, and the suite runs over a hundred commands. So the processes of console
-scripts are forked from a warm interpreter that has made that import and nothing else (a small fork server, below):
+scripts are forked from a warm interpreter that has made that import, and those of the libraries most commands
+import next (datasets, matplotlib, scikit-learn's embedded datasets), and nothing else (a small fork server, below):
 the forked process takes its folder, environment, argv and a console script's `sys.path`, calls the console
 script's entry point as the script does, runs the exit handlers and exits with the command's status. What it
-computes is what a cold start computes after its first import. Cold starts are tested too: `test_cli` runs every
+computes is what a cold start computes after those imports. Cold starts are tested too: `test_cli` runs every
 installed command's `--help` in a fresh interpreter, and the README's main job runs in one.
 
 The repository's tools (`python scripts/<tool>.py ...`) are forked the same way, run as Python runs a script.
@@ -32,15 +33,17 @@ from pathlib import Path
 # Read by torch, transformers, huggingface_hub or Python when they are imported: a command whose environment
 # differs from the fork server's in one of these is run cold. A token is read when a request is made, not before.
 IMPORT_TIME_VARIABLES = re.compile(
-    r"^(?!HF_TOKEN$|HUGGING_FACE_HUB_TOKEN$)(HF_|HUGGINGFACE_|TRANSFORMERS_|TORCH|PYTORCH_|CUDA_|XDG_|HOME$|PYTHON)"
+    r"^(?!HF_TOKEN$|HUGGING_FACE_HUB_TOKEN$)"
+    r"(HF_|HUGGINGFACE_|TRANSFORMERS_|TORCH|PYTORCH_|CUDA_|XDG_|HOME$|PYTHON|MPL|MATPLOTLIB|SKLEARN_)"
 )
 
-# The fork server: imports alternet_hf once, then for each request (a JSON line on stdin) forks a process that
-# runs one command and answers with its pid (a line on stdout); it reaps its children and writes each one's exit
-# status (negative: the signal that ended it) into the request's status file.
+# The fork server: imports alternet_hf and the libraries above once, then for each request (a JSON line on stdin)
+# forks a process that runs one command and answers with its pid (a line on stdout); it reaps its children and
+# writes each one's exit status (negative: the signal that ended it) into the request's status file.
 _SERVER = r"""
 import json, os, select, sys
 import alternet_hf  # noqa: F401  (the first thing every command imports)
+import datasets, matplotlib.pyplot, sklearn.datasets  # noqa: F401, E401  (what most import next)
 
 def run(request):
     devnull = os.open(os.devnull, os.O_RDONLY)
