@@ -45,13 +45,15 @@ def results(folder: Path) -> dict:
 
 
 def twice(argv: list[str], cwd: Path, out_flag: str) -> tuple[dict, dict]:
-    """Run `argv` twice, each in a fresh interpreter (forked ones would share their parent's generator states) from
-    its own folder (`cwd/first`, `cwd/second`) into `out` there (named by `out_flag`: the runs differ only in where
-    they are); the results of both."""
+    """Run `argv` twice from its own folder each (`cwd/first`, `cwd/second`) into `out` there (named by `out_flag`:
+    the runs differ only in where they are); the results of both. The first run starts in a fresh interpreter, the
+    second is forked from the warm one of `commands`: their hash seeds and the unseeded states of torch's, NumPy's
+    and Python's generators differ, as two cold starts' do (two forks would share their parent's), so a draw the
+    command leaves unseeded shows."""
     runs = []
-    for name in ("first", "second"):
+    for name, warm in (("first", False), ("second", True)):
         (cwd / name).mkdir()
-        completed = run_command([*argv, out_flag, "out"], cwd=cwd / name, env=OFFLINE, timeout=600, warm=False)
+        completed = run_command([*argv, out_flag, "out"], cwd=cwd / name, env=OFFLINE, timeout=600, warm=warm)
         assert completed.returncode == 0, completed.stderr[-3000:]
         runs.append(results(cwd / name / "out"))
     return runs[0], runs[1]
