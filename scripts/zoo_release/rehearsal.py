@@ -64,7 +64,7 @@ REHEARSAL_TRAINING = dict(
 REFERENCE_STAND_INS = {
     "resnet-50-cifar100": dict(hidden_sizes=[16, 32, 64, 128], embedding_size=16, depths=[1, 1, 1, 1]),
     "vit-ti-cifar100": dict(
-        hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128, patch_size=4
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128, patch_size=8
     ),
     "pit-ti-cifar100": dict(base_dims=[16, 16], depth=[1, 2], heads=[2, 4], patch_size=4, stride=4),
     "swin-ti-cifar100": dict(embed_dim=32, depths=[1, 2], num_heads=[2, 4], window_size=4, patch_size=4),
