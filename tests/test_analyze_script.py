@@ -45,6 +45,8 @@ def test_every_analysis_writes_json_and_png(tmp_path):
         "1",
         "--lanczos-steps",
         "5",
+        "--hessian-tol",
+        "1e-9",
         "--landscape-points",
         "3",
         "--corruptions",
@@ -79,6 +81,13 @@ def test_every_analysis_writes_json_and_png(tmp_path):
     lesion = json.loads((out / "lesion.json").read_text())["result"]
     assert lesion["accuracy"][0] is None and lesion["accuracy"][1] is not None  # stem has no branch: NaN -> null
     assert "wrote" in completed.stdout and len(CORRUPTIONS) == 15
+    # The zoo's own warning (5 steps cannot reach 1e-9) reads as one line, as its errors do.
+    warned = [line for line in completed.stderr.splitlines() if "Lanczos did not reach" in line]
+    assert warned == [
+        "warning: Lanczos did not reach tol=1e-09 within lanczos_steps=5 on 2 of 2 minibatches; their eigenvalues are "
+        "less accurate (see `residuals`). Raise lanczos_steps or tol."
+    ]
+    assert "UserWarning: Lanczos" not in completed.stderr
 
 
 def test_unknown_analysis_is_refused(tmp_path):

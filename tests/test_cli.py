@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from commands import start_command
+from commands import run_command, start_command
 from conftest import SCRIPTS, TINY, command_names, installed_command, tool_command, tool_names
 
 import alternet_hf
@@ -86,6 +86,32 @@ def test_no_script_shadows_an_installed_package():
     elsewhere = [p for p in sys.path if Path(p or ".").resolve() != SCRIPTS]
     for name in {path.stem for path in SCRIPTS.iterdir() if path.suffix == ".py" or path.is_dir()} - {"__pycache__"}:
         assert importlib.machinery.PathFinder.find_spec(name, elsewhere) is None, f"scripts/{name} shadows a module"
+
+
+def test_the_zoo_s_warnings_read_as_one_line_and_other_libraries_keep_python_s_format(tmp_path):
+    """A command's warnings, in a process of its own (pytest records warnings its own way)."""
+    (tmp_path / "warns.py").write_text("""
+import sys, warnings
+from pathlib import Path
+from alternet_hf.cli._common import OWN_CODE, command
+
+@command
+def main(argv):
+    for folder, text in ((OWN_CODE[1], "ours"), (sys.argv[1], "a tool's")):
+        warnings.warn_explicit(f"{text} did not converge", UserWarning, str(Path(folder) / "module.py"), 7)
+
+before = warnings.showwarning
+main([])
+assert warnings.showwarning is before  # the command leaves Python's as it was
+""")
+    env = {k: v for k, v in os.environ.items() if k != "ALTERNET_DEBUG"}
+    command = [sys.executable, "warns.py", str(SCRIPTS)]
+    runs = [run_command(command, cwd=tmp_path, env=env | extra) for extra in ({}, {"ALTERNET_DEBUG": "1"})]
+    assert [run.returncode for run in runs] == [0, 0], runs[0].stderr + runs[1].stderr
+    ours = Path(alternet_hf.__file__).resolve().parents[1] / "analysis" / "module.py"
+    assert runs[0].stderr.splitlines()[0] == "warning: ours did not converge"
+    assert f"{SCRIPTS / 'module.py'}:7: UserWarning: a tool's did not converge" in runs[0].stderr
+    assert f"{ours}:7: UserWarning: ours did not converge" in runs[1].stderr  # debugging: every warning located
 
 
 def test_every_command_answers_help(tmp_path):

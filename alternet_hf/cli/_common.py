@@ -2,7 +2,9 @@
 
 Errors the user caused (a bad flag value, a missing folder, the Hub out of reach, a malformed file) are
 printed as one `error: ...` message with exit status 2, as argparse does; a bug still shows its traceback.
-`ALTERNET_DEBUG=1` shows the traceback of every error.
+`ALTERNET_DEBUG=1` shows the traceback of every error. Warnings of the zoo's own code (an analysis that did not
+converge, a time limit reached) read the same way, one `warning: ...` line each; other libraries' keep Python's
+format, which names the line that warned.
 """
 
 import argparse
@@ -10,12 +12,15 @@ import functools
 import json
 import os
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 from alternet_hf.hub import hub_unauthenticated, hub_unreachable
 
 DEBUG_VARIABLE = "ALTERNET_DEBUG"
+# Where the zoo's own code lives: warnings raised from files under these read as one line.
+OWN_CODE = tuple(str(Path(__file__).resolve().parents[2] / package) for package in ("alternet_hf", "analysis"))
 MODEL_SOURCES = (
     'a preset name (e.g. alternet-50-cifar100; `python -c "import alternet_hf; print(alternet_hf.list_models())"` '
     "lists them), a folder written by alternet-train / alternet-finetune / save_pretrained, or a Hub id (owner/name)"
@@ -27,10 +32,13 @@ class CommandError(Exception):
 
 
 def command(main: Callable[[list[str] | None], None]) -> Callable[[list[str] | None], None]:
-    """Wrap a command's `main(argv)`: user errors become one message and exit status 2, Ctrl-C exit 130."""
+    """Wrap a command's `main(argv)`: user errors become one message and exit status 2, Ctrl-C exit 130, the zoo's
+    warnings one line each."""
 
     @functools.wraps(main)
     def wrapper(argv: list[str] | None = None) -> None:
+        python_format = warnings.showwarning
+        warnings.showwarning = functools.partial(_show_warning, python_format=python_format)
         try:
             main(argv)
         except KeyboardInterrupt:
@@ -43,8 +51,18 @@ def command(main: Callable[[list[str] | None], None]) -> Callable[[list[str] | N
             if not isinstance(error, CommandError):
                 print(f"(set {DEBUG_VARIABLE}=1 to see where it was raised)", file=sys.stderr)
             raise SystemExit(2) from None
+        finally:
+            warnings.showwarning = python_format
 
     return wrapper
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None, *, python_format) -> None:
+    """`warnings.showwarning` while a command runs: `warning: <message>` for the zoo's own code."""
+    if str(filename).startswith(OWN_CODE) and not os.environ.get(DEBUG_VARIABLE):
+        print(f"warning: {message}", file=file or sys.stderr)
+    else:
+        python_format(message, category, filename, lineno, file, line)
 
 
 def describe(error: BaseException) -> str:
