@@ -683,10 +683,10 @@ def estimate_seconds(
         estimates[", ".join(per_block)] = (1.3 * test * test_batches, f"one pass over {test_batches} test batches")
     if "hessian" in analyses and "hvp" in costs:
         products = settings.hessian_batches * settings.lanczos_steps + settings.density_vectors * settings.density_steps
-        hvp = costs["hvp"]
+        hvp, batches = costs["hvp"], settings.hessian_batches
         estimates["hessian"] = (
             products * hvp,
-            f"at most {settings.hessian_batches} minibatches × {settings.lanczos_steps} Lanczos steps"
+            f"at most {batches} minibatch{'es' * (batches != 1)} × {settings.lanczos_steps} Lanczos steps"
             + (
                 f" + {settings.density_vectors}×{settings.density_steps} for the density"
                 if settings.density_vectors

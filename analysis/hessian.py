@@ -518,10 +518,11 @@ def max_eigenvalue_spectrum(
             stacklevel=2,
         )
     if not spectrum.converged.all():
+        batches = f"{len(per_batch)} minibatch" + "es" * (len(per_batch) != 1)
         warnings.warn(
             f"Lanczos did not reach tol={tol} within lanczos_steps={lanczos_steps} on "
-            f"{int((~spectrum.converged).sum())} of {len(per_batch)} minibatches; their eigenvalues are less "
-            "accurate (see `residuals`). Raise lanczos_steps or tol.",
+            f"{int((~spectrum.converged).sum())} of {batches}; their eigenvalues are less accurate (see `residuals`). "
+            "Raise lanczos_steps or tol.",
             stacklevel=2,
         )
     return spectrum
