@@ -209,7 +209,7 @@ def test_per_block_analyses_share_one_pass_and_match_the_single_analyses():
 def test_settings_scale_down_on_a_cpu_and_say_so():
     settings, notes = compare.Settings.for_device("cpu", hessian_batches=7)
     assert settings.hessian_batches == 7 and settings.lanczos_steps == compare.Settings.CPU_AMOUNTS["lanczos_steps"]
-    assert any(note.startswith("lanczos-steps 20 (paper: 100)") for note in notes)
+    assert any(note.startswith("lanczos-steps 30 (paper: 100)") for note in notes)
     assert not any("hessian-batches" in note for note in notes)
     gpu, gpu_notes = compare.Settings.for_device("cuda")
     assert gpu == compare.Settings() and gpu_notes == []
