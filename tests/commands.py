@@ -17,6 +17,7 @@ cache folders, PYTHONPATH, ...): the warm import would then not be the one the c
 """
 
 import atexit
+import contextlib
 import importlib.metadata
 import json
 import os
@@ -138,8 +139,11 @@ class _ForkServer:
     lock = threading.Lock()
 
     @classmethod
-    def start(cls, request: dict) -> int:
+    def start(cls, request: dict) -> tuple[int, subprocess.Popen]:
+        """Fork the command of `request`: its pid, and the server that forked it (whose death `wait` notices)."""
         with cls.lock:
+            if cls.process is not None and cls.process.poll() is not None:
+                cls.process = None  # it died (say, killed for memory): a new one, and one failed test, not all
             if cls.process is None:
                 cls.environment = dict(os.environ)
                 # sys.path of a console script: its own folder, then what the interpreter adds (PYTHONPATH, site).
@@ -165,8 +169,8 @@ class _ForkServer:
             cls.process.stdin.flush()
             answer = cls.process.stdout.readline()
             if not answer:
-                raise RuntimeError("the fork server of tests/commands.py has ended")
-            return int(answer)
+                raise RuntimeError(f"the fork server of tests/commands.py has ended ({_ended(cls.process)})")
+            return int(answer), cls.process
 
     @classmethod
     def matches(cls, env: dict[str, str]) -> bool:
@@ -179,6 +183,11 @@ class _ForkServer:
         if cls.process is not None and cls.process.poll() is None:
             cls.process.stdin.close()
             cls.process.wait(30)
+
+
+def _ended(process: subprocess.Popen) -> str:
+    status = process.wait()
+    return f"killed by signal {-status}" if status < 0 else f"exit status {status}"
 
 
 def _python_script(argv: list[str], cwd: Path) -> Path | None:
@@ -214,7 +223,7 @@ class CommandProcess:
                 request |= dict(argv=[str(Path(sys.executable).parent / name), *argv[1:]], entry_point=scripts[name])
             else:  # sys.path of `python script.py`: the script's folder first
                 request |= dict(argv=[str(script), *argv[2:]], script=str(script), path0=str(script.parent))
-            self.pid = _ForkServer.start(request)
+            self.pid, self._server = _ForkServer.start(request)
         else:
             with open(self._stdout, "wb") as out, open(self._stderr, "wb") as err:
                 self._process = subprocess.Popen(
@@ -236,6 +245,12 @@ class CommandProcess:
             return self.returncode
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.poll() is None:
+            if self._server.poll() is not None and self.poll() is None:  # nobody is left to write the status
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGKILL)
+                raise RuntimeError(
+                    f"the fork server of tests/commands.py ended ({_ended(self._server)}) while {self.args} ran"
+                )
             if deadline is not None and time.monotonic() > deadline:
                 raise subprocess.TimeoutExpired(self.args, timeout)
             time.sleep(0.02)

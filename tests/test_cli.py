@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -112,6 +113,22 @@ assert warnings.showwarning is before  # the command leaves Python's as it was
     assert runs[0].stderr.splitlines()[0] == "warning: ours did not converge"
     assert f"{SCRIPTS / 'module.py'}:7: UserWarning: a tool's did not converge" in runs[0].stderr
     assert f"{ours}:7: UserWarning: ours did not converge" in runs[1].stderr  # debugging: every warning located
+
+
+def test_a_command_whose_fork_server_died_fails_at_once(tmp_path):
+    """tests/commands.py: when the warm interpreter that forked a command dies (say, killed for memory), nothing is
+    left to report the command's status: waiting for it fails at once and says so, rather than at its timeout, and
+    the orphaned command is ended. (A stand-in plays the dead server: killing the shared one costs a new import.)"""
+    (tmp_path / "sleeps.py").write_text("import time\ntime.sleep(120)\n")
+    process = start_command([sys.executable, "sleeps.py"], cwd=tmp_path)
+    assert process.warm
+    process._server = subprocess.Popen([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), 9)"])
+    with pytest.raises(RuntimeError, match=r"fork server of tests/commands.py ended \(killed by signal 9\)"):
+        process.wait(60)
+    with pytest.raises(ProcessLookupError):  # ended, and reaped by the live server
+        for _ in range(500):
+            os.kill(process.pid, 0)
+            time.sleep(0.01)
 
 
 def test_every_command_answers_help(tmp_path):
