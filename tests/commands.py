@@ -10,10 +10,12 @@ script's entry point as the script does, runs the exit handlers and exits with t
 computes is what a cold start computes after those imports. Cold starts are tested too: `test_cli` runs every
 installed command's `--help` in a fresh interpreter, and the README's main job runs in one.
 
-The repository's tools (`python scripts/<tool>.py ...`) are forked the same way, run as Python runs a script.
-A command runs cold (a plain subprocess) when it is neither, or when its environment
-differs from the fork server's in a variable that libraries read while being imported (the Hub's offline switch,
-cache folders, PYTHONPATH, ...): the warm import would then not be the one the command makes.
+The repository's tools (`python scripts/<tool>.py ...`) are forked the same way, run as Python runs a script, and
+so is `python -c CODE` when the code imports alternet_hf first (the README's snippets). Anything else runs cold (a
+plain subprocess). The warm import must be the one the command makes: a command whose environment differs from the
+test process's in a variable that libraries read while being imported (the Hub's endpoint and offline switch, cache
+folders, PYTHONPATH, ...) runs cold, and from the second command in that same environment on, is forked from a
+server of its own.
 """
 
 import atexit
@@ -68,6 +70,11 @@ def run(request):
         if "script" in request:  # python scripts/<tool>.py
             import runpy
             runpy.run_path(request["script"], run_name="__main__")
+            result = 0
+        elif "code" in request:  # python -c CODE, in a __main__ of its own
+            import types
+            main = sys.modules["__main__"] = types.ModuleType("__main__")
+            exec(compile(request["code"], "<string>", "exec"), vars(main))
             result = 0
         else:
             import importlib
@@ -130,59 +137,74 @@ def console_scripts() -> dict[str, str]:
     }
 
 
-class _ForkServer:
-    """One fork server per test process, started on first use with that process's environment."""
+def _import_time(env: dict[str, str]) -> tuple:
+    """The variables of `env` that libraries read while being imported: a warm interpreter's key."""
+    return tuple(sorted((name, value) for name, value in env.items() if IMPORT_TIME_VARIABLES.match(name)))
 
-    process: subprocess.Popen | None = None
-    environment: dict[str, str] = {}
-    script_path: list[str] = []
+
+class _ForkServer:
+    """A fork server, started on first use with the environment it serves: one for the test process's own, and one
+    for any other environment (of import-time variables) that a second command asks for (a test's Hub endpoint, say).
+    """
+
+    servers: dict[tuple, "_ForkServer"] = {}
+    own: tuple | None = None  # the test process's environment when its first command started
+    seen: set[tuple] = set()  # environments one command ran in, cold
     lock = threading.Lock()
 
+    def __init__(self, env: dict[str, str]):
+        self.environment = dict(env)
+        # sys.path of a console script: its own folder, then what the interpreter adds (PYTHONPATH, site).
+        default = subprocess.run(
+            [sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=self.environment,
+        ).stdout
+        self.script_path = [str(Path(sys.executable).parent), *json.loads(default)]
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _SERVER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=self.environment,
+            cwd=tempfile.gettempdir(),
+        )
+        atexit.register(self.stop)
+
     @classmethod
-    def start(cls, request: dict) -> tuple[int, subprocess.Popen]:
-        """Fork the command of `request`: its pid, and the server that forked it (whose death `wait` notices)."""
+    def serving(cls, env: dict[str, str]) -> "_ForkServer | None":
+        """The live server whose warm import is the one a command in `env` makes, started if it is the test
+        process's own environment or the second command in this one; None: run the command cold."""
+        key = _import_time(env)
         with cls.lock:
-            if cls.process is not None and cls.process.poll() is not None:
-                cls.process = None  # it died (say, killed for memory): a new one, and one failed test, not all
-            if cls.process is None:
-                cls.environment = dict(os.environ)
-                # sys.path of a console script: its own folder, then what the interpreter adds (PYTHONPATH, site).
-                default = subprocess.run(
-                    [sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                    env=cls.environment,
-                ).stdout
-                cls.script_path = [str(Path(sys.executable).parent), *json.loads(default)]
-                cls.process = subprocess.Popen(
-                    [sys.executable, "-c", _SERVER],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    text=True,
-                    env=cls.environment,
-                    cwd=tempfile.gettempdir(),
-                )
-                atexit.register(cls.stop)
-            sys_path = [request.pop("path0", cls.script_path[0]), *cls.script_path[1:]]
-            cls.process.stdin.write(json.dumps({**request, "sys_path": sys_path}) + "\n")
-            cls.process.stdin.flush()
-            answer = cls.process.stdout.readline()
+            server = cls.servers.get(key)
+            if server is not None and server.process.poll() is not None:
+                server = None  # it died (say, killed for memory): a new one, and one failed test, not all
+            if server is None:
+                cls.own = _import_time(os.environ) if cls.own is None else cls.own
+                if key != cls.own and key not in cls.seen:
+                    cls.seen.add(key)
+                    return None
+                server = cls.servers[key] = cls(env)
+            return server
+
+    def start(self, request: dict) -> int:
+        """Fork the command of `request`; its pid."""
+        with self.lock:
+            sys_path = [request.pop("path0", self.script_path[0]), *self.script_path[1:]]
+            self.process.stdin.write(json.dumps({**request, "sys_path": sys_path}) + "\n")
+            self.process.stdin.flush()
+            answer = self.process.stdout.readline()
             if not answer:
-                raise RuntimeError(f"the fork server of tests/commands.py has ended ({_ended(cls.process)})")
-            return int(answer), cls.process
+                raise RuntimeError(f"the fork server of tests/commands.py has ended ({_ended(self.process)})")
+            return int(answer)
 
-    @classmethod
-    def matches(cls, env: dict[str, str]) -> bool:
-        server = cls.environment if cls.process is not None else dict(os.environ)
-        names = {n for n in (*server, *env) if IMPORT_TIME_VARIABLES.match(n)}
-        return all(server.get(name) == env.get(name) for name in names)
-
-    @classmethod
-    def stop(cls) -> None:
-        if cls.process is not None and cls.process.poll() is None:
-            cls.process.stdin.close()
-            cls.process.wait(30)
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.stdin.close()
+            self.process.wait(30)
 
 
 def _ended(process: subprocess.Popen) -> str:
@@ -190,11 +212,28 @@ def _ended(process: subprocess.Popen) -> str:
     return f"killed by signal {-status}" if status < 0 else f"exit status {status}"
 
 
+def _is_python(program: str) -> bool:
+    return Path(program).name in ("python", "python3", Path(sys.executable).name)
+
+
 def _python_script(argv: list[str], cwd: Path) -> Path | None:
     """The script of `python path/to/script.py ...` (the repository's `scripts/`), else None."""
-    if len(argv) >= 2 and Path(argv[0]).name in ("python", "python3", Path(sys.executable).name):
-        if argv[1].endswith(".py") and (Path(cwd) / argv[1]).is_file():
-            return (Path(cwd) / argv[1]).resolve()
+    if len(argv) >= 2 and _is_python(argv[0]) and argv[1].endswith(".py") and (Path(cwd) / argv[1]).is_file():
+        return (Path(cwd) / argv[1]).resolve()
+    return None
+
+
+def _python_code(argv: list[str]) -> str | None:
+    """The code of `python -c CODE ...` (a README snippet) when its leading imports import alternet_hf."""
+    if len(argv) >= 3 and _is_python(argv[0]) and argv[1] == "-c":
+        for line in argv[2].splitlines():
+            words = line.split()
+            if words[:2] in (["import", "alternet_hf"], ["from", "alternet_hf"]) or line.startswith(
+                "from alternet_hf."
+            ):
+                return argv[2]
+            if words and words[0] not in ("import", "from") and not words[0].startswith("#"):
+                return None
     return None
 
 
@@ -214,16 +253,20 @@ class CommandProcess:
         self._merge = merge
         self.returncode: int | None = None
         scripts, name = console_scripts(), Path(argv[0]).name
-        script = _python_script(argv, cwd)
-        self.warm = warm and (name in scripts or script is not None) and _ForkServer.matches(env)
+        script, code = _python_script(argv, cwd), _python_code(argv)
+        eligible = warm and (name in scripts or script is not None or code is not None)
+        self._server = _ForkServer.serving(env) if eligible else None
+        self.warm = self._server is not None
         if self.warm:
             request = dict(cwd=str(cwd), env=env, stdout=str(self._stdout), status=str(self._status))
             request["stderr"] = None if merge else str(self._stderr)
-            if script is None:
-                request |= dict(argv=[str(Path(sys.executable).parent / name), *argv[1:]], entry_point=scripts[name])
-            else:  # sys.path of `python script.py`: the script's folder first
+            if script is not None:  # sys.path of `python script.py`: the script's folder first
                 request |= dict(argv=[str(script), *argv[2:]], script=str(script), path0=str(script.parent))
-            self.pid, self._server = _ForkServer.start(request)
+            elif code is not None:  # and of `python -c`: the working folder
+                request |= dict(argv=["-c", *argv[3:]], code=code, path0="")
+            else:
+                request |= dict(argv=[str(Path(sys.executable).parent / name), *argv[1:]], entry_point=scripts[name])
+            self.pid = self._server.start(request)
         else:
             with open(self._stdout, "wb") as out, open(self._stderr, "wb") as err:
                 self._process = subprocess.Popen(
@@ -245,11 +288,11 @@ class CommandProcess:
             return self.returncode
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.poll() is None:
-            if self._server.poll() is not None and self.poll() is None:  # nobody is left to write the status
+            if self._server.process.poll() is not None and self.poll() is None:  # nobody left to write the status
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(self.pid, signal.SIGKILL)
                 raise RuntimeError(
-                    f"the fork server of tests/commands.py ended ({_ended(self._server)}) while {self.args} ran"
+                    f"the fork server of tests/commands.py ended ({_ended(self._server.process)}) while {self.args} ran"
                 )
             if deadline is not None and time.monotonic() > deadline:
                 raise subprocess.TimeoutExpired(self.args, timeout)

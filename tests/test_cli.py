@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -122,7 +123,8 @@ def test_a_command_whose_fork_server_died_fails_at_once(tmp_path):
     (tmp_path / "sleeps.py").write_text("import time\ntime.sleep(120)\n")
     process = start_command([sys.executable, "sleeps.py"], cwd=tmp_path)
     assert process.warm
-    process._server = subprocess.Popen([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), 9)"])
+    dead = subprocess.Popen([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), 9)"])
+    process._server = types.SimpleNamespace(process=dead)
     with pytest.raises(RuntimeError, match=r"fork server of tests/commands.py ended \(killed by signal 9\)"):
         process.wait(60)
     with pytest.raises(ProcessLookupError):  # ended, and reaped by the live server

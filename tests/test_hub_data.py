@@ -84,16 +84,18 @@ def hub(tmp_path_factory):
         except OSError:
             assert time.monotonic() < deadline, "the Hub server did not answer within 60 s"
             time.sleep(0.3)
-    yield SimpleNamespace(endpoint=endpoint, log=log, repo=repo, model=model, root=root)
+    yield SimpleNamespace(endpoint=endpoint, log=log, repo=repo, model=model, root=root, home=root / "hf-home")
     server.terminate()
     server.wait(30)
 
 
 def fetch(hub, argv: list[str], cwd: Path):
-    """Run a command against the server with an empty cache; (its result, the files it fetched)."""
+    """Run a command against the server with an empty cache (`hub.home`, emptied first: one environment for all,
+    whose commands tests/commands.py forks from one warm interpreter); (its result, the files it fetched)."""
     before = hub.log.read_text().splitlines() if hub.log.exists() else []
+    shutil.rmtree(hub.home, ignore_errors=True)
     env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_HUB_OFFLINE": "0", "HF_DATASETS_OFFLINE": "0"}
-    env["HF_HOME"] = str(cwd / "hf-home")
+    env["HF_HOME"] = str(hub.home)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"  # the installed commands
     result = run_command(argv, cwd=cwd, env=env, timeout=600)
     after = hub.log.read_text().splitlines() if hub.log.exists() else []
@@ -170,7 +172,7 @@ def test_training_from_the_hub_as_a_stream_counts_rows_from_footers_and_prepares
     assert "streaming 1,437 images in 3 file(s): 22 batches of 64 an epoch" in result.stdout
     footers = {file for file, span in (line.split() for line in fetched if " " in line) if _reaches_the_end(span)}
     assert {f"data/train-{shard:05d}-of-00003.parquet" for shard in range(3)} <= footers, fetched
-    prepared = {path.name for path in (tmp_path / "hf-home").rglob("*.arrow")}
+    prepared = {path.name for path in hub.home.rglob("*.arrow")}
     assert prepared and all("validation" in name for name in prepared), prepared
 
 
