@@ -14,8 +14,7 @@ The repository's tools (`python scripts/<tool>.py ...`) are forked the same way,
 so is `python -c CODE` when the code imports alternet_hf first (the README's snippets). Anything else runs cold (a
 plain subprocess). The warm import must be the one the command makes: a command whose environment differs from the
 test process's in a variable that libraries read while being imported (the Hub's endpoint and offline switch, cache
-folders, PYTHONPATH, ...) runs cold, and from the second command in that same environment on, is forked from a
-server of its own.
+folders, PYTHONPATH, ...) runs cold, unless the test gave that environment a server of its own (`warm_environment`).
 """
 
 import atexit
@@ -143,13 +142,12 @@ def _import_time(env: dict[str, str]) -> tuple:
 
 
 class _ForkServer:
-    """A fork server, started on first use with the environment it serves: one for the test process's own, and one
-    for any other environment (of import-time variables) that a second command asks for (a test's Hub endpoint, say).
-    """
+    """A fork server, started on first use with the environment it serves: the test process's own, or one given to
+    `warm_environment`."""
 
     servers: dict[tuple, "_ForkServer"] = {}
     own: tuple | None = None  # the test process's environment when its first command started
-    seen: set[tuple] = set()  # environments one command ran in, cold
+    shared: set[tuple] = set()  # other environments given a server of their own (`warm_environment`)
     lock = threading.Lock()
 
     def __init__(self, env: dict[str, str]):
@@ -176,7 +174,7 @@ class _ForkServer:
     @classmethod
     def serving(cls, env: dict[str, str]) -> "_ForkServer | None":
         """The live server whose warm import is the one a command in `env` makes, started if it is the test
-        process's own environment or the second command in this one; None: run the command cold."""
+        process's own environment or one given to `warm_environment`; None: run the command cold."""
         key = _import_time(env)
         with cls.lock:
             server = cls.servers.get(key)
@@ -184,8 +182,7 @@ class _ForkServer:
                 server = None  # it died (say, killed for memory): a new one, and one failed test, not all
             if server is None:
                 cls.own = _import_time(os.environ) if cls.own is None else cls.own
-                if key != cls.own and key not in cls.seen:
-                    cls.seen.add(key)
+                if key != cls.own and key not in cls.shared:
                     return None
                 server = cls.servers[key] = cls(env)
             return server
@@ -205,6 +202,13 @@ class _ForkServer:
         if self.process.poll() is None:
             self.process.stdin.close()
             self.process.wait(30)
+
+
+def warm_environment(env: dict[str, str]) -> None:
+    """Fork the commands run in `env` (a test's Hub endpoint and cache, say) from a warm interpreter of their own,
+    started with `env` on first use, when `env` differs from the test process's in variables read at import."""
+    with _ForkServer.lock:
+        _ForkServer.shared.add(_import_time(env))
 
 
 def _ended(process: subprocess.Popen) -> str:

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from commands import run_command
+from commands import run_command, warm_environment
 from conftest import TINY
 from test_space import free_port
 
@@ -91,11 +91,12 @@ def hub(tmp_path_factory):
 
 def fetch(hub, argv: list[str], cwd: Path):
     """Run a command against the server with an empty cache (`hub.home`, emptied first: one environment for all,
-    whose commands tests/commands.py forks from one warm interpreter); (its result, the files it fetched)."""
+    whose commands are forked from one warm interpreter); (its result, the files it fetched)."""
     before = hub.log.read_text().splitlines() if hub.log.exists() else []
     shutil.rmtree(hub.home, ignore_errors=True)
     env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_HUB_OFFLINE": "0", "HF_DATASETS_OFFLINE": "0"}
     env["HF_HOME"] = str(hub.home)
+    warm_environment(env)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"  # the installed commands
     result = run_command(argv, cwd=cwd, env=env, timeout=600)
     after = hub.log.read_text().splitlines() if hub.log.exists() else []
