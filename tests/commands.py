@@ -147,7 +147,7 @@ class _ForkServer:
 
     servers: dict[tuple, "_ForkServer"] = {}
     own: tuple | None = None  # the test process's environment when its first command started
-    shared: set[tuple] = set()  # other environments given a server of their own (`warm_environment`)
+    shared: dict[tuple, dict[str, str]] = {}  # other environments given a server of their own (`warm_environment`)
     lock = threading.Lock()
 
     def __init__(self, env: dict[str, str]):
@@ -184,7 +184,8 @@ class _ForkServer:
                 cls.own = _import_time(os.environ) if cls.own is None else cls.own
                 if key != cls.own and key not in cls.shared:
                     return None
-                server = cls.servers[key] = cls(env)
+                # the environment it starts in, not the command's: torch reads OMP_NUM_THREADS once, at import
+                server = cls.servers[key] = cls(dict(os.environ) if key == cls.own else cls.shared[key])
             return server
 
     def start(self, request: dict) -> int:
@@ -208,7 +209,7 @@ def warm_environment(env: dict[str, str]) -> None:
     """Fork the commands run in `env` (a test's Hub endpoint and cache, say) from a warm interpreter of their own,
     started with `env` on first use, when `env` differs from the test process's in variables read at import."""
     with _ForkServer.lock:
-        _ForkServer.shared.add(_import_time(env))
+        _ForkServer.shared.setdefault(_import_time(env), dict(env))
 
 
 def _ended(process: subprocess.Popen) -> str:
