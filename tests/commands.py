@@ -46,6 +46,8 @@ _SERVER = r"""
 import json, os, select, sys
 import alternet_hf  # noqa: F401  (the first thing every command imports)
 import datasets, matplotlib.pyplot, sklearn.datasets  # noqa: F401, E401  (what most import next)
+import torch
+DEFAULT_THREADS = torch.get_num_threads()  # the server starts without OMP_NUM_THREADS: the machine's default
 
 def run(request):
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -59,9 +61,8 @@ def run(request):
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    if "OMP_NUM_THREADS" in request["env"]:  # torch read it when this server imported torch
-        import torch
-        torch.set_num_threads(int(request["env"]["OMP_NUM_THREADS"]))
+    # torch read OMP_NUM_THREADS when this server imported it: each command gets the count its cold start has
+    torch.set_num_threads(int(request["env"].get("OMP_NUM_THREADS") or DEFAULT_THREADS))
     sys.argv = list(request["argv"])
     sys.path[:] = request["sys_path"]
     status = 0
@@ -151,7 +152,7 @@ class _ForkServer:
     lock = threading.Lock()
 
     def __init__(self, env: dict[str, str]):
-        self.environment = dict(env)
+        self.environment = {name: value for name, value in env.items() if name != "OMP_NUM_THREADS"}
         # sys.path of a console script: its own folder, then what the interpreter adds (PYTHONPATH, site).
         default = subprocess.run(
             [sys.executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
@@ -184,7 +185,6 @@ class _ForkServer:
                 cls.own = _import_time(os.environ) if cls.own is None else cls.own
                 if key != cls.own and key not in cls.shared:
                     return None
-                # the environment it starts in, not the command's: torch reads OMP_NUM_THREADS once, at import
                 server = cls.servers[key] = cls(dict(os.environ) if key == cls.own else cls.shared[key])
             return server
 

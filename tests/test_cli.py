@@ -133,6 +133,19 @@ def test_a_command_whose_fork_server_died_fails_at_once(tmp_path):
             time.sleep(0.01)
 
 
+def test_a_forked_command_has_the_threads_of_its_cold_start(tmp_path):
+    """tests/commands.py: torch reads OMP_NUM_THREADS once, when imported, so a warm interpreter started where it is
+    1 would hand one thread to every command; each forked command gets the count its cold start has instead."""
+    from commands import warm_environment
+
+    code = "import alternet_hf\nimport torch\nprint(torch.get_num_threads())"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"} | {"HF_HOME": str(tmp_path / "hf")}
+    warm_environment(env | {"OMP_NUM_THREADS": "1"})  # an interpreter of its own, asked for with one thread
+    forked, cold = (run_command([sys.executable, "-c", code], cwd=tmp_path, env=env, warm=w) for w in (True, False))
+    one = run_command([sys.executable, "-c", code], cwd=tmp_path, env=env | {"OMP_NUM_THREADS": "1"})
+    assert forked.stdout.strip() == cold.stdout.strip() and one.stdout.strip() == "1", (forked, cold, one)
+
+
 def test_every_command_answers_help(tmp_path):
     """Each command's own entry point answers `--help`. The first one starts in a bare interpreter, as a user's
     shell starts it; the others are forked from a warm one (tests/commands.py), which imports the same modules

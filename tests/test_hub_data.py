@@ -96,8 +96,8 @@ def fetch(hub, argv: list[str], cwd: Path):
     shutil.rmtree(hub.home, ignore_errors=True)
     env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_HUB_OFFLINE": "0", "HF_DATASETS_OFFLINE": "0"}
     env["HF_HOME"] = str(hub.home)
-    warm_environment(env)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"  # the installed commands
+    warm_environment(env)
     result = run_command(argv, cwd=cwd, env=env, timeout=600)
     after = hub.log.read_text().splitlines() if hub.log.exists() else []
     return result, [line.removeprefix(f"datasets/{REPO}/") for line in after[len(before) :]]
