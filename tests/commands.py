@@ -147,8 +147,8 @@ class _ForkServer:
     `warm_environment`."""
 
     servers: dict[tuple, "_ForkServer"] = {}
-    own: tuple | None = None  # the test process's environment when its first command started
-    shared: dict[tuple, dict[str, str]] = {}  # other environments given a server of their own (`warm_environment`)
+    # The environments served, by key: the test process's (when its first command starts), and `warm_environment`'s.
+    environments: dict[tuple, dict[str, str]] = {}
     lock = threading.Lock()
 
     def __init__(self, env: dict[str, str]):
@@ -173,6 +173,12 @@ class _ForkServer:
         atexit.register(self.stop)
 
     @classmethod
+    def add_own(cls) -> None:
+        """The test process's environment, as it is when first asked for: the first one served."""
+        if not cls.environments:
+            cls.environments[_import_time(os.environ)] = dict(os.environ)
+
+    @classmethod
     def serving(cls, env: dict[str, str]) -> "_ForkServer | None":
         """The live server whose warm import is the one a command in `env` makes, started if it is the test
         process's own environment or one given to `warm_environment`; None: run the command cold."""
@@ -182,10 +188,10 @@ class _ForkServer:
             if server is not None and server.process.poll() is not None:
                 server = None  # it died (say, killed for memory): a new one, and one failed test, not all
             if server is None:
-                cls.own = _import_time(os.environ) if cls.own is None else cls.own
-                if key != cls.own and key not in cls.shared:
+                cls.add_own()
+                if key not in cls.environments:
                     return None
-                server = cls.servers[key] = cls(dict(os.environ) if key == cls.own else cls.shared[key])
+                server = cls.servers[key] = cls(cls.environments[key])
             return server
 
     def start(self, request: dict) -> int:
@@ -209,7 +215,8 @@ def warm_environment(env: dict[str, str]) -> None:
     """Fork the commands run in `env` (a test's Hub endpoint and cache, say) from a warm interpreter of their own,
     started with `env` on first use, when `env` differs from the test process's in variables read at import."""
     with _ForkServer.lock:
-        _ForkServer.shared.setdefault(_import_time(env), dict(env))
+        _ForkServer.add_own()
+        _ForkServer.environments.setdefault(_import_time(env), dict(env))
 
 
 def _ended(process: subprocess.Popen) -> str:
