@@ -1,6 +1,6 @@
 """Small local stand-ins for what the README's commands name: an image folder, the CIFAR-100-C arrays, the
 reference's released checkpoints. `build(folder)` writes them and `placeholders.json`, the map from each
-README placeholder to its stand-in (used by test_readme.py)."""
+README placeholder to its stand-in (used by test_readme.py, which runs `python tests/readme_data.py FOLDER`)."""
 
 import json
 import re
@@ -89,3 +89,9 @@ def build(folder: str) -> None:
     }
     (root / "my_run.json").write_text(json.dumps({"model": "resnet-18-cifar10", "dataset": "uoft-cs/cifar10"}))
     (root / "placeholders.json").write_text(json.dumps(placeholders, indent=2))
+
+
+if __name__ == "__main__":
+    import sys
+
+    build(sys.argv[1])

@@ -221,13 +221,8 @@ def workspace(tmp_path_factory) -> Workspace:
     assert accuracy >= 95, main_job.stdout[-2000:]  # the README promises a model that works
 
     data = tmp_path_factory.mktemp("readme-data")
-    script = f"""
-import sys
-sys.path.insert(0, {str(ROOT / "tests")!r})
-from readme_data import build
-build({str(data)!r})
-"""
-    built = run_command([sys.executable, "-c", script], cwd=data, env=_env(threads=2))
+    builder = ROOT / "tests" / "readme_data.py"  # a script: forked from the warm interpreter, as the tools are
+    built = run_command([sys.executable, str(builder), str(data)], cwd=data, env=_env(threads=2))
     assert built.returncode == 0, built.stderr[-3000:]
     placeholders = json.loads((data / "placeholders.json").read_text())
     for program in ("bash", "python"):  # run from a clone: the repository's scripts

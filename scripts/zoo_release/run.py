@@ -1,5 +1,6 @@
 """The release's run: `release.json` (the manifest that makes it resumable) and `Release`, its steps in order."""
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -36,6 +37,7 @@ from .checks import (
 )
 from .estimates import CIFAR_TRAIN_IMAGES, format_duration, h100_estimate, seconds_per_training_image
 from .outputs import write_robustness, write_space_repo
+from .verify import UserSession, verify_repo
 
 # What a second release on a folder in use is told (`run_lock.hold_folder`).
 RUNNING_ADVICE = "wait for it to end: run again later, the release goes on from where that one stopped"
@@ -135,6 +137,7 @@ class Release:
         self.work = self.out / "work"
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.compile = inductor_available()
+        self.user = UserSession()  # the interpreter that loads each repo as a user without alternet_hf does
 
     # The layout of <out>.
     def train_dir(self, preset: str) -> Path:
@@ -192,7 +195,7 @@ class Release:
 
     def run(self) -> dict:
         """Every step not yet complete, then the summary (also returned); one run at a time per output folder."""
-        with hold_folder(self.out, advice=RUNNING_ADVICE):
+        with hold_folder(self.out, advice=RUNNING_ADVICE), contextlib.closing(self.user):
             return self._run()
 
     def _run(self) -> dict:
@@ -661,14 +664,13 @@ class Release:
     def verify(self, preset: str) -> list[Path]:
         """The repo as a user loads it scores the card's top-1, and the Space predicts what it predicts
         (`verify.verify_repo`); what was compared goes to work/verify/<preset>.json."""
-        from .verify import verify_repo
-
         checked = verify_repo(
             self.model_repo(preset),
             self.source,
             self.dataset_name,
             image_column=COLUMNS.image,
             label_column=COLUMNS.label,
+            user=self.user,
         )
         self.say(
             f"{preset}: the card's top-1 {100 * checked['card_top1']:.2f}%, loaded as a user loads it "

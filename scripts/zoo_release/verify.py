@@ -1,12 +1,14 @@
 """What a user gets from a released repo, checked before it is published: the card's top-1 is what the repo scores
 when loaded as its card says (`AutoModelForImageClassification` and `AutoImageProcessor` from the folder, remote
-code trusted, in a new process that never imports `alternet_hf`), and the Space predicts what that model predicts.
+code trusted, in a process of its own that never imports `alternet_hf`), and the Space predicts what that model
+predicts.
 
 A card built from another model's evaluation, weights saved from the wrong model, an image processor that prepares
 images differently from the evaluation, or a Space that normalises differently all pass every earlier step and
 fail here, with both numbers named.
 """
 
+import contextlib
 import json
 import os
 import subprocess
@@ -24,29 +26,96 @@ TIED_IMAGES = 2
 # Probabilities of one image through two preprocessing paths (PIL in the Space, the image processor's NumPy).
 PROBABILITY_TOLERANCE = 1e-4
 
-# Run with `python -c` in a fresh folder: only transformers, datasets and torch, as a user without alternet_hf has.
+# A user's interpreter, started with `python -c` in a fresh folder: only transformers, datasets and torch, as a user
+# without alternet_hf has. One request per line on stdin (a JSON list: repo, dataset, image column, label column,
+# sample), one answer per request on stdout (a line starting with ANSWER), so a release pays its imports once.
 USER_EVALUATION = r"""
-import json, sys
+import json, sys, traceback
 sys.modules["alternet_hf"] = None  # as if not installed: remote code that needs it fails here, as for a user
 import torch
 from datasets import load_dataset
 from transformers import AutoImageProcessor, AutoModelForImageClassification
 
-repo, source, image_column, label_column, sample = sys.argv[1:6]
-model = AutoModelForImageClassification.from_pretrained(repo, trust_remote_code=True).eval()
-processor = AutoImageProcessor.from_pretrained(repo, trust_remote_code=True)
-test = load_dataset(source, split="test")
-correct, first = 0, []
-with torch.no_grad():
-    for start in range(0, len(test), 250):
-        batch = test[start : start + 250]
-        images = [image.convert("RGB") for image in batch[image_column]]
-        probabilities = model(**processor(images, return_tensors="pt")).logits.float().softmax(-1)
-        correct += (probabilities.argmax(-1) == torch.tensor(batch[label_column])).sum().item()
-        if start == 0:
-            first = probabilities[: int(sample)].tolist()
-print(json.dumps({"top1": correct / len(test), "images": len(test), "probabilities": first}))
+def evaluate(repo, source, image_column, label_column, sample):
+    model = AutoModelForImageClassification.from_pretrained(repo, trust_remote_code=True).eval()
+    processor = AutoImageProcessor.from_pretrained(repo, trust_remote_code=True)
+    test = load_dataset(source, split="test")
+    correct, first = 0, []
+    with torch.no_grad():
+        for start in range(0, len(test), 250):
+            batch = test[start : start + 250]
+            images = [image.convert("RGB") for image in batch[image_column]]
+            probabilities = model(**processor(images, return_tensors="pt")).logits.float().softmax(-1)
+            correct += (probabilities.argmax(-1) == torch.tensor(batch[label_column])).sum().item()
+            if start == 0:
+                first = probabilities[:sample].tolist()
+    return {"top1": correct / len(test), "images": len(test), "probabilities": first}
+
+for line in sys.stdin:
+    try:
+        answer = evaluate(*json.loads(line))
+    except Exception:
+        answer = {"error": traceback.format_exc()}
+    print("ANSWER " + json.dumps(answer), flush=True)
 """
+
+
+class UserSession:
+    """The user's interpreter (`USER_EVALUATION`), started on first use and kept for every repo of a release; each
+    repo's remote code is its own module (named after its folder), so one repo cannot stand in for another."""
+
+    def __init__(self):
+        self.process = None
+
+    def evaluate(self, repo: Path, source: str, image_column: str, label_column: str) -> dict:
+        """{top1, images, probabilities of the first `SPACE_SAMPLE` test images}, as the user computes them."""
+        if Path(source).exists():  # a local dataset, read from another folder
+            source = str(Path(source).resolve())
+        if self.process is None:
+            self.folder = tempfile.TemporaryDirectory(prefix="alternet-verify-")
+            self.log = open(Path(self.folder.name) / "stderr", "w+")
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", USER_EVALUATION],
+                cwd=self.folder.name,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self.log,
+                text=True,
+                env={**os.environ, "PYTHONPATH": ""},
+            )
+        request = [str(Path(repo).resolve()), source, image_column, label_column, SPACE_SAMPLE]
+        with contextlib.suppress(BrokenPipeError):
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+        answer = next((line for line in self.process.stdout if line.startswith("ANSWER ")), None)
+        answer = json.loads(answer.removeprefix("ANSWER ")) if answer else {"error": self._ended()}
+        if "error" in answer:
+            raise ReleaseError(
+                f"{repo} does not load and evaluate as its card tells users to (AutoModelForImageClassification and "
+                f"AutoImageProcessor, trust_remote_code=True, without alternet_hf):\n{answer['error'][-2000:]}"
+            )
+        return answer
+
+    def _ended(self) -> str:
+        self.log.seek(0)
+        said = self.log.read()[-2000:]
+        self.close()
+        return said or "the user's interpreter ended without a word"
+
+    def close(self) -> None:
+        """End the interpreter (it ends by itself when its input closes: a killed release leaves none behind)."""
+        if self.process is None:
+            return
+        with contextlib.suppress(BrokenPipeError):
+            self.process.stdin.close()
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:  # interrupted in the middle of an evaluation
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+        self.log.close()
+        self.folder.cleanup()
 
 
 def card_top1(repo: Path) -> float:
@@ -62,35 +131,6 @@ def card_top1(repo: Path) -> float:
     raise ReleaseError(f"the card in {repo} states no clean top-1 in its model-index")
 
 
-def evaluate_as_a_user(repo: Path, source: str, image_column: str, label_column: str) -> dict:
-    """{top1, images, probabilities of the first `SPACE_SAMPLE` test images}, computed in a new process."""
-    if Path(source).exists():  # a local dataset, read from another folder
-        source = str(Path(source).resolve())
-    with tempfile.TemporaryDirectory(prefix="alternet-verify-") as folder:
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                USER_EVALUATION,
-                str(Path(repo).resolve()),
-                source,
-                image_column,
-                label_column,
-                str(SPACE_SAMPLE),
-            ],
-            cwd=folder,
-            capture_output=True,
-            text=True,
-            env={**os.environ, "PYTHONPATH": ""},
-        )
-    if result.returncode != 0:
-        raise ReleaseError(
-            f"{repo} does not load and evaluate as its card tells users to (AutoModelForImageClassification and "
-            f"AutoImageProcessor, trust_remote_code=True, without alternet_hf):\n{result.stderr[-2000:]}"
-        )
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
 def space_probabilities(repo: Path, images) -> list[list[float]]:
     """The Space's class probabilities for `images` (PIL), its model loaded from `repo` as the Space loads it."""
     from alternet_hf.space import Space, load_models
@@ -102,14 +142,16 @@ def space_probabilities(repo: Path, images) -> list[list[float]]:
     return [space.probabilities(image)[0][0].tolist() for image in images]
 
 
-def verify_repo(repo: Path, source: str, dataset_name: str, *, image_column: str, label_column: str) -> dict:
-    """Check the repo folder as published: the card's top-1 against a user's evaluation, and the Space's
+def verify_repo(
+    repo: Path, source: str, dataset_name: str, *, image_column: str, label_column: str, user: UserSession
+) -> dict:
+    """Check the repo folder as published: the card's top-1 against `user`'s evaluation, and the Space's
     predictions against the user's model on the first test images. Returns what was compared."""
     import numpy as np
 
     from alternet_hf.data import load_image_classification
 
-    stated, user = card_top1(repo), evaluate_as_a_user(repo, source, image_column, label_column)
+    stated, user = card_top1(repo), user.evaluate(repo, source, image_column, label_column)
     allowed = TIED_IMAGES / user["images"]
     if abs(stated - user["top1"]) > allowed:
         raise ReleaseError(
