@@ -37,6 +37,48 @@ import alternet_hf
 from alternet_hf.augmentation import BatchMixer, mix_batch
 from alternet_hf.modeling_common import DropPath
 
+# A user who has transformers but not alternet_hf: one interpreter for every family's remote-code check (its imports
+# paid once), each check a script in a namespace of its own, each saved folder a remote-code module of its own.
+USER_WITHOUT_THE_PACKAGE = r"""
+import contextlib, io, json, sys, traceback
+sys.modules["alternet_hf"] = None  # any import of the package fails
+for line in sys.stdin:
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(said):
+            exec(json.loads(line), {"__name__": "__main__"})
+        answer = {"ok": True, "stdout": said.getvalue()}
+    except BaseException:
+        answer = {"ok": False, "stdout": said.getvalue(), "error": traceback.format_exc()}
+    print("ANSWER " + json.dumps(answer), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def user_without_the_package(tmp_path_factory):
+    """`run(script)` -> {ok, stdout, error}: the script run by the user's interpreter."""
+    folder = tmp_path_factory.mktemp("user")
+    env = {**os.environ, "HF_MODULES_CACHE": str(folder / "modules"), "PYTHONPATH": ""}
+    process = subprocess.Popen(
+        [sys.executable, "-c", USER_WITHOUT_THE_PACKAGE],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=folder,
+    )
+
+    def run(script: str) -> dict:
+        process.stdin.write(json.dumps(script) + "\n")
+        process.stdin.flush()
+        answer = next((line for line in process.stdout if line.startswith("ANSWER ")), None)
+        assert answer is not None, f"the user's interpreter ended (exit status {process.wait()})"
+        return json.loads(answer.removeprefix("ANSWER "))
+
+    yield run
+    process.stdin.close()
+    process.wait(60)
+
 
 class ModelTester:
     """Builds one family's tiny model and inputs for the checks below."""
@@ -300,7 +342,7 @@ class ModelContractMixin:
             torch.testing.assert_close(outputs.logits.float(), model(pixel_values).logits, rtol=0.05, atol=0.05)
         outputs.loss.backward()
 
-    def test_loads_with_remote_code_without_the_package(self, tmp_path):
+    def test_loads_with_remote_code_without_the_package(self, tmp_path, user_without_the_package):
         model = self.tester.create_model().eval()
         model.save_pretrained(tmp_path, remote_code=True)
         if not self.tester.ours:  # transformers' own class: nothing to copy, it loads with transformers alone
@@ -319,8 +361,6 @@ class ModelContractMixin:
             torch.save(model(pixel_values).logits, tmp_path / "expected.pt")
         script = textwrap.dedent(
             f"""
-            import sys
-            sys.modules["alternet_hf"] = None  # any import of the package fails
             import torch
             from transformers import AutoModelForImageClassification
             model = AutoModelForImageClassification.from_pretrained({str(tmp_path)!r}, trust_remote_code=True).eval()
@@ -333,10 +373,9 @@ class ModelContractMixin:
             print("remote code OK")
             """
         )
-        env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "PYTHONPATH": ""}
-        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path)
-        assert result.returncode == 0, result.stderr[-3000:]
-        assert "remote code OK" in result.stdout
+        answer = user_without_the_package(script)
+        assert answer["ok"], answer["error"][-3000:]
+        assert "remote code OK" in answer["stdout"]
 
     # ---- memory and deployment -------------------------------------------------------------------------
 
