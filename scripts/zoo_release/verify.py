@@ -71,18 +71,8 @@ class UserSession:
         """{top1, images, probabilities of the first `SPACE_SAMPLE` test images}, as the user computes them."""
         if Path(source).exists():  # a local dataset, read from another folder
             source = str(Path(source).resolve())
-        if self.process is None:
-            self.folder = tempfile.TemporaryDirectory(prefix="alternet-verify-")
-            self.log = open(Path(self.folder.name) / "stderr", "w+")
-            self.process = subprocess.Popen(
-                [sys.executable, "-c", USER_EVALUATION],
-                cwd=self.folder.name,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=self.log,
-                text=True,
-                env={**os.environ, "PYTHONPATH": ""},
-            )
+        if self.process is None or self.process.poll() is not None:
+            self._start()
         request = [str(Path(repo).resolve()), source, image_column, label_column, SPACE_SAMPLE]
         with contextlib.suppress(BrokenPipeError):
             self.process.stdin.write(json.dumps(request) + "\n")
@@ -96,11 +86,27 @@ class UserSession:
             )
         return answer
 
-    def _ended(self) -> str:
-        self.log.seek(0)
-        said = self.log.read()[-2000:]
+    def _start(self) -> None:
         self.close()
-        return said or "the user's interpreter ended without a word"
+        self.folder = tempfile.TemporaryDirectory(prefix="alternet-verify-")
+        self.log = open(Path(self.folder.name) / "stderr", "w+")
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", USER_EVALUATION],
+            cwd=self.folder.name,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            env={**os.environ, "PYTHONPATH": ""},
+        )
+
+    def _ended(self) -> str:
+        status = self.process.wait()
+        self.log.seek(0)
+        said = self.log.read()[-1500:]
+        self.close()
+        ended = f"killed by signal {-status}" if status < 0 else f"exit status {status}"
+        return f"the user's interpreter ended ({ended}); it said:\n{said}"
 
     def close(self) -> None:
         """End the interpreter (it ends by itself when its input closes: a killed release leaves none behind)."""
