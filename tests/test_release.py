@@ -579,6 +579,26 @@ def test_a_card_written_from_another_model_s_evaluation_stops_the_release(rehear
     )
 
 
+def test_a_user_interpreter_that_dies_is_named_and_the_next_repo_gets_a_new_one(rehearsal_run, tmp_path):
+    """The release's one user interpreter (`verify.UserSession`): remote code that ends the process fails that repo
+    with the exit status, and the next repo is evaluated in a new interpreter, scoring what the release recorded."""
+    from zoo_release.verify import UserSession
+
+    models, source = rehearsal_run["out"] / "models", str(rehearsal_run["out"] / "work" / "stand-in" / "cifar100")
+    broken = shutil.copytree(models / "resnet-50-cifar100", tmp_path / "exits-on-import")
+    with open(broken / "configuration_cifar_resnet.py", "a") as code:
+        code.write("\nimport os\nos._exit(3)\n")
+    user = UserSession()
+    try:
+        with pytest.raises(release.ReleaseError, match=r"(?s)does not load .* ended \(exit status 3\)"):
+            user.evaluate(broken, source, rehearsal.COLUMNS.image, rehearsal.COLUMNS.label)
+        vit = user.evaluate(models / "vit-ti-cifar100", source, rehearsal.COLUMNS.image, rehearsal.COLUMNS.label)
+    finally:
+        user.close()
+    recorded = json.loads((rehearsal_run["out"] / "work" / "verify" / "vit-ti-cifar100.json").read_text())
+    assert vit["top1"] == recorded["user_top1"] and vit["images"] == recorded["images"]
+
+
 def test_a_space_that_prepares_images_differently_stops_the_release(rehearsal_run, tmp_path, monkeypatch):
     from alternet_hf import space
 
