@@ -1,26 +1,14 @@
 """The training engine on Accelerate: one code path for a CPU, one GPU, or many processes and nodes.
 
-`train(config)` builds data, model, optimizer and schedule from a `TrainingConfig`, trains with the
-recipe's augmentation, evaluates the paper's metrics every `eval_every_epochs` epochs (and after the last), and
-writes
+`train(config)` builds data, model, optimizer and schedule from a `TrainingConfig`, trains with the recipe's
+augmentation, evaluates the paper's metrics every `eval_every_epochs` epochs (and after the last), and writes the
+final model, `best/` (the most accurate), `checkpoints/` (for `resume=True`) and `logs/` into `output_dir`
+(docs/training.md lists every output).
 
-    <output_dir>/                 the final model (save_pretrained + image processor), metrics.json,
-                                  history.json, training_curves.png, reliability_diagram.png, config
-                                  (and holdout.json: the rows an `eval_split="holdout"` kept from training)
-    <output_dir>/best/            the model of the best evaluation accuracy
-    <output_dir>/checkpoints/     Accelerate states for `resume=True`
-    <output_dir>/logs/            TensorBoard
-
-The hot path is built for a GPU: uint8 images reach the device from pinned memory without blocking; normalisation,
-Mixup/CutMix and the loss run inside the training step, compiled on CUDA as one graph (zero graph breaks and
-recompiles, tested); fused AdamW. The host waits for the device only every `log_every_steps` batches (the logged
-loss, checked to be finite there), at checkpoints and at evaluations.
-
-Checkpoints (every `save_every_epochs` epochs and the last, every `save_every_minutes`, every `save_every_steps`)
-are written to a temporary folder with a manifest of their files, renamed into place, and only then named by the
-`latest` pointer, so a kill at any moment leaves a usable checkpoint. Resuming restores model, optimizer,
-schedule, every RNG and the position inside the epoch; a checkpoint any part of which does not load is skipped
-for the previous one, saying so.
+The hot path is built for a GPU: uint8 images reach the device without blocking; normalisation, Mixup/CutMix and the
+loss run inside one (compiled) training step; the host waits for the device only every `log_every_steps` batches, at
+checkpoints and at evaluations. Checkpoints are atomic (`CheckpointManager`), so a kill at any moment leaves a usable
+one to resume from.
 """
 
 import json
@@ -71,19 +59,9 @@ RUNNING_ADVICE = "wait for it to end, or stop it and then continue it with --res
 # What only a run that finished writes into its output folder (`best/` holds a metrics.json of its own).
 FINISHED_OUTPUTS = ("metrics.json", "history.json")
 # What a run writes into its output folder; `overwrite=True` removes these (and nothing else) first.
-RUN_OUTPUTS = (
-    "checkpoints",
-    "best",
-    "logs",
-    "training_config.json",
-    "history.json",
-    "metrics.json",
-    "training_curves.png",
-    "reliability_diagram.png",
-    "config.json",
-    "model.safetensors",
-    "preprocessor_config.json",
-    "holdout.json",
+RUN_OUTPUTS = tuple(
+    "checkpoints best logs training_config.json history.json metrics.json training_curves.png reliability_diagram.png "
+    "config.json model.safetensors preprocessor_config.json holdout.json".split()
 )
 
 
@@ -336,10 +314,8 @@ def build_model_and_data(config: TrainingConfig, *, pin_memory: bool = False):
     )
     augmentation = SeededAugmentation(augment, config.seed)
     train_source = f"{config.dataset} (split {config.train_split!r})"
-    eval_transform_uint8 = eval_transform(size, mean, std, normalize=False)
-    eval_data = with_transform(
-        eval_data, eval_transform_uint8, source=f"{config.dataset} (split {config.eval_split!r})"
-    )
+    eval_source = f"{config.dataset} (split {config.eval_split!r})"
+    eval_data = with_transform(eval_data, eval_transform(size, mean, std, normalize=False), source=eval_source)
     # Own generators: creating a loader iterator must not draw from the global RNG, or a resumed run
     # (which creates one more iterator) would drift from the uninterrupted one.
     options = dict(
@@ -406,12 +382,6 @@ def plot_training_curves(history: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def _mixed_precision(config: TrainingConfig) -> str:
-    if config.mixed_precision == "auto":
-        return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
-    return config.mixed_precision
-
-
 def resolve_compile_mode(config: TrainingConfig, accelerator: Accelerator) -> str:
     """torch.compile's mode for `config.compile_mode`; "auto" is CUDA graphs ("reduce-overhead") where one process
     steps after every batch on a GPU: at the paper's batch sizes the step is bound by the host launching kernels, which
@@ -421,11 +391,6 @@ def resolve_compile_mode(config: TrainingConfig, accelerator: Accelerator) -> st
         return config.compile_mode
     one_step_per_batch = accelerator.num_processes == 1 and config.gradient_accumulation_steps == 1
     return "reduce-overhead" if accelerator.device.type == "cuda" and one_step_per_batch else "default"
-
-
-def _tracker_config(config: TrainingConfig) -> dict:
-    """TensorBoard hparams take scalars and strings only."""
-    return {k: v if isinstance(v, int | float | str | bool) else json.dumps(v) for k, v in config.to_dict().items()}
 
 
 def train(config: TrainingConfig, *, resume: bool = False, overwrite: bool = False) -> TrainResult:
@@ -450,8 +415,11 @@ class TrainingSession:
 
     def __init__(self, config: TrainingConfig):
         self.config, self.output_dir = config, Path(config.output_dir)
+        precision = config.mixed_precision
+        if precision == "auto":
+            precision = "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
         self.accelerator = Accelerator(
-            mixed_precision=_mixed_precision(config),
+            mixed_precision=precision,
             gradient_accumulation_steps=config.gradient_accumulation_steps,
             log_with="tensorboard",
             project_config=ProjectConfiguration(
@@ -473,7 +441,35 @@ class TrainingSession:
         self.metrics, self.logits, self.labels = {}, None, None  # of the last evaluation
 
     def claim_output_dir(self, *, resume: bool, overwrite: bool) -> None:
-        _claim_output_dir(self.accelerator, self.output_dir, self.checkpoints, resume=resume, overwrite=overwrite)
+        """Refuse to write over an earlier run (unless `overwrite`: then remove its outputs, and only those). With
+        `resume`, a run killed before its first complete checkpoint (never finished, nothing to resume) starts again."""
+        accelerator, output_dir, checkpoints = self.accelerator, self.output_dir, self.checkpoints
+        earlier = [name for name in RUN_OUTPUTS if (output_dir / name).exists()]
+        has_checkpoints = bool(checkpoints.newest_first())
+        finished = any((output_dir / name).exists() for name in FINISHED_OUTPUTS)
+        if not earlier or (resume and (has_checkpoints or not finished)):
+            if resume and not has_checkpoints:
+                before = " (the run there stopped before its first)" if earlier else ""
+                accelerator.print(f"no checkpoint in {checkpoints.root}{before}: starting from scratch")
+            return
+        if not overwrite:
+            if has_checkpoints:
+                raise FileExistsError(
+                    f"{output_dir} holds checkpoints of an earlier run: continue it with --resume (resume=True), start "
+                    "it again with --overwrite (overwrite=True), or choose another --output-dir"
+                )
+            what = "has no checkpoint to resume from but holds" if resume else "holds"
+            raise FileExistsError(
+                f"{output_dir} {what} an earlier run ({', '.join(earlier)}), which this run would overwrite: replace "
+                "it with --overwrite (overwrite=True), or choose another --output-dir"
+            )
+        accelerator.wait_for_everyone()  # every process has looked before anything is removed
+        if accelerator.is_main_process:
+            for name in earlier:
+                path = output_dir / name
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+            accelerator.print(f"--overwrite: removed the earlier run's {', '.join(earlier)} from {output_dir}")
+        accelerator.wait_for_everyone()
 
     def build(self) -> None:
         """Data, model (channels-last), optimizer and schedule prepared by Accelerate; the training and evaluation
@@ -528,17 +524,76 @@ class TrainingSession:
         written beside it; the trackers started."""
         config, accelerator = self.config, self.accelerator
         if resume:
-            self.state = _resume(accelerator, self.checkpoints, config, self.scheduler) or self.state
+            self.state = self.resumed_state() or self.state
         if accelerator.is_main_process:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             config.save(self.output_dir / "training_config.json")
             if self.splits.holdout is not None:  # which rows were never trained on, for evaluation and analyses later
                 holdout = {"dataset": config.dataset, "split": config.train_split, **self.splits.holdout}
                 (self.output_dir / "holdout.json").write_text(json.dumps(holdout))
-        accelerator.init_trackers("train", config=_tracker_config(config))
+        hparams = config.to_dict()  # TensorBoard takes scalars and strings only
+        hparams = {k: v if isinstance(v, int | float | str | bool) else json.dumps(v) for k, v in hparams.items()}
+        accelerator.init_trackers("train", config=hparams)
         last_evaluation = next((h for h in reversed(self.state.history) if "eval_accuracy" in h), {})
         self.metrics = {k[len("eval_") :]: v for k, v in last_evaluation.items() if k.startswith("eval_")}
         self.last_save = time.monotonic()
+
+    def resumed_state(self) -> TrainState | None:
+        """Load the furthest checkpoint that loads completely (damaged newer ones are set aside as `*.damaged`, saying
+        so) and return its train state; None when there is no checkpoint."""
+        accelerator, checkpoints, config = self.accelerator, self.checkpoints, self.config
+        candidates = checkpoints.newest_first()
+        if not candidates:
+            return None
+        _check_resumable(config, Path(config.output_dir) / "training_config.json")
+        damaged = []
+        for path in candidates:
+            problem = checkpoints.problem(path)
+            if problem is None:
+                self.check_world_size(path)
+                try:
+                    accelerator.load_state(str(path))
+                except Exception as error:  # a file that passed the checks and still does not load
+                    problem = f"it does not load ({type(error).__name__}: {error})"
+            if problem is None:
+                break
+            damaged.append((path, problem))
+        else:
+            details = "; ".join(f"{p.name}: {problem}" for p, problem in damaged)
+            raise ValueError(
+                f"no usable checkpoint in {checkpoints.root} ({details}). Start the run again with --overwrite, or "
+                "in another --output-dir"
+            )
+        accelerator.wait_for_everyone()
+        for old, problem in damaged:
+            aside = next(
+                old.with_name(f"{old.name}.damaged{suffix}")
+                for suffix in ("", *(f"-{i}" for i in range(2, 10_000)))
+                if not old.with_name(f"{old.name}.damaged{suffix}").exists()
+            )
+            accelerator.print(f"checkpoint {old.name} is damaged: {problem}; set aside as {aside.name}")
+            if accelerator.is_main_process:
+                os.replace(old, aside)
+        state = TrainState(**json.loads((path / "train_state.json").read_text()))
+        self.scheduler.load_state_dict(state.scheduler)
+        earlier = " (the previous complete checkpoint)" if damaged else ""
+        accelerator.print(f"resumed from {path}{earlier} (epoch {state.epoch + 1}, step {state.global_step})")
+        if state.epoch >= config.epochs:  # killed after its last checkpoint: only the final outputs remain to write
+            accelerator.print(f"{config.output_dir} has finished its {config.epochs} epochs: nothing left to train")
+        return state
+
+    def check_world_size(self, path: Path) -> None:
+        """Each process saves its own RNG state, so a checkpoint's RNG files count the processes that wrote it."""
+        written_by = len(list(path.glob("random_states_*.pkl")))
+        if written_by and written_by != self.accelerator.num_processes:
+            batch, now = self.config.batch_size, self.accelerator.num_processes
+            raise ValueError(
+                f"{path} was written by {written_by} processes (a global batch of {written_by} × {batch} = "
+                f"{written_by * batch} images); this run has {now} (a global batch of {now * batch}), which changes "
+                "the batches per epoch, the learning-rate schedule and every step after, so it would not continue the "
+                f"same run. Resume it on {written_by} processes (`accelerate launch --num_processes {written_by} -m "
+                "alternet_hf.cli.train ... --resume`), or start a new run with --overwrite or in another --output-dir"
+            )
 
     def train_epochs(self) -> None:
         """Every epoch left: train, evaluate when due, checkpoint when due. A loss or weights that stop being finite
@@ -548,9 +603,20 @@ class TrainingSession:
                 self.run_epoch()
         except NonFiniteLossError as error:
             self.accelerator.end_training()
-            raise NonFiniteLossError(_diverged_message(error, self.config, self.checkpoints)) from None
+            raise NonFiniteLossError(self.diverged_message(error)) from None
         except StreamBrokenError as error:
             raise StreamBrokenError(f"{error}. {self.stop_at_break()}") from error.__cause__
+
+    def diverged_message(self, error: NonFiniteLossError) -> str:
+        """Why the run stopped, what is kept, and what usually helps."""
+        config, latest = self.config, self.checkpoints.latest()
+        kept = f"the last good checkpoint, {latest}, is kept" if latest else "no checkpoint had been written before it"
+        clipping = " or gradient clipping (--clip-grad-norm 5)" if config.clip_grad_norm is None else ""
+        return (
+            f"training stopped: {error}, so nothing after it was saved; {kept}. A lower --learning-rate (this run: "
+            f"{config.learning_rate:g}){clipping} usually helps: start again with --overwrite, or in another "
+            "--output-dir"
+        )
 
     def stop_at_break(self) -> str:
         """Where a run whose stream broke can resume: one process checkpoints the batches it trained (between two
@@ -696,8 +762,9 @@ class TrainingSession:
         self.timing["checkpoint"] += time.perf_counter() - started
 
     def time_to_save(self) -> bool:
-        due = _minutes_since(self.last_save) >= (self.config.save_every_minutes or math.inf)
-        return _agreed(self.accelerator, due)
+        """Whether `save_every_minutes` have passed, by the main process's clock (a save is collective)."""
+        due = (time.monotonic() - self.last_save) / 60 >= (self.config.save_every_minutes or math.inf)
+        return due if self.accelerator.num_processes == 1 else broadcast_object_list([due])[0]
 
     def after_batch(self, optimizer_stepped: bool) -> None:
         """Between batches: a checkpoint every `save_every_steps`, else the losses read when the monitor is full
@@ -732,135 +799,11 @@ class TrainingSession:
         )
 
 
-def _minutes_since(moment: float) -> float:
-    return (time.monotonic() - moment) / 60
-
-
-def _agreed(accelerator: Accelerator, decision: bool) -> bool:
-    """The main process's `decision`, on every process (clocks differ; a save is collective)."""
-    if accelerator.num_processes == 1:
-        return decision
-    return broadcast_object_list([decision])[0]
-
-
-def _diverged_message(error: NonFiniteLossError, config: TrainingConfig, checkpoints: CheckpointManager) -> str:
-    latest = checkpoints.latest()
-    kept = f"the last good checkpoint, {latest}, is kept" if latest else "no checkpoint had been written before it"
-    clipping = " or gradient clipping (--clip-grad-norm 5)" if config.clip_grad_norm is None else ""
-    return (
-        f"training stopped: {error}, so nothing after it was saved; {kept}. A lower --learning-rate (this run: "
-        f"{config.learning_rate:g}){clipping} usually helps: start again with --overwrite, or in another --output-dir"
-    )
-
-
-def _claim_output_dir(
-    accelerator: Accelerator, output_dir: Path, checkpoints: CheckpointManager, *, resume: bool, overwrite: bool
-) -> None:
-    """Refuse to write over an earlier run (unless `overwrite`: then remove its outputs, and only those). With
-    `resume`, a run killed before its first complete checkpoint (never finished, nothing to resume) starts again."""
-    earlier = [name for name in RUN_OUTPUTS if (output_dir / name).exists()]
-    has_checkpoints = bool(checkpoints.newest_first())
-    finished = any((output_dir / name).exists() for name in FINISHED_OUTPUTS)
-    if not earlier or (resume and (has_checkpoints or not finished)):
-        if resume and not has_checkpoints:
-            before = " (the run there stopped before its first)" if earlier else ""
-            accelerator.print(f"no checkpoint in {checkpoints.root}{before}: starting from scratch")
-        return
-    if not overwrite:
-        if has_checkpoints:
-            raise FileExistsError(
-                f"{output_dir} holds checkpoints of an earlier run: continue it with --resume (resume=True), start "
-                "it again with --overwrite (overwrite=True), or choose another --output-dir"
-            )
-        what = "has no checkpoint to resume from but holds" if resume else "holds"
-        raise FileExistsError(
-            f"{output_dir} {what} an earlier run ({', '.join(earlier)}), which this run would overwrite: replace it "
-            "with --overwrite (overwrite=True), or choose another --output-dir"
-        )
-    accelerator.wait_for_everyone()  # every process has looked before anything is removed
-    if accelerator.is_main_process:
-        for name in earlier:
-            path = output_dir / name
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
-        accelerator.print(f"--overwrite: removed the earlier run's {', '.join(earlier)} from {output_dir}")
-    accelerator.wait_for_everyone()
-
-
-def _resume(accelerator: Accelerator, checkpoints: CheckpointManager, config: TrainingConfig, scheduler):
-    """Load the furthest checkpoint that loads completely (damaged newer ones are set aside as `*.damaged`, saying
-    so) and return its train state; None when there is no checkpoint."""
-    candidates = checkpoints.newest_first()
-    if not candidates:
-        return None
-    _check_resumable(config, Path(config.output_dir) / "training_config.json")
-    damaged = []
-    for path in candidates:
-        problem = checkpoints.problem(path)
-        if problem is None:
-            _check_world_size(path, accelerator, config)
-            try:
-                accelerator.load_state(str(path))
-            except Exception as error:  # a file that passed the checks and still does not load
-                problem = f"it does not load ({type(error).__name__}: {error})"
-        if problem is None:
-            break
-        damaged.append((path, problem))
-    else:
-        details = "; ".join(f"{p.name}: {problem}" for p, problem in damaged)
-        raise ValueError(
-            f"no usable checkpoint in {checkpoints.root} ({details}). Start the run again with --overwrite, or "
-            "in another --output-dir"
-        )
-    accelerator.wait_for_everyone()
-    for old, problem in damaged:
-        aside = next(
-            old.with_name(f"{old.name}.damaged{suffix}")
-            for suffix in ("", *(f"-{i}" for i in range(2, 10_000)))
-            if not old.with_name(f"{old.name}.damaged{suffix}").exists()
-        )
-        accelerator.print(f"checkpoint {old.name} is damaged: {problem}; set aside as {aside.name}")
-        if accelerator.is_main_process:
-            os.replace(old, aside)
-    state = TrainState(**json.loads((path / "train_state.json").read_text()))
-    scheduler.load_state_dict(state.scheduler)
-    earlier = " (the previous complete checkpoint)" if damaged else ""
-    accelerator.print(f"resumed from {path}{earlier} (epoch {state.epoch + 1}, step {state.global_step})")
-    if state.epoch >= config.epochs:  # killed after its last checkpoint: only the final outputs remain to write
-        accelerator.print(f"{config.output_dir} has finished its {config.epochs} epochs: nothing left to train")
-    return state
-
-
-def _check_world_size(path: Path, accelerator: Accelerator, config: TrainingConfig) -> None:
-    """Each process saves its own RNG state, so a checkpoint's RNG files count the processes that wrote it."""
-    written_by = len(list(path.glob("random_states_*.pkl")))
-    if written_by and written_by != accelerator.num_processes:
-        batch, now = config.batch_size, accelerator.num_processes
-        raise ValueError(
-            f"{path} was written by {written_by} processes (a global batch of {written_by} × {batch} = "
-            f"{written_by * batch} images); this run has {now} (a global batch of {now * batch}), which changes the "
-            "batches per epoch, the learning-rate schedule and every step after, so it would not continue the same "
-            f"run. Resume it on {written_by} processes (`accelerate launch --num_processes {written_by} -m "
-            "alternet_hf.cli.train ... --resume`), or start a new run with --overwrite or in another --output-dir"
-        )
-
-
 # What a resumed run may change: where it writes, and how fast (not what) it computes. Everything else
 # defines the run (model, data, augmentation, optimizer, schedule, seed) and must stay as it was.
-RESUMABLE_CHANGES = (
-    "output_dir",
-    "num_workers",
-    "eval_batch_size",
-    "eval_every_epochs",
-    "log_every_steps",
-    "save_every_epochs",
-    "save_every_minutes",
-    "save_every_steps",
-    "keep_checkpoints",
-    "compile",
-    "compile_mode",
-    "channels_last",
-    "mixed_precision",
-    "deterministic",
+RESUMABLE_CHANGES = tuple(
+    "output_dir num_workers eval_batch_size eval_every_epochs log_every_steps save_every_epochs save_every_minutes "
+    "save_every_steps keep_checkpoints compile compile_mode channels_last mixed_precision deterministic".split()
 )
 
 
@@ -899,10 +842,5 @@ def _save_model(accelerator: Accelerator, model, path: Path, metrics: dict) -> N
         unwrapped = accelerator.unwrap_model(model)
         with _quiet_progress_bars():
             unwrapped.save_pretrained(path)
-        (Path(path) / "metrics.json").write_text(
-            json.dumps({k: _finite_or_none(v) for k, v in metrics.items()}, indent=2)
-        )
-
-
-def _finite_or_none(value: float) -> float | None:
-    return value if math.isfinite(value) else None
+        finite = {k: v if math.isfinite(v) else None for k, v in metrics.items()}
+        (Path(path) / "metrics.json").write_text(json.dumps(finite, indent=2))
