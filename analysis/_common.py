@@ -187,6 +187,13 @@ def count_batches(data, max_batches: int | None = None) -> int | None:
     return total if max_batches is None else min(total, max_batches)
 
 
+def batches(data, *, max_batches: int | None = None, enabled: bool = False, desc: str, iterate=iterate_batches):
+    """`iterate(data, max_batches=...)` (`iterate_batches` or one of its siblings) with a progress bar over the
+    number of batches where it is known, when `enabled`."""
+    total = count_batches(data, max_batches)
+    return progress(iterate(data, max_batches=max_batches), enabled=enabled, total=total, desc=desc, unit="batch")
+
+
 def progress(iterable, *, enabled: bool, **kwargs):
     """`iterable` with a tqdm bar when `enabled` (pass `total=` for generators)."""
     if not enabled:

@@ -403,10 +403,11 @@ def block_batches(
     device = resolve_device(model, device)
     adapter = describe_blocks(model, adapter)
     kinds, names = ["input", *adapter.kinds], ["input", *adapter.names]
-    total = _common.count_batches(data, max_batches)
-    batches = _common.iterate_inputs_and_targets(data, max_batches=max_batches)
+    batches = _common.batches(
+        data, max_batches=max_batches, enabled=progress, desc=desc, iterate=_common.iterate_inputs_and_targets
+    )
     with analysis_mode(model, device=device), torch.no_grad():
-        for inputs, targets in _common.progress(batches, enabled=progress, total=total, desc=desc, unit="batch"):
+        for inputs, targets in batches:
             inputs = inputs.to(device)
             run = run_blocks(model, inputs, adapter)
             maps = [as_feature_map(s, run.num_prefix_tokens, channels_last=run.channels_last) for s in run.states]

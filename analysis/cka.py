@@ -148,24 +148,31 @@ class CKAResult(AnalysisResult):
 
 class CKAAccumulator:
     """CKA of a model's blocks with each other, fed by the batches of `analysis.blocks.block_batches`
-    (batches under `MIN_BATCH_SIZE` samples are skipped and counted in `skipped`)."""
+    (batches under `MIN_BATCH_SIZE` samples are skipped and counted in `skipped`); `cka` also feeds its
+    `minibatch` the blocks of two models."""
 
-    def __init__(self):
-        self.minibatch, self.kinds, self.skipped = MinibatchCKA(), None, 0
+    def __init__(self, kinds: list[str] | None = None):
+        self.minibatch, self.kinds, self.skipped = MinibatchCKA(), kinds, 0
+
+    def too_small(self, size: int) -> bool:
+        """Whether a batch of `size` samples is to be skipped (then counted in `skipped`)."""
+        if size < MIN_BATCH_SIZE:
+            self.skipped += size
+        return size < MIN_BATCH_SIZE
 
     def update(self, batch) -> None:
         self.kinds = batch.kinds[1:]  # blocks only, as `block_kinds`
-        if len(batch.states[0]) < MIN_BATCH_SIZE:
-            self.skipped += len(batch.states[0])
-            return
-        self.minibatch.update(batch.states)
+        if not self.too_small(len(batch.states[0])):
+            self.minibatch.update(batch.states)
 
-    def result(self) -> CKAResult:
+    def result(self, other_kinds: list[str] | None = None) -> CKAResult:
+        """The similarity of the blocks fed (with `other_kinds`: those of a second model along the second axis)."""
         if self.skipped:
             warnings.warn(f"CKA skipped {self.skipped} samples in batches smaller than {MIN_BATCH_SIZE}", stacklevel=2)
         if self.minibatch.num_batches == 0:
             raise ValueError(f"the data gave no batches of at least {MIN_BATCH_SIZE} samples")
-        return CKAResult(self.minibatch.compute(), self.kinds, self.kinds, self.minibatch.num_samples)
+        kinds_b = self.kinds if other_kinds is None else other_kinds
+        return CKAResult(self.minibatch.compute(), self.kinds, kinds_b, self.minibatch.num_samples)
 
 
 @torch.no_grad()
@@ -188,38 +195,23 @@ def cka(
     `analysis.blocks.block_batches`, which other per-block analyses can share.
     """
     if other is None:
-        (result,) = accumulate(
-            model,
-            data,
-            [CKAAccumulator()],
-            adapter=adapter,
-            max_batches=max_batches,
-            device=device,
-            progress=progress,
-            desc="CKA",
-        )
-        return result
+        options = dict(adapter=adapter, max_batches=max_batches, device=device, progress=progress)
+        return accumulate(model, data, [CKAAccumulator()], desc="CKA", **options)[0]
     device = resolve_device(model, device)
     adapter, other_adapter = describe_blocks(model, adapter), describe_blocks(other, other_adapter)
-    batches = _common.iterate_inputs(data, max_batches=max_batches)
-    total = _common.count_batches(data, max_batches)
-    accumulator, skipped = MinibatchCKA(), 0
+    accumulator = CKAAccumulator(adapter.kinds)
+    batches = _common.batches(
+        data, max_batches=max_batches, enabled=progress, desc="CKA", iterate=_common.iterate_inputs
+    )
     with contextlib.ExitStack() as modes:
         modes.enter_context(analysis_mode(model, device=device))
         modes.enter_context(analysis_mode(other, device=device))
-        for inputs in _common.progress(batches, enabled=progress, total=total, desc="CKA", unit="batch"):
-            if len(inputs) < MIN_BATCH_SIZE:
-                skipped += len(inputs)
-                continue
-            inputs = inputs.to(device)
-            accumulator.update(
-                run_blocks(model, inputs, adapter).states, run_blocks(other, inputs, other_adapter).states
-            )
-    if skipped:
-        warnings.warn(f"CKA skipped {skipped} samples in batches smaller than {MIN_BATCH_SIZE}", stacklevel=2)
-    if accumulator.num_batches == 0:
-        raise ValueError(f"the data gave no batches of at least {MIN_BATCH_SIZE} samples")
-    return CKAResult(accumulator.compute(), adapter.kinds, other_adapter.kinds, accumulator.num_samples)
+        for inputs in batches:
+            if not accumulator.too_small(len(inputs)):
+                inputs = inputs.to(device)
+                states = run_blocks(model, inputs, adapter).states, run_blocks(other, inputs, other_adapter).states
+                accumulator.minibatch.update(*states)
+    return accumulator.result(other_adapter.kinds)
 
 
 def plot_cka(result: CKAResult, ax=None):

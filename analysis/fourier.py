@@ -173,17 +173,8 @@ def fourier_log_amplitude(
     `num_frequencies` points on [0, π] (default: those of the largest map). To compute it together
     with other per-block analyses in one pass, give a `FourierAccumulator` to `analysis.blocks.accumulate`.
     """
-    (result,) = accumulate(
-        model,
-        images,
-        [FourierAccumulator(num_frequencies)],
-        adapter=adapter,
-        max_batches=max_batches,
-        device=device,
-        progress=progress,
-        desc="fourier",
-    )
-    return result
+    options = dict(adapter=adapter, max_batches=max_batches, device=device, progress=progress)
+    return accumulate(model, images, [FourierAccumulator(num_frequencies)], desc="fourier", **options)[0]
 
 
 def plot_fourier(result: FourierResult, ax=None):

@@ -3,31 +3,22 @@ max-eigenvalue spectra (Park & Kim 2022, Fig. 1 and 4; docs/paper.md §6), all f
 
 Never released by the authors; the tool people use instead, PyHessian, runs power iteration (largest
 *magnitude* eigenvalues, unsorted and mixed in sign), forces eval-mode BatchNorm and its `density()`
-fails on torch ≥ 2. Here:
+fails on torch ≥ 2. Here eigenvalues come from Lanczos with full re-orthogonalisation: the algebraically
+largest (and most negative) ones, sorted and signed, stopping when the residual bound |β_m s_mi| of every
+requested Ritz value is below `tol` relative to it (for the most negative, relative to |λ|max, since they
+may lie near zero: the paper's negative eigenvalues of ViTs live at that end); it needs about half the
+Hessian-vector products of power iteration for the top one (`scripts/benchmark.py --hessian`).
 
-- `top_eigenvalues` runs Lanczos with full re-orthogonalisation and returns the algebraically
-  largest eigenvalues, sorted and signed, stopping when the Lanczos residual bound |β_m s_mi| of every
-  requested Ritz value is below `tol` relative to it; it needs about half the Hessian-vector products
-  of power iteration for the top one (`scripts/benchmark.py --hessian`). `extreme_eigenvalues` also
-  returns the most negative ones from the same Krylov space (both ends converge together), with
-  their tolerance relative to the spectrum's scale |λ|max, since they may lie near zero: the paper's
-  negative eigenvalues of ViTs live at that end.
-- `hessian_trace` is Hutchinson's estimator, stopped when the 95% confidence half-width falls below
-  `rtol` of the estimate (after `min_samples`), not after a fixed count or a small relative change.
-- `spectral_density` is stochastic Lanczos quadrature (Ghorbani et al. 2019).
-- `max_eigenvalue_spectrum` pools the per-minibatch eigenvalues (either end or both) into the
-  paper's histogram; it can report after every minibatch and stop at a time limit, so a long run that
-  is cut short still leaves its finished minibatches.
-- The loss is the mean over every given sample (batches are weighted by size: Hessian-vector
-  products are averaged, not summed) plus weight_decay times the L2 term `analysis._common.l2_term`,
-  the same as the loss landscape's: the reference's Σ_p ‖p‖ by default, or ½·‖w‖² (`penalty="squared"`,
-  whose Hessian is weight_decay·I). Batches are drawn once and reused, so every product is of one
-  fixed function. BatchNorm mode is explicit: "train" (batch statistics, the loss the optimiser sees;
-  the paper's setting) or "eval" (running statistics, PyHessian's); dropout and stochastic depth are
-  always off so the function is deterministic.
+The loss is the mean over every given sample (batches are weighted by size: Hessian-vector products are
+averaged, not summed) plus weight_decay times the L2 term `analysis._common.l2_term`, the same as the loss
+landscape's: the reference's Σ_p ‖p‖ by default, or ½·‖w‖² (`penalty="squared"`, whose Hessian is
+weight_decay·I). Batches are drawn once and reused, so every product is of one fixed function. BatchNorm
+mode is explicit: "train" (batch statistics, the loss the optimiser sees; the paper's setting) or "eval"
+(running statistics, PyHessian's); dropout and stochastic depth are always off so the function is deterministic.
 """
 
 import contextlib
+import functools
 import math
 import time
 import warnings
@@ -165,13 +156,25 @@ class EigenvalueResult(AnalysisResult):
 
 
 @contextlib.contextmanager
-def _hessian_of(model, data, *, max_batches, device, batchnorm, **loss) -> Iterator[HessianOperator]:
-    """The setup every entry point shares: the operator of the loss on `data`'s first `max_batches` batches (drawn
-    once, on the model's device), with the model in the analysis mode for the length of the block."""
+def _hessian_of(
+    model: nn.Module,
+    data,
+    *,
+    loss_fn: LossFn | None = None,
+    weight_decay: float = 0.0,
+    penalty: str = "reference",
+    batchnorm: str = "train",
+    max_batches: int | None = None,
+    device: str | torch.device | None = None,
+) -> Iterator[HessianOperator]:
+    """The setup every entry point but the spectrum shares, whose keywords they take as `**setup`: the operator of
+    `loss_fn` (default: cross-entropy on the logits) + `weight_decay` × the `penalty` L2 term on `data`'s first
+    `max_batches` batches (one batch `(inputs, targets)` or a DataLoader; drawn once, on `device`, else the
+    model's), with the model in the analysis mode (BatchNorm in `batchnorm` mode) for the length of the block."""
     device = resolve_device(model, device)
     batches = materialize(data, max_batches=max_batches, device=device)
     with analysis_mode(model, batchnorm=batchnorm, device=device):
-        yield HessianOperator(model, batches, **loss)
+        yield HessianOperator(model, batches, loss_fn=loss_fn, weight_decay=weight_decay, penalty=penalty)
 
 
 def _padded(values: np.ndarray, size: int) -> np.ndarray:
@@ -237,9 +240,8 @@ def top_eigenvalues(model: nn.Module, data, *, top_k: int = 1, **options) -> Eig
     """The `top_k` largest eigenvalues of the Hessian of the mean loss on `data`, by Lanczos: `extreme_eigenvalues`
     without the bottom end, with the same `options`.
 
-    `data`: one batch `(inputs, targets)` or a DataLoader (its first `max_batches` batches, drawn
-    once). `loss_fn(outputs, targets)` defaults to cross-entropy on the logits. Memory: the Lanczos basis
-    holds up to `lanczos_steps` float64 vectors of the parameter count (33 M for AlterNet-50: 264 MB each).
+    Memory: the Lanczos basis holds up to `lanczos_steps` float64 vectors of the parameter count (33 M for
+    AlterNet-50: 264 MB each).
     """
     return extreme_eigenvalues(model, data, top_k=top_k, bottom_k=0, **options)
 
@@ -248,44 +250,28 @@ def extreme_eigenvalues(
     model: nn.Module,
     data,
     *,
-    loss_fn: LossFn | None = None,
     top_k: int = 1,
     bottom_k: int = 1,
-    weight_decay: float = 0.0,
-    penalty: str = "reference",
-    batchnorm: str = "train",
     tol: float = 1e-3,
     lanczos_steps: int = 100,
-    max_batches: int | None = None,
     seed: int = 0,
-    device: str | torch.device | None = None,
+    **setup,
 ) -> EigenvalueResult:
     """The `top_k` largest and the `bottom_k` smallest (most negative) eigenvalues of the Hessian of the
-    mean loss on `data`, from one Lanczos run (`smallest` ascending). See `top_eigenvalues`."""
-    loss = dict(loss_fn=loss_fn, weight_decay=weight_decay, penalty=penalty)
-    with _hessian_of(model, data, max_batches=max_batches, device=device, batchnorm=batchnorm, **loss) as operator:
+    mean loss on `data`, from one Lanczos run (`smallest` ascending). `setup`: the loss, BatchNorm mode, batches
+    and device, as `_hessian_of` takes them (`loss_fn`, `weight_decay`, `penalty`, `batchnorm`, `max_batches`,
+    `device`)."""
+    with _hessian_of(model, data, **setup) as operator:
         return _lanczos_extremes(operator, top_k=top_k, bottom_k=bottom_k, tol=tol, steps=lanczos_steps, seed=seed)
 
 
 def power_iteration(
-    model: nn.Module,
-    data,
-    *,
-    loss_fn: LossFn | None = None,
-    weight_decay: float = 0.0,
-    penalty: str = "reference",
-    batchnorm: str = "train",
-    tol: float = 1e-3,
-    max_steps: int = 100,
-    max_batches: int | None = None,
-    seed: int = 0,
-    device: str | torch.device | None = None,
+    model: nn.Module, data, *, tol: float = 1e-3, max_steps: int = 100, seed: int = 0, **setup
 ) -> EigenvalueResult:
     """The largest-*magnitude* eigenvalue by power iteration, PyHessian's method, stopped when the
     Rayleigh quotient changes by less than `tol` relative. Here as the baseline Lanczos is measured
-    against; prefer `top_eigenvalues`."""
-    loss = dict(loss_fn=loss_fn, weight_decay=weight_decay, penalty=penalty)
-    with _hessian_of(model, data, max_batches=max_batches, device=device, batchnorm=batchnorm, **loss) as operator:
+    against; prefer `top_eigenvalues`. `setup`: as `extreme_eigenvalues` takes it."""
+    with _hessian_of(model, data, **setup) as operator:
         vector, history, converged = operator.random_vector(_generator(seed)), [], False
         for _ in range(max_steps):
             product = operator(vector)
@@ -314,25 +300,18 @@ def hessian_trace(
     model: nn.Module,
     data,
     *,
-    loss_fn: LossFn | None = None,
-    weight_decay: float = 0.0,
-    penalty: str = "reference",
-    batchnorm: str = "train",
     rtol: float = 1e-2,
     min_samples: int = 10,
     max_samples: int = 1000,
-    max_batches: int | None = None,
     seed: int = 0,
-    device: str | torch.device | None = None,
     progress: bool = False,
+    **setup,
 ) -> TraceResult:
     """Hutchinson's trace estimate with Rademacher vectors, run until the 95% confidence half-width
-    1.96·s/√n is at most `rtol`·|estimate| (and at least `min_samples` were drawn)."""
-    generator = _generator(seed)
-    samples: list[float] = []
-    converged = False
-    loss = dict(loss_fn=loss_fn, weight_decay=weight_decay, penalty=penalty)
-    with _hessian_of(model, data, max_batches=max_batches, device=device, batchnorm=batchnorm, **loss) as operator:
+    1.96·s/√n is at most `rtol`·|estimate| (and at least `min_samples` were drawn). `setup`: as
+    `extreme_eigenvalues` takes it."""
+    generator, samples, converged = _generator(seed), [], False
+    with _hessian_of(model, data, **setup) as operator:
         for _ in _common.progress(range(max_samples), enabled=progress, desc="trace", unit="hvp"):
             vector = operator.random_vector(generator) * math.sqrt(operator.dimension)  # entries ±1
             samples.append(torch.dot(operator(vector), vector).item())
@@ -361,24 +340,18 @@ def spectral_density(
     model: nn.Module,
     data,
     *,
-    loss_fn: LossFn | None = None,
-    weight_decay: float = 0.0,
-    penalty: str = "reference",
-    batchnorm: str = "train",
     num_vectors: int = 4,
     num_steps: int = 64,
     num_points: int = 1000,
     sigma: float | None = None,
-    max_batches: int | None = None,
     seed: int = 0,
-    device: str | torch.device | None = None,
     progress: bool = False,
+    **setup,
 ) -> DensityResult:
-    """Eigenvalue density by stochastic Lanczos quadrature: `num_vectors` Lanczos runs of `num_steps`
-    from Rademacher starts, each Ritz value a Gaussian of width `sigma` (default: 1% of the spectrum's
-    span) weighted by its squared first Ritz-vector component."""
-    loss = dict(loss_fn=loss_fn, weight_decay=weight_decay, penalty=penalty)
-    with _hessian_of(model, data, max_batches=max_batches, device=device, batchnorm=batchnorm, **loss) as operator:
+    """Eigenvalue density by stochastic Lanczos quadrature (Ghorbani et al. 2019): `num_vectors` Lanczos runs of
+    `num_steps` from Rademacher starts, each Ritz value a Gaussian of width `sigma` (default: 1% of the spectrum's
+    span) weighted by its squared first Ritz-vector component. `setup`: as `extreme_eigenvalues` takes it."""
+    with _hessian_of(model, data, **setup) as operator:
         return _slq(operator, _generator(seed), num_vectors, num_steps, num_points, sigma, progress=progress)
 
 
@@ -460,30 +433,38 @@ def max_eigenvalue_spectrum(
     """
     device = resolve_device(model, device)
     deadline = None if time_limit is None else time.monotonic() + time_limit
+    total = _common.count_batches(data, max_batches)
     per_batch, num_hvps, complete, first_batch = [], 0, True, None
+    operator_of = functools.partial(HessianOperator, model, loss_fn=loss_fn, weight_decay=weight_decay, penalty=penalty)
 
     def spectrum_so_far(density=None, done=False) -> SpectrumResult:
-        return _pooled(
-            per_batch,
+        eigenvalues = np.array([r.eigenvalues for r in per_batch])
+        smallest = np.array([r.smallest for r in per_batch])
+        found = np.concatenate([eigenvalues.ravel(), smallest.ravel()])
+        counts, edges = np.histogram(found[np.isfinite(found)], bins=bins)
+        return SpectrumResult(
+            eigenvalues,
+            np.array([r.residuals for r in per_batch]),
+            np.array([r.converged for r in per_batch]),
+            counts,
+            edges,
             num_hvps,
-            bins,
+            smallest,
+            np.array([r.smallest_residuals for r in per_batch]),
             complete=complete and done,
-            requested=total,
-            density=density,
+            num_batches_requested=total,
             weight_decay=weight_decay,
             penalty=penalty,
             batchnorm=batchnorm,
+            density=density,
         )
 
     with analysis_mode(model, batchnorm=batchnorm, device=device):
-        batches = _common.iterate_batches(data, max_batches=max_batches)
-        total = _common.count_batches(data, max_batches)
-        for index, (inputs, targets) in enumerate(
-            _common.progress(batches, enabled=progress, total=total, desc="max-eigenvalue spectrum", unit="batch")
-        ):
+        batches = _common.batches(data, max_batches=max_batches, enabled=progress, desc="max-eigenvalue spectrum")
+        for index, (inputs, targets) in enumerate(batches):
             batch = [(inputs.to(device), targets.to(device))]
             first_batch = first_batch or batch
-            operator = HessianOperator(model, batch, loss_fn=loss_fn, weight_decay=weight_decay, penalty=penalty)
+            operator = operator_of(batch)
             result = _lanczos_extremes(
                 operator,
                 top_k=top_k,
@@ -503,7 +484,7 @@ def max_eigenvalue_spectrum(
                 on_batch(spectrum_so_far())
         density = None
         if density_vectors > 0 and first_batch is not None and complete:
-            operator = HessianOperator(model, first_batch, loss_fn=loss_fn, weight_decay=weight_decay, penalty=penalty)
+            operator = operator_of(first_batch)
             density = _slq(operator, _generator(seed), density_vectors, density_steps, 500, None).to_dict()
             num_hvps += operator.num_hvps
     if not per_batch:
@@ -526,29 +507,6 @@ def max_eigenvalue_spectrum(
             stacklevel=2,
         )
     return spectrum
-
-
-def _pooled(
-    per_batch: list[EigenvalueResult], num_hvps: int, bins: int, *, complete: bool, requested, density, **settings
-) -> SpectrumResult:
-    eigenvalues = np.array([r.eigenvalues for r in per_batch])
-    smallest = np.array([r.smallest for r in per_batch])
-    found = np.concatenate([eigenvalues.ravel(), smallest.ravel()])
-    counts, edges = np.histogram(found[np.isfinite(found)], bins=bins)
-    return SpectrumResult(
-        eigenvalues,
-        np.array([r.residuals for r in per_batch]),
-        np.array([r.converged for r in per_batch]),
-        counts,
-        edges,
-        num_hvps,
-        smallest,
-        np.array([r.smallest_residuals for r in per_batch]),
-        complete,
-        requested,
-        density=density,
-        **settings,
-    )
 
 
 def plot_spectrum(result: SpectrumResult, ax=None, *, label: str | None = None, color=None, fill: bool = True):

@@ -94,17 +94,8 @@ def feature_map_variance(
     """Feature-map variance of the input and every block output of `model`, averaged over `data`
     (model inputs (B, C, H, W), one batch `(inputs, targets)` or a DataLoader), by our definition and
     the reference notebook's."""
-    (result,) = accumulate(
-        model,
-        data,
-        [VarianceAccumulator()],
-        adapter=adapter,
-        max_batches=max_batches,
-        device=device,
-        progress=progress,
-        desc="variance",
-    )
-    return result
+    options = dict(adapter=adapter, max_batches=max_batches, device=device, progress=progress)
+    return accumulate(model, data, [VarianceAccumulator()], desc="variance", **options)[0]
 
 
 def plot_variance(result: VarianceResult, ax=None):
