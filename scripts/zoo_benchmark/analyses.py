@@ -10,6 +10,8 @@ import torch
 
 from analysis.corruptions import CORRUPTIONS, corrupt
 
+from .device import timed
+
 
 @contextlib.contextmanager
 def _imagecorruptions_on_current_libraries(module):
@@ -69,17 +71,17 @@ def corruption_speed(
     for name in corruptions:
         torch.set_num_threads(num_threads or threads)
         try:
-            seconds = []
-            for _ in range(repeats + 1):  # the first run warms up the allocator, caches and kernels
-                start = time.perf_counter()
-                corrupt(batch, name, severity, generator=torch.Generator(device=device).manual_seed(0))
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                seconds.append(time.perf_counter() - start)
+            seconds = timed(
+                lambda name=name: corrupt(
+                    batch, name, severity, generator=torch.Generator(device=device).manual_seed(0)
+                ),
+                repeats,
+                device=device,
+            )
             used_threads = torch.get_num_threads()
         finally:
             torch.set_num_threads(threads)
-        ours = num_images / min(seconds[1:])
+        ours = num_images / min(seconds)
         theirs, note = None, missing if imagecorruptions is None else None
         if imagecorruptions is not None:
             np.random.seed(0)  # the package draws from NumPy's global RNG
@@ -134,17 +136,10 @@ def hessian_convergence(
     reports the products each method spends under its own stopping rule (Lanczos: residual bound 1e-2·|λ|; power
     iteration: PyHessian's relative change 1e-3).
     """
-    import alternet_hf
-    from alternet_hf.augmentation import eval_transform
-    from alternet_hf.data import load_image_classification
     from analysis import hessian
 
     torch.manual_seed(seed)
-    model = alternet_hf.create_model(name, **overrides).to(device or "cpu")
-    config = model.config
-    images = load_image_classification(dataset, split="train").select(range(batch_size))
-    transform = eval_transform(config.image_size, config.image_mean, config.image_std)
-    batch = (torch.stack([transform(image) for image in images["image"]]), torch.tensor(images["label"]))
+    model, batch = _model_and_images(name, dataset, "train", batch_size, device, overrides)
     start = time.perf_counter()
     reference = hessian.top_eigenvalues(model, batch, tol=1e-6, lanczos_steps=max_steps, seed=seed)
     seconds_per_hvp = (time.perf_counter() - start) / reference.num_hvps
@@ -167,6 +162,20 @@ def hessian_convergence(
         "power_error_own_stop": float(abs(power_stop.eigenvalues[0] - top) / abs(top)),
         "seconds_per_hvp": seconds_per_hvp,
     }
+
+
+def _model_and_images(name: str, dataset: str, split: str, count: int, device, overrides: dict):
+    """The model `name` on `device` (default CPU), and the first `count` images of `split` of `dataset` as its eval
+    transform makes them, stacked, and their labels: (model, (images, labels))."""
+    import alternet_hf
+    from alternet_hf.augmentation import eval_transform
+    from alternet_hf.data import load_image_classification
+
+    model = alternet_hf.create_model(name, **overrides).to(device or "cpu")
+    config = model.config
+    rows = load_image_classification(dataset, split=split).select(range(count))
+    transform = eval_transform(config.image_size, config.image_mean, config.image_std)
+    return model, (torch.stack([transform(image) for image in rows["image"]]), torch.tensor(rows["label"]))
 
 
 def _reference_notebook_statistics(maps: list[torch.Tensor]) -> None:
@@ -195,18 +204,11 @@ def per_block_speed(
     test images: each on its own pass of the model (as before one pass fed both), both from one pass of
     `analysis.blocks.accumulate`, and the reference notebooks' computation (one forward, their formulas) on the same
     maps; best of `repeats`."""
-    import alternet_hf
-    from alternet_hf.augmentation import eval_transform
-    from alternet_hf.data import load_image_classification
     from analysis.blocks import accumulate, block_batches
     from analysis.fourier import FourierAccumulator, fourier_log_amplitude
     from analysis.variance import VarianceAccumulator, feature_map_variance
 
-    model = alternet_hf.create_model(name, **overrides).to(device or "cpu")
-    config = model.config
-    test = load_image_classification(dataset, split="test").select(range(num_images))
-    transform = eval_transform(config.image_size, config.image_mean, config.image_std)
-    images = torch.stack([transform(image) for image in test["image"]])
+    model, (images, _) = _model_and_images(name, dataset, "test", num_images, device, overrides)
     loader = [
         (images[i : i + batch_size], torch.zeros(len(images[i : i + batch_size])))
         for i in range(0, len(images), batch_size)
@@ -223,16 +225,8 @@ def per_block_speed(
         for batch in block_batches(model, loader, device=device):
             _reference_notebook_statistics([m.cpu() for m in batch.maps if m is not None])
 
-    def best(function):
-        function()  # warm-up
-        timings = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            function()
-            timings.append(time.perf_counter() - start)
-        return min(timings)
-
-    seconds = {"separate_passes": best(separately), "one_pass": best(together), "reference_notebook": best(reference)}
+    runs = {"separate_passes": separately, "one_pass": together, "reference_notebook": reference}
+    seconds = {key: min(timed(run, repeats)) for key, run in runs.items()}
     return {
         "model": name,
         "images": num_images,

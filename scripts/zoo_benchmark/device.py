@@ -1,5 +1,6 @@
-"""What `scripts/device_check.py` measures beyond the other benchmarks: the machine (versions, the bf16 matrix rate),
-bf16 against fp32 on one batch, and the training engine in steady state on its own loop and loader workers."""
+"""The device every benchmark runs on (chosen, named, waited for, timed), and what `scripts/device_check.py` measures
+beyond the other benchmarks: the machine (versions, the bf16 matrix rate), bf16 against fp32 on one batch, and the
+training engine in steady state on its own loop and loader workers."""
 
 import gc
 import importlib.metadata
@@ -16,9 +17,38 @@ import torch
 PACKAGES = ("torch", "triton", "transformers", "timm", "accelerate", "datasets", "huggingface_hub", "numpy", "pyarrow")
 
 
-def synchronize() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+def chosen_device(device: str | torch.device | None = None) -> torch.device:
+    """`device`, else the GPU if there is one, else the CPU."""
+    return torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+
+
+def device_name(device: str | torch.device | None = None) -> str:
+    """The GPU's name, or "cpu": the device as the results name it."""
+    device = chosen_device(device)
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+def synchronize(device: str | torch.device | None = None) -> None:
+    """Wait for the GPU's queued work, so that the clock read next counts it."""
+    if chosen_device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(run, repeats: int = 1, *, calls: int = 1, warmup: int = 1, device=None) -> list[float]:
+    """Wall-clock seconds of each of `repeats` timings of `calls` calls of `run`, after `warmup` untimed calls (where
+    compilation, caches and the allocator settle); with a `device`, each reading of the clock waits for its work."""
+    wait = (lambda: None) if device is None else (lambda: synchronize(device))
+    for _ in range(warmup):
+        run()
+    wait()
+    seconds = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        for _ in range(calls):
+            run()
+        wait()
+        seconds.append(time.perf_counter() - started)
+    return seconds
 
 
 def environment() -> dict:
@@ -51,17 +81,11 @@ def environment() -> dict:
 def matmul_rate(size: int, dtype: torch.dtype, *, repeats: int = 10) -> float:
     """FLOP/s of a `size`³ matrix product on random data: the ceiling the engine's share of the peak is read against
     (the mean of `repeats` products after three untimed)."""
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = chosen_device()
     generator = torch.Generator(device).manual_seed(0)
     a, b = (torch.randn(size, size, device=device, dtype=dtype, generator=generator) for _ in range(2))
-    for _ in range(3):
-        a @ b
-    synchronize()
-    started = time.perf_counter()
-    for _ in range(repeats):
-        a @ b
-    synchronize()
-    return 2 * size**3 * repeats / (time.perf_counter() - started)
+    (seconds,) = timed(lambda: a @ b, calls=repeats, warmup=3, device=device)
+    return 2 * size**3 * repeats / seconds
 
 
 def precision_gap(name: str, *, batch_size: int, seed: int = 0, **overrides) -> dict:
@@ -73,7 +97,7 @@ def precision_gap(name: str, *, batch_size: int, seed: int = 0, **overrides) -> 
     from alternet_hf.presets import create_model
     from alternet_hf.training import training_loss
 
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = chosen_device()
     torch.manual_seed(seed)
     model = create_model(name, **overrides).to(device).to(memory_format=torch.channels_last).eval()
     size, num_labels = model.config.image_size, model.config.num_labels
@@ -225,7 +249,7 @@ def engine_steady_state(
         "compile_mode": session.compile_mode,
         "batch_size": config.batch_size,
         "num_workers": config.num_workers,
-        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        "device": device_name(),
         "warmup_seconds": warmup_seconds,
         "steps": steps,
         "seconds": elapsed,

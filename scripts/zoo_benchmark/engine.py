@@ -9,6 +9,8 @@ import torch
 
 from alternet_hf.augmentation import normalize_images
 
+from .device import device_name
+
 
 def cifar_like_dataset(path: str, *, num_labels: int, image_size: int, train: int, test: int, seed: int = 0) -> str:
     """A `save_to_disk` dataset in CIFAR's schema (img, label; PNG-encoded random pixels, the hardest to compress):
@@ -33,6 +35,27 @@ def cifar_like_dataset(path: str, *, num_labels: int, image_size: int, train: in
     }
     datasets.DatasetDict(splits).save_to_disk(path)
     return path
+
+
+def _recipe_on_random_images(name: str, recipe: str, folder: str, *, train: int, test: int, **settings):
+    """The training config of `recipe` for `name` (`settings` override its fields) on a CIFAR-schema dataset of `train`
+    and `test` random images of the model's size and classes, written to `folder` (with `streaming`: as parquet files,
+    the training split in four, to be read as a stream)."""
+    import datasets
+
+    from alternet_hf.presets import create_config
+    from alternet_hf.recipe import recipe_config
+
+    config = create_config(name, **settings.get("model_overrides", {}))
+    data = cifar_like_dataset(
+        f"{folder}/data", num_labels=config.num_labels, image_size=config.image_size, train=train, test=test
+    )
+    if settings.get("streaming"):
+        splits, data = datasets.load_from_disk(data), f"{folder}/parquet"
+        for index in range(4):
+            splits["train"].shard(4, index).to_parquet(f"{data}/data/train-{index:05d}-of-00004.parquet")
+        splits["test"].to_parquet(f"{data}/data/test-00000-of-00001.parquet")
+    return recipe_config(name, recipe, dataset=data, image_column="img", **settings)
 
 
 @dataclass
@@ -70,27 +93,12 @@ def measure_data_path(
     buffer) instead of from the prepared split."""
     import tempfile
 
-    import datasets
-
-    from alternet_hf.presets import create_config
-    from alternet_hf.recipe import recipe_config
     from alternet_hf.training import build_model_and_data
 
-    config = create_config(name)
     threads = torch.get_num_threads()
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        data = cifar_like_dataset(
-            f"{tmp}/data", num_labels=config.num_labels, image_size=config.image_size, train=images, test=1
-        )
-        if streaming:
-            splits, data = datasets.load_from_disk(data), f"{tmp}/parquet"
-            for index in range(4):
-                splits["train"].shard(4, index).to_parquet(f"{data}/data/train-{index:05d}-of-00004.parquet")
-            splits["test"].to_parquet(f"{data}/data/test-00000-of-00001.parquet")
-        run = recipe_config(
-            name, recipe, dataset=data, image_column="img", batch_size=batch_size, num_workers=0, eval_batch_size=1
-        )
-        run.streaming = streaming
+        settings = dict(batch_size=batch_size, num_workers=0, eval_batch_size=1, streaming=streaming)
+        run = _recipe_on_random_images(name, recipe, tmp, train=images, test=1, **settings)
         _, augmentation, loader, _, _ = build_model_and_data(run)
         torch.set_num_threads(1)
         try:
@@ -256,22 +264,18 @@ def measure_training_run(
     `model_overrides` replace the recipe's (for a smaller model, whose checkpoints are then smaller)."""
     import tempfile
 
-    from alternet_hf.presets import create_config
     from alternet_hf.recipe import recipe_config
     from alternet_hf.training import train
 
     full_recipe = recipe_config(name, recipe)
     overrides = full_recipe.model_overrides if model_overrides is None else model_overrides
-    config = create_config(name, **overrides)
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        data = cifar_like_dataset(
-            f"{tmp}/data", num_labels=config.num_labels, image_size=config.image_size, train=images, test=eval_images
-        )
-        run = recipe_config(
+        run = _recipe_on_random_images(
             name,
             recipe,
-            dataset=data,
-            image_column="img",
+            tmp,
+            train=images,
+            test=eval_images,
             epochs=epochs,
             batch_size=batch_size,
             num_workers=num_workers,
@@ -301,7 +305,7 @@ def measure_training_run(
     timed = int(recipe_minutes // full_recipe.save_every_minutes) if full_recipe.save_every_minutes else 0
     return TrainingRun(
         model=name,
-        device=torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        device=device_name(),
         compiled=bool(run.compile if run.compile is not None else torch.cuda.is_available()),
         batch_size=batch_size,
         num_workers=num_workers,

@@ -9,6 +9,8 @@ import torch
 
 from alternet_hf.presets import create_model
 
+from .device import chosen_device, device_name, timed
+
 
 @dataclass
 class Throughput:
@@ -25,11 +27,6 @@ class Throughput:
         return asdict(self)
 
 
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def measure_throughput(
     name: str,
     *,
@@ -44,7 +41,7 @@ def measure_throughput(
     """Time `iterations` batches of random images after `warmup` untimed ones (compilation happens there)."""
     if mode not in ("forward", "forward+backward"):
         raise ValueError(f"mode must be 'forward' or 'forward+backward', got {mode!r}")
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = chosen_device(device)
     model = create_model(name).to(device).to(memory_format=torch.channels_last)
     size = model.config.image_size
     pixel_values = torch.randn(batch_size, 3, size, size, device=device).to(memory_format=torch.channels_last)
@@ -66,17 +63,10 @@ def measure_throughput(
             optimizer.zero_grad(set_to_none=True)
 
     model.train(mode != "forward")
-    for _ in range(warmup):
-        step()
-    _synchronize(device)
-    start = time.perf_counter()
-    for _ in range(iterations):
-        step()
-    _synchronize(device)
-    seconds = (time.perf_counter() - start) / iterations
+    seconds = timed(step, calls=iterations, warmup=warmup, device=device)[0] / iterations
     return Throughput(
         model=name,
-        device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        device=device_name(device),
         dtype=str(dtype).removeprefix("torch."),
         compiled=compiled,
         batch_size=batch_size,
@@ -104,7 +94,7 @@ def evaluation_throughput(
     (compilation not timed)."""
     from analysis.robustness import images_per_second
 
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = chosen_device(device)
     model = create_model(name, **overrides).eval()
     rate = images_per_second(
         model, batch_size=batch_size, compile_mode="default" if compiled else None, device=device, repeats=repeats
@@ -112,7 +102,7 @@ def evaluation_throughput(
     cores = torch.get_num_threads() if device.type == "cpu" else None
     return {
         "model": name,
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "device": device_name(device),
         "compiled": compiled,
         "batch_size": batch_size,
         "images_per_second": rate,
