@@ -8,6 +8,7 @@ network, so a first run works anywhere.
 
 import hashlib
 import io
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,7 +83,7 @@ def _load_local(path: Path, split: str | None) -> datasets.Dataset:
             "train": lambda: datasets.load_dataset("parquet", data_files=str(path), split="train", cache_dir=cache)
         }
         kind = "one parquet file"
-    elif (path / "dataset_dict.json").exists() or (path / "state.json").exists():
+    elif _read_whole(path):
         loaded = datasets.load_from_disk(str(path))
         if isinstance(loaded, datasets.DatasetDict):
             splits, kind = {name: (lambda name=name: loaded[name]) for name in loaded}, "a saved DatasetDict"
@@ -98,6 +99,11 @@ def _load_local(path: Path, split: str | None) -> datasets.Dataset:
         loaded = datasets.load_dataset(str(path), cache_dir=cache)
         splits, kind = {name: (lambda name=name: loaded[name]) for name in loaded}, "a folder"
     return splits[_choose_split(str(path), split, sorted(splits), kind)]()
+
+
+def _read_whole(path: Path) -> bool:
+    """Whether a local `path` is read whole, never a split's files alone: one file, or a folder `save_to_disk` wrote."""
+    return path.is_file() or (path / "dataset_dict.json").exists() or (path / "state.json").exists()
 
 
 def _load_split_only(
@@ -194,20 +200,31 @@ class DatasetUnavailableError(ConnectionError):
 
 def _load_hub(name: str, split: str | None) -> datasets.Dataset:
     try:
-        only = _load_split_only(name, split, "a Hub dataset")
-        if only is not None:
-            return only
-        if split is None:
-            loaded = datasets.load_dataset(name)
-            return loaded[_choose_split(name, None, sorted(loaded), "a Hub dataset")]
-        return datasets.load_dataset(name, split=split)
+        with _from_hub(name):
+            only = _load_split_only(name, split, "a Hub dataset")
+            if only is not None:
+                return only
+            if split is None:
+                loaded = datasets.load_dataset(name)
+                return loaded[_choose_split(name, None, sorted(loaded), "a Hub dataset")]
+            return datasets.load_dataset(name, split=split)
     except ValueError as error:
         if "Unknown split" not in str(error):
             raise
         available = list(datasets.get_dataset_split_names(name))
         raise ValueError(_missing_split_message(name, split, available, "a Hub dataset")) from None
+
+
+@contextmanager
+def _from_hub(source: str, what: str | None = None, *, local: bool = False):
+    """Connection and file errors as a `DatasetUnavailableError` about `what` (default: the dataset `source`) that
+    says what to do; a `local` source's errors stay as they are."""
+    try:
+        yield
     except (ConnectionError, OSError) as error:
-        raise _unavailable(name, f"the dataset {name!r}", error) from error
+        if local:
+            raise
+        raise _unavailable(source, what or f"the dataset {source!r}", error) from error
 
 
 def _unavailable(source: str, what: str, error: BaseException) -> DatasetUnavailableError:
@@ -246,48 +263,35 @@ def stream_raw_dataset(source: str, *, split: str | None = "train") -> datasets.
     if source == DIGITS:
         return load_digits_dataset(split).to_iterable_dataset()
     path = Path(source)
-    if path.is_file() or (path / "dataset_dict.json").exists() or (path / "state.json").exists():
+    if _read_whole(path):
         return _load_local(path, split).to_iterable_dataset()  # on this disk already
-    try:
+    with _from_hub(source, local=path.exists()):
         stream = _load_split_only(source, split, "a folder" if path.exists() else "a Hub dataset", streaming=True)
         return stream if stream is not None else datasets.load_dataset(source, split=split, streaming=True)
-    except (ConnectionError, OSError) as error:
-        if path.exists():
-            raise
-        raise _unavailable(source, f"the dataset {source!r}", error) from error
 
 
 def split_files(source: str, split: str) -> list[str] | None:
     """The parquet files of one split of a folder or Hub repo, in the order its stream reads them (one file a shard),
     or None for other sources (an image folder, a saved dataset, a single file, the digits)."""
-    path = Path(source)
-    if source == DIGITS or path.is_file() or (path / "dataset_dict.json").exists() or (path / "state.json").exists():
+    if source == DIGITS or _read_whole(Path(source)):
         return None
-    try:
+    with _from_hub(source, local=Path(source).exists()):
         builder = datasets.load_dataset_builder(source)
-    except (ConnectionError, OSError) as error:
-        if path.exists():
-            raise
-        raise _unavailable(source, f"the dataset {source!r}", error) from error
     files = _files_by_split(builder).get(split)
     return files if builder.name == "parquet" and files else None
 
 
 def config_names(source: str) -> list[str]:
     """The configs a local folder's or a Hub dataset's card declares (`["default"]` where it declares none)."""
-    try:
+    with _from_hub(source, f"the configs of {source!r}"):
         return list(datasets.get_dataset_config_names(source))
-    except (ConnectionError, OSError) as error:
-        raise _unavailable(source, f"the configs of {source!r}", error) from error
 
 
 def config_data_files(source: str, config: str) -> dict[str, list[str]]:
     """The files of each split of one config of a local folder or Hub dataset: the patterns its card gives,
     resolved (reading the card is the costly part: a caller reading many splits asks once per config)."""
-    try:
+    with _from_hub(source, f"the config {config!r} of {source!r}"):
         return _files_by_split(datasets.load_dataset_builder(source, config))
-    except (ConnectionError, OSError) as error:
-        raise _unavailable(source, f"the config {config!r} of {source!r}", error) from error
 
 
 def load_config_split(
@@ -305,9 +309,8 @@ def load_config_split(
     shown = datasets.utils.logging.is_progress_bar_enabled()
     datasets.disable_progress_bars()  # one split among many: the caller shows the progress
     try:
-        return datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=cache)
-    except (ConnectionError, OSError) as error:
-        raise _unavailable(source, f"split {split!r} of the config {config!r} of {source!r}", error) from error
+        with _from_hub(source, f"split {split!r} of the config {config!r} of {source!r}"):
+            return datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=cache)
     finally:
         if shown:
             datasets.enable_progress_bars()
