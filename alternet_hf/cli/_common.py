@@ -1,4 +1,5 @@
-"""What every command shares: how an error reaches the user, and how `--model` and `--config` are read.
+"""What every command shares: how an error reaches the user, how `--model` and `--config` are read, and how files
+reach the Hub.
 
 Errors the user caused (a bad flag value, a missing folder, the Hub out of reach, a malformed file) are
 printed as one `error: ...` message with exit status 2, as argparse does; a bug still shows its traceback.
@@ -12,6 +13,7 @@ import functools
 import json
 import os
 import sys
+import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -83,20 +85,46 @@ def describe(error: BaseException) -> str:
     return message
 
 
-def upload(upload_files: Callable[[], None], what: str) -> None:
-    """Run `upload_files`; a Hub that is out of reach or refuses the token is an error that names --dry-run."""
-    try:
-        upload_files()
-    except Exception as error:
-        if not (hub_unreachable(error) or hub_unauthenticated(error) or isinstance(error, OSError)):
-            raise
-        reason = (
-            "the Hub cannot be reached (offline, HF_HUB_OFFLINE=1, or no network)" if hub_unreachable(error) else error
-        )
-        raise CommandError(
-            f"could not upload {what} to the Hub: {reason}. Log in with `hf auth login` (or set HF_TOKEN) where the "
-            "Hub is reachable; with --dry-run DIR the files are written to DIR and nothing is uploaded."
-        ) from error
+def publish(
+    args: argparse.Namespace,
+    write: Callable[[Path], None],
+    what: str,
+    *,
+    repo_type: str | None = None,
+    commit_message: str | None = None,
+) -> bool:
+    """Have `write(folder)` write the files of the Hub repo `--repo-id`: into `--dry-run` DIR (False: nothing
+    uploaded), else into a temporary folder uploaded to the repo, created (`--private` where asked) if missing (True).
+    A Hub out of reach or refusing the token is an error that names --dry-run; `what` names what was uploaded."""
+    if args.dry_run:
+        write(args.dry_run)
+        return False
+    from huggingface_hub import HfApi
+
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch)
+        write(folder)
+        api = HfApi()
+        try:
+            api.create_repo(args.repo_id, repo_type=repo_type, private=args.private, exist_ok=True)
+            api.upload_folder(
+                repo_id=args.repo_id, repo_type=repo_type, folder_path=folder, commit_message=commit_message
+            )
+        except Exception as error:
+            if not (hub_unreachable(error) or hub_unauthenticated(error) or isinstance(error, OSError)):
+                raise
+            unreachable = "the Hub cannot be reached (offline, HF_HUB_OFFLINE=1, or no network)"
+            reason = unreachable if hub_unreachable(error) else error
+            raise CommandError(
+                f"could not upload {what} to the Hub: {reason}. Log in with `hf auth login` (or set HF_TOKEN) where "
+                "the Hub is reachable; with --dry-run DIR the files are written to DIR and nothing is uploaded."
+            ) from error
+    return True
+
+
+def flag_values(args: argparse.Namespace, names: str) -> dict:
+    """The parsed values of the flags `names` (space-separated, as `args` spells them), as keyword arguments."""
+    return {name: getattr(args, name) for name in names.split()}
 
 
 def model_source(text: str) -> str:

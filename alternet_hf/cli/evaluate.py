@@ -10,7 +10,7 @@ A split is prepared on disk before it is read, unless `--streaming` (the whole s
 
 from pathlib import Path
 
-from alternet_hf.cli._common import command, make_parser, model_source, positive_int
+from alternet_hf.cli._common import command, flag_values, make_parser, model_source, positive_int
 
 
 def build_parser():
@@ -50,34 +50,14 @@ def main(argv: list[str] | None = None) -> None:
     sample = None
     if args.max_images is not None:
         sample = {"num_images": args.max_images, "seed": args.seed, "shuffle_buffer": SAMPLE_SHUFFLE_BUFFER}
-    metrics, logits, labels = evaluate_model(
-        args.model,
-        args.dataset,
-        split=args.split,
-        image_column=args.image_column,
-        label_column=args.label_column,
-        batch_size=args.batch_size,
-        num_workers=args.num_workers,
-        mixed_precision=args.mixed_precision,
-        max_images=args.max_images,
-        seed=args.seed,
-        streaming=args.streaming,
-    )
+    options = "split image_column label_column batch_size num_workers mixed_precision max_images seed streaming"
+    metrics, logits, labels = evaluate_model(args.model, args.dataset, **flag_values(args, options))
     drawn = f": a sample, seed {args.seed}" if sample else (", streamed" if args.streaming else "")
     print(f"{args.model} on {args.dataset} ({args.split}, {len(labels):,} images{drawn})")
     print("\n".join(metric_lines(metrics)))
     output = args.output or (Path(args.model) if Path(args.model).is_dir() else Path("results"))
-    path = write_evaluation(
-        output,
-        model=args.model,
-        dataset=args.dataset,
-        split=args.split,
-        metrics=metrics,
-        logits=logits,
-        labels=labels,
-        mixed_precision=args.mixed_precision,
-        sample=sample,
-    )
+    run = flag_values(args, "model dataset split mixed_precision")
+    path = write_evaluation(output, **run, metrics=metrics, logits=logits, labels=labels, sample=sample)
     print(f"wrote {path} and {path.stem}_reliability.png")
 
 

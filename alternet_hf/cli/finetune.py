@@ -4,7 +4,7 @@ alternet-finetune --model outputs/alternet-digits --dataset path/to/imagefolder 
 alternet-finetune --model <org>/alternet-50-cifar100 --dataset uoft-cs/cifar10 --epochs 10
 """
 
-from alternet_hf.cli._common import command, json_object, make_parser, model_source
+from alternet_hf.cli._common import command, flag_values, json_object, make_parser, model_source
 from alternet_hf.recipe import FINETUNE_DEFAULTS, FROM_SCRATCH_DEFAULTS
 
 
@@ -54,23 +54,12 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     from alternet_hf.finetuning import finetune
 
-    result = finetune(
-        args.model,
-        args.dataset,
-        args.output_dir,
-        image_column=args.image_column,
-        label_column=args.label_column,
-        train_split=args.train_split,
-        eval_split=args.eval_split,
-        epochs=args.epochs,
-        learning_rate=args.learning_rate,
-        warmup=args.warmup,
-        batch_size=args.batch_size,
-        horizontal_flip=args.horizontal_flip,
-        seed=args.seed,
-        model_overrides=args.model_overrides,
-        overwrite=args.overwrite,
+    options = flag_values(
+        args,
+        "image_column label_column train_split eval_split epochs learning_rate warmup batch_size horizontal_flip seed "
+        "model_overrides overwrite",
     )
+    result = finetune(args.model, args.dataset, args.output_dir, **options)
     if result.holdout_note:
         print(result.holdout_note)
     before, after = result.metrics_before["eval_accuracy"], result.metrics_after["eval_accuracy"]

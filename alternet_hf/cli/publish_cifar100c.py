@@ -10,10 +10,9 @@ copies of CIFAR-100-C that exist are loading-script datasets current `datasets` 
 plain parquet, read back by `analysis.robustness.ParquetCorruptions("<org>/cifar100-c")`.
 """
 
-import tempfile
 from pathlib import Path
 
-from alternet_hf.cli._common import command, make_parser, upload
+from alternet_hf.cli._common import command, make_parser, publish
 
 
 def build_parser():
@@ -29,27 +28,18 @@ def build_parser():
 @command
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    from huggingface_hub import HfApi
-
     from analysis.corruptions import CORRUPTIONS
     from analysis.robustness import write_hub_dataset
 
     corruptions = [c for c in args.corruptions.split(",") if c] if args.corruptions else list(CORRUPTIONS)
 
-    if args.dry_run:
-        folder = write_hub_dataset(args.zenodo_dir, args.dry_run, args.repo_id, corruptions)
-        print(f"dry run: wrote {folder}/ (README.md and data/*.parquet); nothing uploaded")
-        return
-    with tempfile.TemporaryDirectory() as scratch:
-        folder = write_hub_dataset(args.zenodo_dir, Path(scratch), args.repo_id, corruptions)
-        api = HfApi()
+    def write(folder: Path) -> None:
+        write_hub_dataset(args.zenodo_dir, folder, args.repo_id, corruptions)
 
-        def upload_files():
-            api.create_repo(args.repo_id, repo_type="dataset", private=args.private, exist_ok=True)
-            api.upload_folder(repo_id=args.repo_id, repo_type="dataset", folder_path=folder)
-
-        upload(upload_files, "CIFAR-100-C")
-    print(f"published https://huggingface.co/datasets/{args.repo_id}")
+    if publish(args, write, "CIFAR-100-C", repo_type="dataset"):
+        print(f"published https://huggingface.co/datasets/{args.repo_id}")
+    else:
+        print(f"dry run: wrote {args.dry_run}/ (README.md and data/*.parquet); nothing uploaded")
 
 
 if __name__ == "__main__":

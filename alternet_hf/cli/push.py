@@ -9,10 +9,9 @@ metrics.json). With --dry-run DIR it writes exactly what would be uploaded into 
 nothing; otherwise it needs a token (`hf auth login`).
 """
 
-import tempfile
 from pathlib import Path
 
-from alternet_hf.cli._common import CommandError, command, make_parser, upload
+from alternet_hf.cli._common import CommandError, command, make_parser, publish
 
 
 def build_parser():
@@ -30,24 +29,15 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if not args.model.is_dir():
         raise CommandError(f"{args.model} is not a folder: give the output folder of alternet-train")
-    from huggingface_hub import HfApi
-
     from alternet_hf.hub import write_release
 
-    if args.dry_run:
-        write_release(args.model, args.dry_run, args.repo_id, evaluation=args.evaluation)
+    def write(folder: Path) -> None:
+        write_release(args.model, folder, args.repo_id, evaluation=args.evaluation)
+
+    if publish(args, write, f"the model {args.model}", commit_message=f"Upload {args.model.name}"):
+        print(f"published https://huggingface.co/{args.repo_id}")
+    else:
         print(f"dry run: wrote {args.dry_run}/ ({', '.join(sorted(p.name for p in args.dry_run.iterdir()))})")
-        return
-    with tempfile.TemporaryDirectory() as scratch:
-        folder = write_release(args.model, scratch, args.repo_id, evaluation=args.evaluation)
-        api = HfApi()
-
-        def upload_files():
-            api.create_repo(args.repo_id, private=args.private, exist_ok=True)
-            api.upload_folder(repo_id=args.repo_id, folder_path=folder, commit_message=f"Upload {args.model.name}")
-
-        upload(upload_files, f"the model {args.model}")
-    print(f"published https://huggingface.co/{args.repo_id}")
 
 
 if __name__ == "__main__":
