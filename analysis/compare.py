@@ -169,13 +169,16 @@ class AccuracyAccumulator:
         return AccuracyResult(self.correct / self.count, self.nll / self.count, self.count) if self.count else None
 
 
-@dataclass
-class Preprocessing:
-    """What a model's inputs go through (CIFAR-C images are uint8 and are normalised here)."""
+# The accumulator of each per-block analysis, fed by one pass (`analysis.blocks.accumulate`).
+ACCUMULATORS = {
+    "fourier": fourier.FourierAccumulator,
+    "variance": variance.VarianceAccumulator,
+    "cka": cka.CKAAccumulator,
+}
 
-    image_size: int | None = None
-    image_mean: Sequence[float] | None = None
-    image_std: Sequence[float] | None = None
+
+def _ignore(*_) -> None:
+    """The callback of `analyse` that is not given."""
 
 
 def analyse(
@@ -187,18 +190,21 @@ def analyse(
     corruption_source=None,
     settings: Settings | None = None,
     adapter: BlockAdapter | None = None,
-    preprocessing: Preprocessing | None = None,
+    image_size: int | None = None,
+    image_mean: Sequence[float] | None = None,
+    image_std: Sequence[float] | None = None,
     device: str | torch.device | None = None,
     progress: bool = False,
-    on_partial: Callable[[str, AnalysisResult], None] | None = None,
-    on_start: Callable[[str], None] | None = None,
-    on_result: Callable[[str, AnalysisResult], None] | None = None,
+    on_partial: Callable[[str, AnalysisResult], None] = _ignore,
+    on_start: Callable[[str], None] = _ignore,
+    on_result: Callable[[str, AnalysisResult], None] = _ignore,
 ) -> dict[str, AnalysisResult]:
     """Run `analyses` on `model`; returns {name: result}, plus "accuracy" when a per-block analysis ran.
 
     `test_data`: clean, normalised test batches (a DataLoader). `train_data()`: a fresh iterable of the
     augmented training batches (the Hessian and landscape each draw theirs from a new one, so they see
-    the same batches whatever ran before). `corruption_source`: CIFAR-C (`analysis.robustness`).
+    the same batches whatever ran before). `corruption_source`: CIFAR-C (`analysis.robustness`), its uint8
+    images resized to `image_size` and normalised with `image_mean` and `image_std`.
     `on_partial(name, result)` receives the Hessian spectrum after each minibatch, `on_result(name,
     result)` each result as soon as it is done (to write it before the next one starts); `on_start(name)`
     is called before each analysis (for time estimates).
@@ -212,20 +218,13 @@ def analyse(
     if "robustness" in analyses and corruption_source is None:
         raise ValueError("the robustness analysis needs a corruption_source")
     adapter = describe_blocks(model, adapter)
-    preprocessing = preprocessing or Preprocessing()
     common = dict(device=device, progress=progress)
     results: dict[str, AnalysisResult] = {}
 
     per_block = [name for name in PER_BLOCK if name in analyses]
     if per_block:
-        if on_start:
-            on_start(", ".join(per_block))
-        accumulators = {
-            "fourier": fourier.FourierAccumulator(),
-            "variance": variance.VarianceAccumulator(),
-            "cka": cka.CKAAccumulator(),
-        }
-        chosen = {name: accumulators[name] for name in per_block} | {"accuracy": AccuracyAccumulator()}
+        on_start(", ".join(per_block))
+        chosen = {name: ACCUMULATORS[name]() for name in per_block} | {"accuracy": AccuracyAccumulator()}
         computed = accumulate(
             model,
             test_data,
@@ -237,14 +236,12 @@ def analyse(
         )
         results.update({name: result for name, result in zip(chosen, computed) if result is not None})
         for name in per_block:
-            if on_result:
-                on_result(name, results[name])
+            on_result(name, results[name])
 
     for name in analyses:
         if name in PER_BLOCK:
             continue
-        if on_start:
-            on_start(name)
+        on_start(name)
         if name == "hessian":
             results[name] = hessian.max_eigenvalue_spectrum(
                 model,
@@ -261,7 +258,7 @@ def analyse(
                 density_steps=settings.density_steps,
                 time_limit=settings.hessian_time_limit,
                 seed=settings.seed,
-                on_batch=(lambda partial: on_partial("hessian", partial)) if on_partial else None,
+                on_batch=lambda partial: on_partial("hessian", partial),
                 **common,
             )
         elif name == "landscape":
@@ -284,9 +281,9 @@ def analyse(
                 corruption_source,
                 corruptions=settings.corruptions,
                 severities=settings.severities,
-                image_size=preprocessing.image_size,
-                image_mean=preprocessing.image_mean,
-                image_std=preprocessing.image_std,
+                image_size=image_size,
+                image_mean=image_mean,
+                image_std=image_std,
                 **common,
             )
         elif name == "frequency-noise":
@@ -297,8 +294,7 @@ def analyse(
             results[name] = lesion.lesion_study(
                 model, test_data, adapter=adapter, max_batches=settings.max_batches, **common
             )
-        if on_result:
-            on_result(name, results[name])
+        on_result(name, results[name])
     return results
 
 
@@ -531,15 +527,9 @@ def _hessian_figure(found: dict):
     if densities:
         ax = axes[0, 1]
         for name, density in densities.items():
-            density = _arrays(density)
-            ax.plot(
-                density["grid"],
-                np.maximum(density["density"], 1e-12 * density["density"].max()),
-                label=name,
-                color=colours[name],
-            )
+            hessian.plot_density(hessian.DensityResult(**_arrays(density)), ax=ax, label=name, color=colours[name])
         ax.axvline(0.0, color="0.5", linewidth=0.8, linestyle="--")
-        ax.set(yscale="log", xlabel="Hessian eigenvalue", ylabel="density", title="SLQ spectral density")
+        ax.set_title("SLQ spectral density")
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return figure
 

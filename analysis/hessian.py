@@ -534,10 +534,11 @@ def plot_spectrum(result: SpectrumResult, ax=None, *, label: str | None = None, 
     return ax
 
 
-def plot_density(result: DensityResult, ax=None):
-    """The spectral density on a log axis (floored so empty regions stay visible)."""
+def plot_density(result: DensityResult, ax=None, *, label: str | None = None, color=None):
+    """The spectral density on a log axis (floored so empty regions stay visible); `label` and `color` tell
+    several models' densities apart on one axis."""
     ax = new_axes(ax)
-    ax.plot(result.grid, np.maximum(result.density, 1e-12 * result.density.max()))
+    ax.plot(result.grid, np.maximum(result.density, 1e-12 * result.density.max()), label=label, color=color)
     ax.set_yscale("log")
     ax.set_xlabel("Hessian eigenvalue")
     ax.set_ylabel("density")

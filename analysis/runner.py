@@ -90,12 +90,10 @@ def analyse_model(
     loaded.model.to(device)
     parameters = sum(p.numel() for p in loaded.model.parameters())
     say(f"analysing {source} ({type(loaded.model).__name__}, {parameters:,} parameters) on {device}")
-    if scaled_down:
-        say(f"on a CPU, scaled down from the paper's amounts (pass the flags to change): {'; '.join(scaled_down)}")
+    meta = {"model": source, **_run_meta(data, device, scaled_down, say)}
     batches = prepare_data(loaded, data, analyses, settings, DataCache(data), device=device)
     if batches["augmentation"]:
         say(f"Hessian/landscape batches augmented as: {batches['augmentation']['source']}")
-    meta = {"model": source, "dataset": data.dataset, "device": str(device), "scaled_down": list(scaled_down)}
     with hold_folder(out) if out is not None else contextlib.nullcontext():
         return analyse_loaded(loaded, analyses, settings, batches, device=device, out=out, meta=meta, say=say)
 
@@ -122,8 +120,7 @@ def compare_models(
 
     with hold_folder(results_dir), hold_folder(comparison_dir):  # one comparison per folder at a time
         torch.manual_seed(data.seed)
-        if scaled_down:
-            say(f"on a CPU, scaled down from the paper's amounts (pass the flags to change): {'; '.join(scaled_down)}")
+        run_meta = _run_meta(data, device, scaled_down, say)
         weights = weights or {}
         cache, results, summaries = DataCache(data), {}, {}
         for name, source in specs:
@@ -135,22 +132,13 @@ def compare_models(
                 f"{name}: {type(loaded.model).__name__} from {source}, {loaded.image_size}×{loaded.image_size} inputs"
                 + (f"; Hessian/landscape batches augmented as {augmentation['source']}" if augmentation else "")
             )
-            meta = {"model": source, "dataset": data.dataset, "device": str(device), "scaled_down": list(scaled_down)}
+            meta = {"model": source, **run_meta}
             results[name] = analyse_loaded(
                 loaded, analyses, settings, batches, device=device, out=results_dir / name, meta=meta, say=say
             )
             summaries[name] = model_summary(loaded, source, augmentation)
             loaded.model.cpu()
-        return write_comparison_of(
-            results,
-            summaries,
-            data=data,
-            settings=settings,
-            device=device,
-            comparison_dir=comparison_dir,
-            scaled_down=scaled_down,
-            competence=competence,
-        )
+        return write_comparison_of(results, summaries, data, settings, device, comparison_dir, scaled_down, competence)
 
 
 def compare_stored(
@@ -183,16 +171,15 @@ def compare_stored(
         ]
         summaries[name] = model_summary(loaded, source, stored[0].get("augmentation") if stored else None)
     return write_comparison_of(
-        results,
-        summaries,
-        data=data,
-        settings=settings,
-        device=device,
-        comparison_dir=comparison_dir,
-        scaled_down=scaled_down,
-        competence=competence,
-        pending=pending,
+        results, summaries, data, settings, device, comparison_dir, scaled_down, competence, pending=pending
     )
+
+
+def _run_meta(data: DataOptions, device, scaled_down: Sequence[str], say) -> dict:
+    """What every result of a run says of it (the model's source aside), once the scaling is said."""
+    if scaled_down:
+        say(f"on a CPU, scaled down from the paper's amounts (pass the flags to change): {'; '.join(scaled_down)}")
+    return {"dataset": data.dataset, "device": str(device), "scaled_down": list(scaled_down)}
 
 
 def model_summary(loaded, source: str, augmentation: dict | None) -> dict:
@@ -211,16 +198,17 @@ def model_summary(loaded, source: str, augmentation: dict | None) -> dict:
 def write_comparison_of(
     results: dict,
     summaries: dict,
-    *,
     data: DataOptions,
     settings: Settings,
     device,
     comparison_dir: Path,
     scaled_down: Sequence[str],
     competence: float,
+    *,
     pending: Sequence[str] = (),
 ) -> dict:
-    """`analysis.report.write_comparison` with the run's settings as its meta and notes."""
+    """`analysis.report.write_comparison` with the run's settings as its meta and notes (what `compare_models` and
+    `compare_stored` pass, in their order)."""
     from .report import write_comparison
 
     meta = {
@@ -357,20 +345,6 @@ def _loader(dataset, transform, batch_size: int, *, shuffle: bool, seed: int, dr
     )
 
 
-class TestBatches:
-    """A test loader as `(inputs, targets)` batches."""
-
-    def __init__(self, loader):
-        self.loader = loader
-
-    def __len__(self):
-        return len(self.loader)
-
-    def __iter__(self):
-        for batch in self.loader:
-            yield batch["pixel_values"], batch["labels"]
-
-
 def prepare_data(loaded, options: DataOptions, analyses, settings: Settings, cache: DataCache, *, device) -> dict:
     """Test batches, a factory of augmented training batches, the CIFAR-C source and the augmentation
     used, for one loaded model (`analysis.models.LoadedModel`)."""
@@ -384,7 +358,7 @@ def prepare_data(loaded, options: DataOptions, analyses, settings: Settings, cac
     used = images_used(options, analyses, settings)
     test_set = cache.split(options.test_split, names, used["test"])
     test = _loader(test_set, eval_transform(size, mean, std), options.batch_size, shuffle=False, seed=options.seed)
-    data = {"test": TestBatches(test), "train": None, "augmentation": None, "corruptions": None}
+    data = {"test": test, "train": None, "augmentation": None, "corruptions": None}
     data["images"] = {"test": len(test_set)}
     if {"hessian", "landscape"} & set(analyses):
         augmentation = augmentation_of(options.augmentation, loaded)
@@ -444,11 +418,12 @@ def analyse_loaded(
     as soon as it is done, the Hessian spectrum also after every minibatch. Returns {analysis: result}."""
     import matplotlib.pyplot as plt
 
+    from ._common import iterate_batches
     from .blocks import describe_blocks
-    from .compare import Preprocessing, analyse, estimate_seconds, figure_of, measure_costs
+    from .compare import analyse, estimate_seconds, figure_of, measure_costs
 
     adapter = describe_blocks(loaded.model)
-    test_batch = next(iter(data["test"]))
+    test_batch = next(iterate_batches(data["test"]))  # the loader's dict as (inputs, targets)
     train_batch = next(iter(data["train"]())) if data["train"] else None
     hessian = settings if "hessian" in analyses else None
     costs = measure_costs(loaded.model, test_batch=test_batch, train_batch=train_batch, hessian=hessian, device=device)
@@ -495,7 +470,9 @@ def analyse_loaded(
         corruption_source=data["corruptions"],
         settings=settings,
         adapter=adapter,
-        preprocessing=Preprocessing(loaded.image_size, loaded.image_mean, loaded.image_std),
+        image_size=loaded.image_size,
+        image_mean=loaded.image_mean,
+        image_std=loaded.image_std,
         device=device,
         progress=True,
         on_partial=on_partial,
@@ -558,8 +535,8 @@ def read_result(path: Path):
         value, allowed = values[f.name], (hints[f.name], *typing.get_args(hints[f.name]))
         if value is not None and np.ndarray in allowed:
             array = np.asarray(value)
-            if array.dtype == object:
-                array = np.asarray(_nan_for_null(value), dtype=float)
+            if array.dtype == object:  # nulls (NaN written to JSON) in an array of numbers
+                array = np.asarray(value, dtype=float)
             if array.size == 0 and f.default_factory is not dataclasses.MISSING:
                 array = array.reshape(f.default_factory().shape)
             value = array
@@ -567,12 +544,6 @@ def read_result(path: Path):
             value = float("nan")
         fields[f.name] = value
     return kind(**fields)
-
-
-def _nan_for_null(value):
-    if isinstance(value, list):
-        return [_nan_for_null(v) for v in value]
-    return float("nan") if value is None else value
 
 
 def read_results(folder: Path) -> dict:
