@@ -71,17 +71,12 @@ class Sizes:
         return self.model_overrides.get(name, {})
 
 
+TINY_CNN = dict(embedding_size=8, depths=[1, 2], hidden_sizes=[16, 32], image_size=16)
 TINY = {
     "alternet-50-cifar100": dict(
-        embedding_size=8,
-        depths=[1, 2],
-        hidden_sizes=[16, 32],
-        num_attention_blocks=[0, 1],
-        num_attention_heads=[1, 2],
-        attention_head_dim=8,
-        image_size=16,
+        TINY_CNN, num_attention_blocks=[0, 1], num_attention_heads=[1, 2], attention_head_dim=8
     ),
-    "resnet-50-cifar100": dict(embedding_size=8, depths=[1, 2], hidden_sizes=[16, 32], image_size=16),
+    "resnet-50-cifar100": TINY_CNN,
     "vit-ti-cifar100": dict(
         hidden_size=24, num_hidden_layers=2, num_attention_heads=2, intermediate_size=48, image_size=16, patch_size=4
     ),
@@ -179,12 +174,20 @@ def run_machine(sizes: Sizes, record: Recorder) -> None:
 
 
 def write_engine_data(sizes: Sizes, record: Recorder, workdir: Path) -> str | None:
-    """The engine parts' training data (written by the check before them, so that no part's time goes to it)."""
+    """The engine parts' CIFAR-schema dataset (PNG images, 100 classes), written once and shared by them (the check
+    writes it before them, so that no part's time goes to it); its path, or None where it could not be written."""
     folder = workdir / f"data-{sizes.image_size}"
-    written = record.measure(
-        {"what": "data", "images": sizes.train_images}, lambda: {"path": cifar_like_data(folder, sizes)}
-    )
-    return written.get("path")
+
+    def write() -> dict:
+        from zoo_benchmark.engine import cifar_like_dataset
+
+        if not (folder / "written").exists():
+            size, images = sizes.image_size, sizes.train_images
+            cifar_like_dataset(str(folder), num_labels=100, image_size=size, train=images, test=1)
+            (folder / "written").touch()
+        return {"path": str(folder)}
+
+    return record.measure({"what": "data", "images": sizes.train_images}, write).get("path")
 
 
 def run_engine(model: str, sizes: Sizes, record: Recorder, workdir: Path, compile_mode: str) -> None:
@@ -214,17 +217,6 @@ def run_engine(model: str, sizes: Sizes, record: Recorder, workdir: Path, compil
             ),
             needs=sizes.timed_seconds + (sizes.compile_seconds if compiled else sizes.build_seconds),
         )
-
-
-def cifar_like_data(path: Path, sizes: Sizes) -> str:
-    """The engine parts' CIFAR-schema dataset (PNG images, 100 classes), written once and shared by them."""
-    from zoo_benchmark.engine import cifar_like_dataset
-
-    done = path / "written"
-    if not done.exists():
-        cifar_like_dataset(str(path), num_labels=100, image_size=sizes.image_size, train=sizes.train_images, test=1)
-        done.touch()
-    return str(path)
 
 
 def run_evaluation(sizes: Sizes, record: Recorder) -> None:
@@ -376,20 +368,9 @@ def write_results(results: dict, out: Path) -> None:
 # The short table
 
 
-ENGINE_COLUMNS = (
-    "engine",
-    "precision",
-    "compiled",
-    "batch",
-    "images/s",
-    "ms/step",
-    "loader wait",
-    "syncs/step",
-    "graph breaks",
-    "recompiles",
-    "peak GiB",
-    "TFLOP/s",
-    "of bf16 peak (goal 8%)",
+ENGINE_COLUMNS = tuple(
+    "engine | precision | compiled | batch | images/s | ms/step | loader wait | syncs/step | graph breaks | recompiles "
+    "| peak GiB | TFLOP/s | of bf16 peak (goal 8%)".split(" | ")
 )
 
 
@@ -432,28 +413,30 @@ def summary(results: dict) -> str:
 
 def _other_results(rows: list[dict]):
     """(what, result) of every row but the engine's; the corruptions in one line."""
-    labels = {
-        "matmul": "{dtype} matrix product {size}³",
-        "precision": "bf16 against fp32, {model}",
-        "evaluation": "CIFAR-100-C pass, {model}, batch {batch_size}, compiled",
-        "hessian": "Hessian-vector products, {model}",
-        "feature maps": "Fourier + variance in one pass, {model}",
-    }
-    results = {
-        "matmul": "{tflops_per_second:.1f} TFLOP/s",
-        "precision": "relative error of the logits {logits_relative_error:.1e}, of the gradient norm "
-        "{gradient_norm_relative_error:.1e}; top-1 agrees on {top1_agreement:.0%}",
-        "evaluation": "{images_per_second:,.0f} images/s: all of CIFAR-100-C in {cifar100c_minutes:.1f} min",
-        "hessian": "{hvps_per_second:.1f} per second at batch {batch_size}; Lanczos within 1% after "
-        "{lanczos_hvps_to_tolerance} products",
-        "feature maps": "{one_pass_s:.2f} s for {images} images",
+    formats = {  # what: (its label, its result)
+        "matmul": ("{dtype} matrix product {size}³", "{tflops_per_second:.1f} TFLOP/s"),
+        "precision": (
+            "bf16 against fp32, {model}",
+            "relative error of the logits {logits_relative_error:.1e}, of the gradient norm "
+            "{gradient_norm_relative_error:.1e}; top-1 agrees on {top1_agreement:.0%}",
+        ),
+        "evaluation": (
+            "CIFAR-100-C pass, {model}, batch {batch_size}, compiled",
+            "{images_per_second:,.0f} images/s: all of CIFAR-100-C in {cifar100c_minutes:.1f} min",
+        ),
+        "hessian": (
+            "Hessian-vector products, {model}",
+            "{hvps_per_second:.1f} per second at batch {batch_size}; Lanczos within 1% after "
+            "{lanczos_hvps_to_tolerance} products",
+        ),
+        "feature maps": ("Fourier + variance in one pass, {model}", "{one_pass_s:.2f} s for {images} images"),
     }
     for row in rows:
-        if row["what"] in labels:
+        if row["what"] in formats:
             if "cifar100c_hours" in row:
                 row = {**row, "cifar100c_minutes": 60 * row["cifar100c_hours"]}
-            problem = row.get("skipped") or row.get("error")
-            yield labels[row["what"]].format(**row), problem or results[row["what"]].format(**row)
+            label, result = formats[row["what"]]
+            yield label.format(**row), row.get("skipped") or row.get("error") or result.format(**row)
     corruptions = [row for row in rows if row["what"] == "corruption"]
     rates = sorted((row["ours_images_per_s"], row["corruption"]) for row in corruptions if "ours_images_per_s" in row)
     if corruptions:
