@@ -20,7 +20,7 @@ Each topic is a module with functions `fn(model, data, *, ..., device=None) -> S
   `alternet-analyze` and `alternet-compare` run)
 """
 
-from . import (
+from . import (  # noqa: F401  (the package is its modules, each as `analysis.<module>`)
     blocks,
     cka,
     claims,
@@ -36,20 +36,3 @@ from . import (
     runner,
     variance,
 )
-
-__all__ = [
-    "blocks",
-    "cka",
-    "claims",
-    "compare",
-    "corruptions",
-    "fourier",
-    "hessian",
-    "landscape",
-    "lesion",
-    "models",
-    "report",
-    "robustness",
-    "runner",
-    "variance",
-]

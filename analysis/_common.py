@@ -21,6 +21,7 @@ class AnalysisResult:
 
 
 def _plain(value):
+    """`value` with numpy arrays and scalars as Python lists and numbers, tuples as lists, dict keys as strings."""
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, np.generic):
@@ -28,7 +29,7 @@ def _plain(value):
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {str(k): _plain(v) for k, v in value.items()}
     return value
 
 

@@ -17,7 +17,7 @@ A model's role comes from its block kinds: MSAs and convs (AlterNet) is `hybrid`
 of high-frequency amplitude and drops of variance, which are not what the claims are about.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -92,17 +92,7 @@ class Claim:
         return HOLDS if all(outcomes) else FAILS
 
     def to_dict(self) -> dict:
-        return {
-            "key": self.key,
-            "statement": self.statement,
-            "source": self.source,
-            "rule": self.rule,
-            "verdict": self.verdict,
-            "checks": self.checks,
-            "evidence": self.evidence,
-            "numbers": self.numbers,
-            "below_competence": self.below_competence,
-        }
+        return {**asdict(self), "verdict": self.verdict}
 
 
 def role(kinds: list[str]) -> str:
@@ -132,10 +122,6 @@ def _range(values: np.ndarray, fmt: str = "+.2f") -> str:
     return f"{values.min():{fmt}} … {values.max():{fmt}}" if values.size > 1 else ""
 
 
-def _roles(summaries: dict) -> dict[str, str]:
-    return {name: role(summary["kinds"]) for name, summary in summaries.items()}
-
-
 def below_competence(results: dict[str, dict], summaries: dict[str, dict], competence: float = COMPETENCE) -> dict:
     """{model: (accuracy, threshold)} for the models whose test accuracy is below `competence` × chance
     (1 / the number of labels, from the summaries' `num_labels`)."""
@@ -156,12 +142,12 @@ def evaluate_claims(
     them); `summaries` ({model: {"kinds": ..., "num_labels": ...}}) default to the kinds the results carry.
     Each claim names the models it rests on whose accuracy is below `competence` × chance."""
     summaries = summaries or {name: {"kinds": _kinds_of(found)} for name, found in results.items()}
-    roles = _roles(summaries)
+    roles = {name: role(summary["kinds"]) for name, summary in summaries.items()}
     weak = below_competence(results, summaries, competence)
     claims = [
-        _filter_claim(results, "msa", low_pass=True),
+        _filter_claim(results, ("msa",), low_pass=True),
         _filter_claim(results, ("conv", "mlp"), low_pass=False),
-        _variance_claim(results, "msa", reduces=True),
+        _variance_claim(results, ("msa",), reduces=True),
         _variance_claim(results, ("conv", "mlp"), reduces=False),
         _hessian_flatness(results, roles),
         _negative_eigenvalues(results, roles),
@@ -180,20 +166,14 @@ def _kinds_of(found: dict) -> list[str]:
     for analysis in ("fourier", "variance"):
         if analysis in found:
             return list(found[analysis].kinds[1:])
-    for analysis in ("lesion",):
-        if analysis in found:
-            return list(found[analysis].kinds)
+    if "lesion" in found:
+        return list(found["lesion"].kinds)
     if "cka" in found:
         return list(found["cka"].kinds_a)
     return []
 
 
-def _as_tuple(kinds) -> tuple[str, ...]:
-    return kinds if isinstance(kinds, tuple) else (kinds,)
-
-
-def _filter_claim(results, kinds, *, low_pass: bool) -> Claim:
-    kinds = _as_tuple(kinds)
+def _filter_claim(results, kinds: tuple[str, ...], *, low_pass: bool) -> Claim:
     claim = Claim(
         key="msa-low-pass" if low_pass else "conv-high-pass",
         statement=(
@@ -239,8 +219,7 @@ def _filter_claim(results, kinds, *, low_pass: bool) -> Claim:
     return claim
 
 
-def _variance_claim(results, kinds, *, reduces: bool) -> Claim:
-    kinds = _as_tuple(kinds)
+def _variance_claim(results, kinds: tuple[str, ...], *, reduces: bool) -> Claim:
     claim = Claim(
         key="msa-reduce-variance" if reduces else "conv-increase-variance",
         statement=(
@@ -313,14 +292,20 @@ def variance_definitions_agree(results: dict[str, dict]) -> dict:
     return rows
 
 
-def _median_top(result) -> float:
-    return float(np.median(np.asarray(result.eigenvalues)[:, 0]))
-
-
 def _pairs(roles: dict, measured, chosen=("transformer", "hybrid")):
     """(model, CNN) pairs among the `measured` models: each model of a `chosen` role against each CNN."""
     cnns = [n for n in measured if roles[n] == "cnn"]
     return [(other, cnn) for other in measured if roles[other] in chosen for cnn in cnns]
+
+
+def _pair_checks(claim: Claim, roles: dict, key: str, *, larger: bool, chosen=("transformer", "hybrid")) -> None:
+    """Check every (model, CNN) pair of `_pairs`: the model's `claim.numbers[key]` above (`larger`) or below the
+    CNN's by more than `NOISE_MULTIPLE` standard errors of the difference."""
+    for other, cnn in _pairs(roles, claim.numbers, chosen):
+        a, b = claim.numbers[other], claim.numbers[cnn]
+        difference = a[key] - b[key] if larger else b[key] - a[key]
+        error = np.hypot(a["standard_error"], b["standard_error"])
+        claim.checks[f"{other} {'>' if larger else '<'} {cnn}"] = decide(difference, error)
 
 
 def _hessian_flatness(results, roles) -> Claim:
@@ -334,21 +319,18 @@ def _hessian_flatness(results, roles) -> Claim:
     for name, found in results.items():
         if "hessian" in found:
             tops = np.asarray(found["hessian"].eigenvalues, dtype=float)[:, 0]
-            mean, error = mean_and_error(tops)
+            (mean, error), median = mean_and_error(tops), float(np.median(tops))
             claim.numbers[name] = {
-                "median_top_eigenvalue": _median_top(found["hessian"]),
+                "median_top_eigenvalue": median,
                 "mean_top_eigenvalue": mean,
                 "standard_error": error,
                 "minibatches": int(tops.size),
             }
             claim.evidence.append(
                 f"{name} ({roles[name]}): λmax {mean:.4g} ± {error:.2g} (mean of {tops.size} minibatches, median "
-                f"{claim.numbers[name]['median_top_eigenvalue']:.4g})"
+                f"{median:.4g})"
             )
-    for other, cnn in _pairs(roles, claim.numbers):
-        a, b = claim.numbers[other], claim.numbers[cnn]
-        difference = b["mean_top_eigenvalue"] - a["mean_top_eigenvalue"]
-        claim.checks[f"{other} < {cnn}"] = decide(difference, np.hypot(a["standard_error"], b["standard_error"]))
+    _pair_checks(claim, roles, "mean_top_eigenvalue", larger=False)
     return claim
 
 
@@ -375,11 +357,7 @@ def _negative_eigenvalues(results, roles) -> Claim:
         claim.evidence.append(
             f"{name} ({roles[name]}): λmin {np.median(smallest):.4g} (median), |λmin|/λmax {ratio:.3g} ± {error:.2g}"
         )
-    for other, cnn in _pairs(roles, claim.numbers, chosen=("transformer",)):
-        a, b = claim.numbers[other], claim.numbers[cnn]
-        claim.checks[f"{other} > {cnn}"] = decide(
-            a["negative_ratio"] - b["negative_ratio"], np.hypot(a["standard_error"], b["standard_error"])
-        )
+    _pair_checks(claim, roles, "negative_ratio", larger=True, chosen=("transformer",))
     return claim
 
 
@@ -440,12 +418,7 @@ def _high_frequency_robustness(results, roles) -> Claim:
             f"{name} ({roles[name]}): {100 * mean:+.1f} ± {100 * error:.1f} points at ≥ {HIGH_FREQUENCIES}π "
             f"({100 * delta[-1]:+.1f} at {frequencies[-1]:.1f}π)"
         )
-    for other, cnn in _pairs(roles, claim.numbers, chosen=("transformer",)):
-        a, b = claim.numbers[other], claim.numbers[cnn]
-        claim.checks[f"{other} > {cnn}"] = decide(
-            a["mean_high_frequency_delta"] - b["mean_high_frequency_delta"],
-            np.hypot(a["standard_error"], b["standard_error"]),
-        )
+    _pair_checks(claim, roles, "mean_high_frequency_delta", larger=True, chosen=("transformer",))
     return claim
 
 
@@ -540,14 +513,8 @@ def _ranking(results, roles, what: str) -> Claim:
         claim.numbers[name] = {"value": value, "standard_error": errors[name]}
         claim.evidence.append(f"{name} ({roles[name]}): {100 * value:.2f}% ± {100 * errors[name]:.2f}")
     by_role = {r: [n for n in values if roles[n] == r] for r in ("hybrid", "cnn", "transformer")}
-
-    def better(a, b):
-        return decide(values[a] - values[b], np.hypot(errors[a], errors[b]))
-
-    for hybrid in by_role["hybrid"]:
-        for cnn in by_role["cnn"]:
-            claim.checks[f"{hybrid} ≥ {cnn}"] = better(hybrid, cnn)
-    for cnn in by_role["cnn"]:
-        for transformer in by_role["transformer"]:
-            claim.checks[f"{cnn} > {transformer}"] = better(cnn, transformer)
+    for better, worse, sign in (("hybrid", "cnn", "≥"), ("cnn", "transformer", ">")):
+        for a in by_role[better]:
+            for b in by_role[worse]:
+                claim.checks[f"{a} {sign} {b}"] = decide(values[a] - values[b], np.hypot(errors[a], errors[b]))
     return claim

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._common import _plain
 from .claims import (
     COMPETENCE,
     HOLDS,
@@ -66,7 +67,7 @@ def write_comparison(
         figure.savefig(written[stem], dpi=120)
         plt.close(figure)
     payload = {
-        "meta": meta or {},
+        "meta": meta,
         "notes": notes or [],
         "models": {
             name: {
@@ -84,18 +85,6 @@ def write_comparison(
     written["report"] = out / "report.md"
     written["report"].write_text(report_markdown(results, summaries, claims, definitions, written, meta, notes))
     return written
-
-
-def _plain(value):
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    return value
 
 
 def report_markdown(results, summaries, claims: list[Claim], definitions: dict, written: dict, meta, notes) -> str:
