@@ -30,11 +30,9 @@ def vit_backbone(model: nn.Module) -> ViTModel | None:
 
 def block_kinds(model: PreTrainedModel) -> list[str]:
     """The kind of each block (one of `BLOCK_KINDS`), aligned with `block_states`."""
-    if is_timm_wrapper(model):
-        return timm_cut(model.timm_model).kinds
-    vit = vit_backbone(model)
-    if vit is not None:
-        return ["stem"] + ["msa", "mlp"] * vit.config.num_hidden_layers + ["head"]
+    blocks = _hooked_blocks(model)
+    if blocks is not None:
+        return [block.kind for block in blocks]
     if hasattr(model, "block_kinds"):
         return model.block_kinds()
     raise TypeError(f"{type(model).__name__} is not a zoo model: no block kinds known for it")
@@ -45,16 +43,8 @@ def block_states(model: PreTrainedModel, pixel_values: torch.Tensor) -> tuple[li
 
     ViT states keep the CLS token: `(batch, 1 + patches, hidden)`; conv models give `(batch, C, H, W)`.
     """
-    vit = vit_backbone(model)
-    if is_timm_wrapper(model):
-        blocks = timm_cut(model.timm_model).blocks
-    elif vit is not None:
-        blocks = [Block("stem", vit.embeddings)]
-        for layer in vit.layers:
-            blocks.append(Block("msa", layer.layernorm_after, read="input"))  # after the MSA residual
-            blocks.append(Block("mlp", layer))  # after the MLP residual
-        blocks.append(Block("head", vit.layernorm))
-    else:
+    blocks = _hooked_blocks(model)
+    if blocks is None:
         outputs = model(pixel_values, output_hidden_states=True, return_dict=True)
         return list(outputs.hidden_states), _logits_or_features(outputs)
     states, outputs = hooked_states(model, pixel_values, blocks, return_dict=True)
@@ -190,16 +180,29 @@ def residual_branches(model: PreTrainedModel) -> list[nn.Module | None]:
     block has no residual, i.e. stem and head). Zeroing one's output removes that block's branch and
     leaves the shortcut: the lesion study's "identity in place of the residual branch".
     """
-    if is_timm_wrapper(model):
-        return [block.residual_branch for block in timm_cut(model.timm_model).blocks]
-    vit = vit_backbone(model)
-    if vit is not None:
-        # ViTAttention returns (output, weights); a lesion hook replaces only the output.
-        return [None] + [branch for layer in vit.layers for branch in (layer.attention, layer.mlp)] + [None]
+    blocks = _hooked_blocks(model)
+    if blocks is not None:
+        return [block.residual_branch for block in blocks]
     encoder = getattr(model.base_model, "encoder", None)
     if encoder is None or not hasattr(encoder, "blocks"):
         raise TypeError(f"{type(model).__name__} is not a zoo model: no residual branches known for it")
     return [None] + [block.drop_path for block in encoder.blocks()] + [None]
+
+
+def _hooked_blocks(model: PreTrainedModel) -> list[Block] | None:
+    """The blocks of the models whose states are read with hooks (timm's PiT and Swin, transformers' ViT), or None
+    for the zoo's own, which return their states."""
+    if is_timm_wrapper(model):
+        return timm_cut(model.timm_model).blocks
+    vit = vit_backbone(model)
+    if vit is None:
+        return None
+    blocks = [Block("stem", vit.embeddings)]
+    for layer in vit.layers:  # the MSA residual (entering `layernorm_after`), then the MLP residual
+        # ViTAttention returns (output, weights); a lesion hook replaces only the output.
+        blocks.append(Block("msa", layer.layernorm_after, residual_branch=layer.attention, read="input"))
+        blocks.append(Block("mlp", layer, residual_branch=layer.mlp))
+    return blocks + [Block("head", vit.layernorm)]
 
 
 def _logits_or_features(outputs) -> torch.Tensor:

@@ -35,6 +35,23 @@ FINETUNE_DEFAULTS = dict(epochs=3.0, learning_rate=1e-3, warmup=0.1)
 FROM_SCRATCH_DEFAULTS = dict(epochs=30.0, learning_rate=2e-3, warmup=0.1)
 
 
+# What `TrainingConfig.validate` requires of numeric fields, rule after rule: the words of its error, the test, the
+# fields (a null, where a field allows one, is not tested).
+NUMBER_RULES = (
+    ("must be a finite number", math.isfinite, "learning_rate warmup_epochs weight_decay momentum clip_grad_norm"),
+    ("must be a finite number", math.isfinite, "horizontal_flip mixup_alpha cutmix_alpha label_smoothing"),
+    ("must be a finite number", math.isfinite, "save_every_minutes"),
+    ("must be at least 1", lambda v: v >= 1, "epochs batch_size gradient_accumulation_steps eval_batch_size"),
+    ("must be at least 1", lambda v: v >= 1, "eval_every_epochs log_every_steps save_every_epochs save_every_steps"),
+    ("must be at least 1", lambda v: v >= 1, "keep_checkpoints shuffle_buffer"),
+    ("must be positive", lambda v: v > 0, "learning_rate"),
+    ("must be positive (null turns it off)", lambda v: v > 0, "save_every_minutes clip_grad_norm"),
+    ("must be within 0…1", lambda v: 0 <= v <= 1, "horizontal_flip label_smoothing"),
+    ("must not be negative", lambda v: v >= 0, "warmup_epochs weight_decay momentum mixup_alpha cutmix_alpha"),
+    ("must not be negative", lambda v: v >= 0, "random_crop_padding num_workers"),
+)
+
+
 @dataclass
 class TrainingConfig:
     """Everything a training run needs; the defaults are the offline first run on the embedded digits."""
@@ -137,52 +154,11 @@ class TrainingConfig:
                     "null" if a is type(None) else a.__name__ for a in allowed if a is not int or float not in allowed
                 )
                 raise ValueError(f"TrainingConfig.{f.name} must be {names}, got {value!r}")
-        for name in (
-            "learning_rate",
-            "warmup_epochs",
-            "weight_decay",
-            "momentum",
-            "clip_grad_norm",
-            "horizontal_flip",
-            "mixup_alpha",
-            "cutmix_alpha",
-            "label_smoothing",
-            "save_every_minutes",
-        ):
-            if getattr(self, name) is not None and not math.isfinite(getattr(self, name)):
-                raise ValueError(f"TrainingConfig.{name} must be a finite number, got {getattr(self, name)}")
-        for name in (
-            "epochs",
-            "batch_size",
-            "gradient_accumulation_steps",
-            "eval_batch_size",
-            "eval_every_epochs",
-            "log_every_steps",
-            "save_every_epochs",
-            "save_every_steps",
-            "keep_checkpoints",
-            "shuffle_buffer",
-        ):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ValueError(f"TrainingConfig.{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("learning_rate", "save_every_minutes", "clip_grad_norm"):
-            if getattr(self, name) is not None and getattr(self, name) <= 0:
-                off = "" if name == "learning_rate" else " (null turns it off)"
-                raise ValueError(f"TrainingConfig.{name} must be positive{off}, got {getattr(self, name)}")
-        for name in ("horizontal_flip", "label_smoothing"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ValueError(f"TrainingConfig.{name} must be within 0…1, got {getattr(self, name)}")
-        for name in (
-            "warmup_epochs",
-            "weight_decay",
-            "momentum",
-            "mixup_alpha",
-            "cutmix_alpha",
-            "random_crop_padding",
-            "num_workers",
-        ):
-            if getattr(self, name) < 0:
-                raise ValueError(f"TrainingConfig.{name} must not be negative, got {getattr(self, name)}")
+        for requirement, holds, names in NUMBER_RULES:
+            for name in names.split():
+                value = getattr(self, name)
+                if value is not None and not holds(value):
+                    raise ValueError(f"TrainingConfig.{name} {requirement}, got {value}")
         if self.optimizer not in ("adamw", "sgd"):
             raise ValueError(f"TrainingConfig.optimizer must be 'adamw' or 'sgd', got {self.optimizer!r}")
         if self.mixed_precision not in ("auto", "no", "bf16", "fp16"):
@@ -229,8 +205,9 @@ PAPER_RECIPE = dict(
     num_workers=8,  # augmentation must keep up with a GPU
     **GPU_RUN_CADENCE,
 )
-# A plain baseline: SGD with momentum, crop and flip only.
+# A plain baseline: SGD with momentum, crop and flip only (the paper's crop, flip, workers and cadence).
 SGD_RECIPE = dict(
+    PAPER_RECIPE,
     epochs=200,
     warmup_epochs=1,
     batch_size=128,
@@ -239,15 +216,11 @@ SGD_RECIPE = dict(
     momentum=0.9,
     weight_decay=5e-4,
     clip_grad_norm=None,
-    random_crop_padding=4,
-    horizontal_flip=0.5,
     rand_augment=None,
     mixup_alpha=0.0,
     cutmix_alpha=0.0,
     label_smoothing=0.0,
     model_overrides={},
-    num_workers=8,
-    **GPU_RUN_CADENCE,
 )
 DATASET_SOURCES = {"cifar10": "uoft-cs/cifar10", "cifar100": "uoft-cs/cifar100", "imagenet": "ILSVRC/imagenet-1k"}
 # ImageNet's test split has no labels; its training split (about 140 GB) is streamed, not prepared on every node.
