@@ -20,12 +20,19 @@ split against preparing it (--sample).
 """
 
 import json
+import tempfile
 from pathlib import Path
 
 from alternet_hf.cli._common import CommandError, command, make_parser, positive_int
 
 DTYPES = ("float32", "bfloat16", "float16")
 DEFAULT_MODELS = ("alternet-50-cifar100", "resnet-50-cifar100", "vit-ti-cifar100")
+COMPILED = {"no": [False], "yes": [True], "both": [False, True]}  # --compile: eager, compiled or both, per run
+# The modes that exclude each other (flags joined by "/" are one mode), as the error names them.
+EXCLUSIVE_MODES = (
+    "--corruptions/--hessian/--feature-maps, --evaluation, --training, --data-only, --engine-overhead, "
+    "--reference-dir, --finetune, --sample"
+)
 
 
 def build_parser():
@@ -139,21 +146,12 @@ def build_parser():
 @command
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    special = (
-        args.corruptions or args.hessian or args.feature_maps,
-        args.evaluation,
-        args.training,
-        args.data_only,
-        args.engine_overhead,
-        args.reference_dir,
-        args.finetune,
-        args.sample,
-    )
-    if sum(map(bool, special)) > 1:
-        raise CommandError(
-            "choose one of --corruptions/--hessian/--feature-maps, --evaluation, --training, --data-only, "
-            "--engine-overhead, --reference-dir, --finetune, --sample"
-        )
+    given = [
+        any(getattr(args, flag[2:].replace("-", "_")) for flag in mode.split("/"))
+        for mode in EXCLUSIVE_MODES.split(", ")
+    ]
+    if sum(given) > 1:
+        raise CommandError(f"choose one of {EXCLUSIVE_MODES}")
     if args.streaming and not args.data_only:
         raise CommandError("--streaming measures the data path: give it with --data-only")
     if args.finetune and not args.models:
@@ -162,6 +160,7 @@ def main(argv: list[str] | None = None) -> None:
             "e.g. --models alternet-50-cifar100 outputs/alternet-digits"
         )
     args.models = args.models or list(DEFAULT_MODELS)
+    compiled_options = COMPILED[args.compile or "no"]
     import torch
     from tqdm import tqdm
 
@@ -170,7 +169,6 @@ def main(argv: list[str] | None = None) -> None:
 
     if args.finetune:
         import importlib.util
-        import tempfile
 
         if importlib.util.find_spec("skimage") is None:
             raise CommandError("--finetune reads scikit-image's photographs: pip install scikit-image")
@@ -219,8 +217,6 @@ def main(argv: list[str] | None = None) -> None:
         ]
         report, rows = "\n\n".join(map(tables.training_run_lines, results)), [r.to_dict() for r in results]
     elif args.sample:
-        import tempfile
-
         with tempfile.TemporaryDirectory(prefix="alternet-sample-") as workdir:
             rows = [
                 benchmark.sample_speed(
@@ -232,7 +228,6 @@ def main(argv: list[str] | None = None) -> None:
             ]
         report = tables.sample_table(rows)
     elif args.evaluation:
-        compiled_options = {"no": [False], "yes": [True], "both": [False, True]}[args.compile or "no"]
         runs = [(n, b, c) for n in args.models for c in compiled_options for b in args.batch_sizes]
         rows = [
             benchmark.evaluation_throughput(
@@ -266,7 +261,6 @@ def main(argv: list[str] | None = None) -> None:
         ]
         report = tables.hessian_table(rows)
     else:
-        compiled_options = {"no": [False], "yes": [True], "both": [False, True]}[args.compile or "no"]
         runs = [
             (n, b, m, c) for n in args.models for b in args.batch_sizes for m in args.modes for c in compiled_options
         ]

@@ -234,12 +234,11 @@ def run_evaluation(sizes: Sizes, record: Recorder) -> None:
 
 
 def run_analyses(sizes: Sizes, record: Recorder) -> None:
-    import torch
-
     from analysis.corruptions import CORRUPTIONS
     from zoo_benchmark.analyses import corruption_speed, hessian_convergence, per_block_speed
+    from zoo_benchmark.device import chosen_device
 
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = chosen_device().type
     model, overrides = sizes.analysis_model, sizes.overrides(sizes.analysis_model)
 
     def hessian():
