@@ -46,16 +46,12 @@ def corruption_speed(
     repeats: int = 3,
     num_threads: int | None = None,
 ) -> list[dict]:
-    """Images/s of our batched corruptions against the per-image NumPy ones of `imagecorruptions`, on the
-    same random uint8 images, one corruption at a time; one dict per corruption.
+    """Images/s of our batched corruptions against the per-image NumPy ones of the optional `imagecorruptions`
+    (ImageNet-C severities: alike work, not the same), on the same random uint8 images; one dict per corruption.
 
-    Ours: the whole batch on `device` (default CPU) with `num_threads` torch threads (default: torch's
-    setting), the best of `repeats` runs after a warm-up. NumPy: one pass over the images, single-threaded
-    as the reference runs, after a warm-up image. `imagecorruptions` is optional and not a dependency (pip
-    install imagecorruptions); it uses ImageNet-C severities, so the work per image is alike but not the
-    same. Where it is missing or fails, its column is None and `note` says why. It runs with the two names
-    it needs from NumPy 1 / old scikit-image put back for the duration (see above).
-    """
+    Ours: the whole batch on `device` (default CPU) with `num_threads` torch threads, the best of `repeats` after a
+    warm-up; theirs: one single-threaded pass after a warm-up image. Where it is missing or fails, its column is None
+    and `note` says why."""
     try:
         import imagecorruptions
         import imagecorruptions.corruptions
@@ -129,13 +125,10 @@ def hessian_convergence(
     device=None,
     **overrides,
 ) -> dict:
-    """Hessian-vector products Lanczos and power iteration need for the top eigenvalue to `tolerance`.
-
-    Both run on the same model (a preset, folder or Hub id; `overrides` change its config) and the first
-    `batch_size` training images of `dataset`; the reference value is Lanczos run to a 1e-6 residual bound. Also
-    reports the products each method spends under its own stopping rule (Lanczos: residual bound 1e-2·|λ|; power
-    iteration: PyHessian's relative change 1e-3).
-    """
+    """Hessian-vector products Lanczos and power iteration need for the top eigenvalue of `name` (`overrides` change its
+    config) on the first `batch_size` training images of `dataset` to `tolerance` of Lanczos run to a 1e-6 residual
+    bound; and those each spends under its own stopping rule (Lanczos: residual bound 1e-2·|λ|; power iteration:
+    PyHessian's relative change 1e-3)."""
     from analysis import hessian
 
     torch.manual_seed(seed)
@@ -200,10 +193,9 @@ def per_block_speed(
     device=None,
     **overrides,
 ) -> dict:
-    """Seconds for Fourier ΔlogA and feature-map variance of `name` (`overrides` change its config) on `num_images`
-    test images: each on its own pass of the model (as before one pass fed both), both from one pass of
-    `analysis.blocks.accumulate`, and the reference notebooks' computation (one forward, their formulas) on the same
-    maps; best of `repeats`."""
+    """Seconds (best of `repeats`) for Fourier ΔlogA and feature-map variance of `name` (`overrides` change its config)
+    on `num_images` test images: each on its own pass of the model, both from one pass of `analysis.blocks.accumulate`,
+    and the reference notebooks' formulas on the same maps."""
     from analysis.blocks import accumulate, block_batches
     from analysis.fourier import FourierAccumulator, fourier_log_amplitude
     from analysis.variance import VarianceAccumulator, feature_map_variance

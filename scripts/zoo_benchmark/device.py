@@ -89,11 +89,9 @@ def matmul_rate(size: int, dtype: torch.dtype, *, repeats: int = 10) -> float:
 
 
 def precision_gap(name: str, *, batch_size: int, seed: int = 0, **overrides) -> dict:
-    """bf16 autocast against strict fp32 (no TF32 in matrix products or convolutions) on one batch of random images:
-    the relative error of the logits and of the gradient's norm, and how often the top-1 classes agree.
-
-    The model is in eval mode (no stochastic depth, BatchNorm's running statistics), so that both passes compute the
-    same function and the difference is the arithmetic's alone."""
+    """bf16 autocast against strict fp32 (no TF32) on one batch of random images: the relative error of the logits and
+    of the gradient's norm, and how often the top-1 classes agree. In eval mode, so that both passes compute the same
+    function and the difference is the arithmetic's alone."""
     from alternet_hf.presets import create_model
     from alternet_hf.training import training_loss
 
@@ -164,14 +162,10 @@ def engine_steady_state(
     min_steps: int = 10,
     model_overrides: dict | None = None,
 ) -> dict:
-    """The paper recipe's training steps for preset `name` through the engine's own session (`TrainingSession`:
-    Accelerate, the loss monitor, augmentation with Mixup/CutMix in the loader workers, the compiled step), on the
-    CIFAR-schema `dataset`, after `warmup_steps` untimed steps (compilation happens there), for `seconds` and at
-    least `min_steps` steps; epochs follow each other as in a run (the loader's workers persist).
-
-    Reported: images/s and ms per step; the share of the time spent waiting for the loader; synchronizing CUDA calls
-    per step (`torch.cuda.set_sync_debug_mode`); dynamo's graph breaks and recompiles; peak memory; the step's FLOPs
-    (counted as the release's estimate counts them) over the measured time, and their share of the bf16 peak."""
+    """The paper recipe's training steps for preset `name` through the engine's own session (`TrainingSession`), on the
+    CIFAR-schema `dataset`, after `warmup_steps` untimed steps (compilation happens there), for `seconds` and at least
+    `min_steps` steps, epochs following each other as in a run: the step's speed, loader waits, synchronizing CUDA
+    calls, graph breaks, recompiles, peak memory, and FLOPs (as the release's estimate counts them) against the peak."""
     from accelerate.state import AcceleratorState
     from torch._dynamo.utils import counters
     from tqdm.auto import tqdm

@@ -86,11 +86,9 @@ def measure_data_path(
     workdir: str | None = None,
     streaming: bool = False,
 ) -> DataPathSpeed:
-    """Read, decode, check, augment (the recipe's crop, flip, RandAugment, seeded per image) and collate the
-    training images exactly as `alternet-train`'s loader workers do, timed in CPU seconds (process time, so a
-    shared machine's other jobs do not count), on one thread as in a worker. `streaming`: the images in four parquet
-    files, read as a stream (`alternet-train --streaming`: the files' rows counted, then read through the shuffle
-    buffer) instead of from the prepared split."""
+    """CPU time (process time) per image of what `alternet-train`'s loader workers do to the training images:
+    read, decode, check, augment (the recipe's transforms) and collate, on one thread as in a worker; `streaming`: read
+    from four parquet files as `alternet-train --streaming` reads them, instead of from the prepared split."""
     import tempfile
 
     from alternet_hf.training import build_model_and_data
@@ -116,14 +114,10 @@ def measure_data_path(
 
 
 def measure_engine_overhead(*, steps: int = 50, batch_size: int = 8, repeats: int = 15) -> dict:
-    """CPU milliseconds per step of the engine's training loop (`TrainingSession.train_batches`: Accelerate's
-    accumulation, optimizer and clipping wrappers, the loss monitor and its logging, the progress bar) and of a
-    hand-written loop doing the same work (normalise, forward, loss, backward, clip, AdamW, schedule) on the same
-    model and tensors.
-
-    The smallest AlterNet (one conv and one MSA block, 8×8 images) on one thread keeps the step short, so that the
-    loops' own cost is not lost in the model's. The two are timed alternately, `repeats` times; the median of the
-    paired differences is the engine's overhead."""
+    """CPU milliseconds per step of the engine's training loop (`TrainingSession.train_batches`) and of a
+    hand-written loop doing the same work on the same model and tensors, timed alternately `repeats` times; the median
+    of the paired differences is the engine's overhead. The smallest AlterNet on one thread keeps the step short, so
+    that the loops' own cost is not lost in the model's."""
     import io
     import statistics
     import tempfile
@@ -157,13 +151,8 @@ def measure_engine_overhead(*, steps: int = 50, batch_size: int = 8, repeats: in
         session = TrainingSession(config)
         session.build()
         session.start(resume=False)
-        model, optimizer, scheduler, parameters = (
-            session.model,
-            session.optimizer,
-            session.scheduler,
-            session.parameters,
-        )
-        device = session.accelerator.device
+        model, optimizer, scheduler = session.model, session.optimizer, session.scheduler
+        parameters, device = session.parameters, session.accelerator.device
         mean, std = channel_statistics(model.config.image_mean, model.config.image_std, device=device)
         generator = torch.Generator().manual_seed(0)
         batches = [
@@ -256,12 +245,9 @@ def measure_training_run(
     model_overrides: dict | None = None,
     workdir: str | None = None,
 ) -> TrainingRun:
-    """`epochs` epochs of the real engine with the recipe (augmentation, Mixup/CutMix, loader workers), evaluating
-    and checkpointing after every epoch, on a CIFAR-schema dataset written to a temporary folder (no download).
-
-    The checkpoint cadence of the full recipe (`save_every_epochs`, `save_every_minutes` over a run of
-    `recipe_minutes`) times the size of this run's checkpoint gives the bytes the full recipe writes.
-    `model_overrides` replace the recipe's (for a smaller model, whose checkpoints are then smaller)."""
+    """`epochs` epochs of the real engine with the recipe (loader workers, evaluation and a checkpoint every epoch) on a
+    CIFAR-schema dataset of random images, and the bytes the full recipe's checkpoint cadence writes in `recipe_minutes`
+    at this run's checkpoint size. `model_overrides` replace the recipe's (a smaller model: smaller checkpoints)."""
     import tempfile
 
     from alternet_hf.recipe import recipe_config

@@ -88,10 +88,9 @@ def evaluation_throughput(
     repeats: int = 3,
     **overrides,
 ) -> dict:
-    """Images per second of the release's CIFAR-100-C pass for the preset `name` (`overrides` change its config;
-    eval, no grad, uint8 images normalised on the device: `analysis.robustness.images_per_second`), also per core, and
-    the hours every set of CIFAR-100-C takes at that speed. Compiled: inductor, batches padded to one shape
-    (compilation not timed)."""
+    """Images/s of the release's CIFAR-100-C pass (`analysis.robustness.images_per_second`) for the preset `name`
+    (`overrides` change its config), also per core, and the hours all of CIFAR-100-C takes at that speed; compiled:
+    inductor, batches padded to one shape, compilation not timed."""
     from analysis.robustness import images_per_second
 
     device = chosen_device(device)
@@ -119,47 +118,42 @@ def race_reference(
     inference_batch_sizes: tuple[int, ...] = (1, 256),
     repeats: int = 5,
 ) -> list[dict]:
-    """AlterNet-50 (CIFAR-100, paper layout, stochastic depth 0.1) in the zoo's implementation against the
-    reference code's (`xxxnell/how-do-vits-work`, a checkout at `reference_dir`, imported from there and never
-    copied), in a fair race: both models given the same memory format (contiguous, then channels-last: weights
-    and images), the same batch, timed alternately in one process by wall clock and by CPU time.
+    """AlterNet-50 (CIFAR-100, paper layout, stochastic depth 0.1), the zoo's against the reference code's (a checkout
+    of `xxxnell/how-do-vits-work` at `reference_dir`, imported from there), in a fair race: per memory format (both
+    models given it, weights and images), timed alternately in one process by wall clock and by CPU time.
 
-    One row per memory format and pass: `forward` and `forward+backward` (train mode, cross-entropy, backward) at
-    `batch_size`, and `inference` (eval, no grad) at each of `inference_batch_sizes`. The medians of `repeats`
-    timings after a warm-up; ratios are the zoo's over the reference's (below 1: the zoo is faster).
+    One row per memory format and pass: `forward` and `forward+backward` at `batch_size`, `inference` (eval, no grad)
+    at each of `inference_batch_sizes`; medians of `repeats` after a warm-up, ratios the zoo's over the reference's.
     """
     import statistics
 
     reference_model = _reference_alternet_50(reference_dir)
     generator = torch.Generator().manual_seed(0)
+    passes = [("forward", batch_size), ("forward+backward", batch_size)]
+    passes += [("inference", size) for size in inference_batch_sizes]
     rows = []
     for memory_format in (torch.contiguous_format, torch.channels_last):
         models = {
             "reference": reference_model().to(memory_format=memory_format),
             "alternet_hf": create_model("alternet-50-cifar100", drop_path_rate=0.1).to(memory_format=memory_format),
         }
-        if sum(p.numel() for p in models["alternet_hf"].parameters()) != sum(
-            p.numel() for p in models["reference"].parameters()
-        ):
+        if len({sum(p.numel() for p in model.parameters()) for model in models.values()}) > 1:
             raise RuntimeError("the reference model and the zoo's differ in size: not the same architecture")
-        passes = [("forward", batch_size), ("forward+backward", batch_size)]
-        passes += [("inference", size) for size in inference_batch_sizes]
         for kind, size in passes:
             images = torch.randn(size, 3, 32, 32, generator=generator).contiguous(memory_format=memory_format)
             labels = torch.randint(0, 100, (size,), generator=generator)
             runs = {name: _pass(model, kind, images, labels) for name, model in models.items()}
             for run in runs.values():
                 run()  # warm-up
-            wall, cpu = {name: [] for name in runs}, {name: [] for name in runs}
+            timings = {(clock, name): [] for clock in ("wall", "cpu") for name in runs}
             for _ in range(repeats):
                 for name, run in runs.items():
                     started_wall, started_cpu = time.perf_counter(), time.process_time()
                     run()
-                    wall[name].append(time.perf_counter() - started_wall)
-                    cpu[name].append(time.process_time() - started_cpu)
-            medians = {
-                clock: {name: statistics.median(values) for name, values in timings.items()}
-                for clock, timings in (("wall", wall), ("cpu", cpu))
+                    timings["wall", name].append(time.perf_counter() - started_wall)
+                    timings["cpu", name].append(time.process_time() - started_cpu)
+            seconds = {
+                f"{clock}_seconds_{name}": statistics.median(values) for (clock, name), values in timings.items()
             }
             rows.append(
                 dict(
@@ -167,13 +161,9 @@ def race_reference(
                     pass_=kind,
                     batch_size=size,
                     threads=torch.get_num_threads(),
-                    **{
-                        f"{clock}_seconds_{name}": value
-                        for clock, values in medians.items()
-                        for name, value in values.items()
-                    },
-                    wall_ratio=medians["wall"]["alternet_hf"] / medians["wall"]["reference"],
-                    cpu_ratio=medians["cpu"]["alternet_hf"] / medians["cpu"]["reference"],
+                    **seconds,
+                    wall_ratio=seconds["wall_seconds_alternet_hf"] / seconds["wall_seconds_reference"],
+                    cpu_ratio=seconds["cpu_seconds_alternet_hf"] / seconds["cpu_seconds_reference"],
                 )
             )
     return rows
