@@ -58,11 +58,22 @@ def existing_path(text: str) -> Path:
     return path
 
 
+def comma_list(text: str) -> list[str]:
+    """The items of a comma-separated list, blanks left out."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def named_list(text: str) -> list[tuple[str | None, str]]:
+    """`[name=]value,...` as (name, value) pairs; the name is None where the item has no `=`."""
+    pairs = [item.partition("=") for item in comma_list(text)]
+    return [(name, value) if sep else (None, name) for name, sep, value in pairs]
+
+
 def analyses_list(text: str) -> list[str]:
     """argparse type of `--analyses`: known names, comma-separated."""
     from analysis.compare import ANALYSES
 
-    requested = [name.strip() for name in text.split(",") if name.strip()]
+    requested = comma_list(text)
     unknown = sorted(set(requested) - set(ANALYSES))
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown analyses {unknown}; choose from {', '.join(ANALYSES)}")
@@ -72,7 +83,7 @@ def analyses_list(text: str) -> list[str]:
 def _comma_separated(kind: type):
     def parse(text: str) -> tuple:
         try:
-            return tuple(kind(item.strip()) for item in text.split(",") if item.strip())
+            return tuple(map(kind, comma_list(text)))
         except ValueError:
             raise argparse.ArgumentTypeError(f"takes comma-separated {kind.__name__} values, not {text!r}") from None
 
@@ -165,43 +176,33 @@ def settings_from_args(args, device):
 
 
 def data_options(args, settings):
-    """`analysis.runner.DataOptions` from the flags."""
+    """`analysis.runner.DataOptions` from the flags of the same names (the seed: the settings')."""
     from analysis.runner import DataOptions
 
-    return DataOptions(
-        dataset=args.dataset,
-        image_column=args.image_column,
-        label_column=args.label_column,
-        train_split=args.train_split,
-        test_split=args.test_split,
-        batch_size=args.batch_size,
-        augmentation=args.augmentation,
-        cifar_c=args.cifar_c,
-        seed=settings.seed,
-        max_images=args.max_images,
-    )
+    flags = {field.name: getattr(args, field.name) for field in dataclasses.fields(DataOptions)}
+    return DataOptions(**{**flags, "seed": settings.seed})
+
+
+def run_options(args) -> dict:
+    """What every analysis command passes on to `analysis.runner` from its flags: the data, the settings and the
+    device they are scaled to, and the notes on what was scaled down (figures drawn off screen from here on)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from analysis.runner import choose_device
+
+    device = choose_device(args.device)
+    settings, notes = settings_from_args(args, device)
+    return dict(data=data_options(args, settings), settings=settings, device=device, scaled_down=notes)
 
 
 @command
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    import matplotlib
+    options = run_options(args)
+    from analysis.runner import analyse_model
 
-    matplotlib.use("Agg")
-    from analysis.runner import analyse_model, choose_device
-
-    device = choose_device(args.device)
-    settings, notes = settings_from_args(args, device)
-    analyse_model(
-        args.model,
-        args.analyses,
-        data=data_options(args, settings),
-        settings=settings,
-        device=device,
-        out=args.out,
-        weights=args.weights,
-        scaled_down=notes,
-    )
+    analyse_model(args.model, args.analyses, out=args.out, weights=args.weights, **options)
     print(f"wrote {', '.join(f'{n}.json/.png' for n in args.analyses)} to {args.out}/")
 
 

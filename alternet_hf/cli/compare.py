@@ -28,7 +28,7 @@ import re
 from pathlib import Path
 
 from alternet_hf.cli._common import CommandError, command, make_parser
-from alternet_hf.cli.analyze import add_analysis_arguments, any_model, data_options, existing_path, settings_from_args
+from alternet_hf.cli.analyze import add_analysis_arguments, any_model, existing_path, named_list, run_options
 
 TIMM_PREFIX = "timm:"
 
@@ -36,12 +36,7 @@ TIMM_PREFIX = "timm:"
 def model_specs(text: str) -> list[tuple[str, str]]:
     """argparse type of `--models`: `[name=]source,...` -> [(name, source)], names unique."""
     specs = []
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
-        name, sep, source = item.partition("=")
-        if not sep:
-            name, source = "", item
+    for name, source in named_list(text):
         source = any_model(source)  # a clear error for a missing folder or an unknown preset
         name = name or source.removeprefix(TIMM_PREFIX).rstrip("/").rsplit("/", 1)[-1]
         if not re.fullmatch(r"[\w.+-]+", name):
@@ -58,13 +53,7 @@ def model_specs(text: str) -> list[tuple[str, str]]:
 
 def weight_paths(text: str) -> list[tuple[str | None, Path]]:
     """argparse type of `--weights`: `[name=]path,...`; every path must exist."""
-    entries = []
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
-        name, sep, path = item.partition("=")
-        entries.append((name, existing_path(path)) if sep else (None, existing_path(item)))
-    return entries
+    return [(name, existing_path(path)) for name, path in named_list(text)]
 
 
 def assign_weights(specs: list[tuple[str, str]], weights: list[tuple[str | None, Path]] | None) -> dict[str, Path]:
@@ -145,26 +134,19 @@ def main(argv: list[str] | None = None) -> None:
         args.models = paper_models(args.paper or HUB_ORGANISATION)
     if args.dataset is None:
         args.dataset = "uoft-cs/cifar100" if paper else "digits"
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from analysis.runner import choose_device, compare_models
-
     weights = assign_weights(args.models, args.weights)
-    device = choose_device(args.device)
-    settings, notes = settings_from_args(args, device)
+    options = run_options(args)
+    from analysis.runner import compare_models
+
     written = compare_models(
         args.models,
         args.analyses,
-        data=data_options(args, settings),
-        settings=settings,
-        device=device,
         results_dir=args.out,
         comparison_dir=args.out,
         weights=weights,
         image_size=args.image_size,
-        scaled_down=notes,
         competence=args.competence,
+        **options,
     )
     print_verdicts(written["json"])
     print(

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from alternet_hf.cli._common import CommandError, command, make_parser
-from alternet_hf.cli.analyze import add_analysis_arguments
+from alternet_hf.cli.analyze import add_analysis_arguments, comma_list, run_options
 
 # The same names as alternet_hf.minizoo's (a test keeps them equal), read before the analyses load.
 FAMILIES = ("resnet", "vit", "alternet")
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 @command
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    families = [name.strip() for name in args.families.split(",") if name.strip()]
+    families = comma_list(args.families)
     unknown = sorted(set(families) - set(FAMILIES))
     if unknown or not families:
         raise CommandError(f"unknown families {unknown}; choose from {', '.join(FAMILIES)}")
@@ -52,27 +52,18 @@ def main(argv: list[str] | None = None) -> None:
         raise CommandError(f"--epochs must be at least 1, not {args.epochs}")
     if args.quick:
         _apply_quick(args, argv)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from alternet_hf.cli.analyze import data_options, settings_from_args
+    options = run_options(args)
     from alternet_hf.cli.compare import print_verdicts
     from alternet_hf.minizoo import reproduce
-    from analysis.runner import choose_device
 
-    device = choose_device(args.device)
-    settings, notes = settings_from_args(args, device)
     written = reproduce(
         args.out,
         families,
         epochs=args.epochs,
         quick=args.quick,
         analyses=args.analyses,
-        data=data_options(args, settings),
-        settings=settings,
-        device=device,
         image_size=args.image_size,
-        scaled_down=notes,
+        **options,
     )
     print_verdicts(written["json"])
     print(
