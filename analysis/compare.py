@@ -306,14 +306,14 @@ def figure_of(name: str, result: AnalysisResult):
     import matplotlib.pyplot as plt
 
     if name == "fourier":
-        figure, axes = plt.subplots(1, 2, figsize=(10, 3.5), constrained_layout=True)
+        figure, axes = _row(2, 5, 3.5)
         fourier.plot_fourier_curves(result, ax=axes[0])
         fourier.plot_fourier(result, ax=axes[1])
         return figure
     if name == "hessian":
         if result.density is None:
             return hessian.plot_spectrum(result).figure
-        figure, axes = plt.subplots(1, 2, figsize=(10, 3.5), constrained_layout=True)
+        figure, axes = _row(2, 5, 3.5)
         hessian.plot_spectrum(result, ax=axes[0])
         hessian.plot_density(hessian.DensityResult(**_arrays(result.density)), ax=axes[1])
         axes[1].set_title("SLQ density (first minibatch)")
@@ -485,34 +485,33 @@ def comparison_figures(results: dict[str, dict[str, AnalysisResult]]) -> dict[st
     return figures
 
 
-def _panels(found: dict, plot, title: str, size: tuple[float, float]):
-    """One panel per model, side by side, each drawn by `plot(result, ax=...)` and titled `<model>: title`."""
+def _row(count: int, width: float, height: float):
+    """A figure of `count` axes side by side, each `width` × `height` inches, and its axes."""
     import matplotlib.pyplot as plt
 
-    width, height = size
-    figure, axes = plt.subplots(
-        1, len(found), figsize=(width * len(found), height), squeeze=False, constrained_layout=True
-    )
-    for ax, (name, result) in zip(axes[0], found.items()):
+    figure, axes = plt.subplots(1, count, figsize=(width * count, height), squeeze=False, constrained_layout=True)
+    return figure, axes[0]
+
+
+def _panels(found: dict, plot, title: str, size: tuple[float, float]):
+    """One panel per model, side by side, each drawn by `plot(result, ax=...)` and titled `<model>: title`."""
+    figure, axes = _row(len(found), *size)
+    for ax, (name, result) in zip(axes, found.items()):
         plot(result, ax=ax)
         ax.set_title(f"{name}: {title}", fontsize=9)
     return figure
 
 
 def _hessian_figure(found: dict):
-    import matplotlib.pyplot as plt
-
     densities = {name: r.density for name, r in found.items() if r.density is not None}
-    figure, axes = plt.subplots(
-        1, 1 + bool(densities), figsize=(5.5 * (1 + bool(densities)), 3.6), squeeze=False, constrained_layout=True
-    )
+    figure, axes = _row(1 + bool(densities), 5.5, 3.6)
     colours = _colours(list(found))
     values = np.concatenate(
         [np.concatenate([np.ravel(r.eigenvalues), np.ravel(r.smallest_eigenvalues)]) for r in found.values()]
     )
     values = values[np.isfinite(values)]
     edges = np.linspace(values.min(), values.max(), 41) if values.size and values.min() < values.max() else 41
-    ax = axes[0, 0]
+    ax = axes[0]
     if values.size and values.min() < 0:  # the negative side, where the loss is not locally convex
         ax.axvspan(values.min(), 0.0, color="#fde0dd", linewidth=0, zorder=0, label="negative eigenvalues")
     for name, result in found.items():
@@ -525,7 +524,7 @@ def _hessian_figure(found: dict):
     ax.set_title(f"Hessian eigenvalue spectra, {ends} per minibatch (Fig. 1b / 4)", fontsize=9)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     if densities:
-        ax = axes[0, 1]
+        ax = axes[1]
         for name, density in densities.items():
             hessian.plot_density(hessian.DensityResult(**_arrays(density)), ax=ax, label=name, color=colours[name])
         ax.axvline(0.0, color="0.5", linewidth=0.8, linestyle="--")
@@ -537,13 +536,9 @@ def _hessian_figure(found: dict):
 def _landscape_figure(found: dict):
     """The loss along each direction through the trained weights (rise from the centre), every model on
     one axis, and each model's contour map."""
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(
-        1, 1 + len(found), figsize=(4.2 * (1 + len(found)), 3.8), squeeze=False, constrained_layout=True
-    )
+    figure, axes = _row(1 + len(found), 4.2, 3.8)
     colours = _colours(list(found))
-    ax = axes[0, 0]
+    ax = axes[0]
     for name, result in found.items():
         loss = np.asarray(result.loss)
         centre = len(result.coordinates) // 2
@@ -573,7 +568,7 @@ def _landscape_figure(found: dict):
     logarithmic = shared and low > 0 and high / low > 10
     levels = np.geomspace(low, high, 16) if logarithmic else np.linspace(low, high, 16) if shared else 15
     norm = colors.LogNorm(low, high) if logarithmic else colors.Normalize(low, high) if shared else None
-    for ax, (name, result) in zip(axes[0, 1:], found.items()):
+    for ax, (name, result) in zip(axes[1:], found.items()):
         if shared and np.asarray(result.loss).ndim == 2 and np.asarray(result.loss).size > 1:
             landscape.plot_landscape(result, ax=ax, kind="filled", levels=levels, norm=norm)
         else:
@@ -581,7 +576,7 @@ def _landscape_figure(found: dict):
         ax.set_title(f"{name}: NLL + L2", fontsize=9)
     if shared:
         label = f"loss (NLL + L2), one {'log ' if logarithmic else ''}scale for all models"
-        figure.colorbar(cm.ScalarMappable(norm=norm, cmap="viridis"), ax=list(axes[0, 1:]), label=label, shrink=0.9)
+        figure.colorbar(cm.ScalarMappable(norm=norm, cmap="viridis"), ax=list(axes[1:]), label=label, shrink=0.9)
     return figure
 
 

@@ -23,11 +23,11 @@ Fig. 1. `penalty="squared"` uses ½·weight_decay·‖w‖² instead, the penalt
 decay; it grows with the square of the weights and can dominate the NLL across the grid.
 """
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from . import _common
@@ -41,6 +41,7 @@ from ._common import (
     new_axes,
     resolve_device,
 )
+from .hessian import cross_entropy_loss
 
 # Parameters named like this are embeddings of positions or tokens, not filters: never perturbed under "filter".
 FIXED_NAME_PARTS = ("position", "pos_embed", "cls_token", "mask_token", "register_tokens")
@@ -149,7 +150,7 @@ def loss_landscape(
     if penalty not in L2_PENALTIES:
         raise ValueError(f"penalty must be one of {L2_PENALTIES}, not {penalty!r}")
     coordinates = symmetric_grid(num_points, span)
-    loss_fn = loss_fn or (lambda logits, targets: F.cross_entropy(logits.float(), targets))
+    loss_fn = loss_fn or cross_entropy_loss
     device = resolve_device(model, device)
     batches = materialize(data, max_batches=max_batches, device=device)
     generator = torch.Generator().manual_seed(seed)
@@ -157,9 +158,7 @@ def loss_landscape(
         parameters = dict(model.named_parameters())
         directions = [normalized_direction(model, generator, protocol=protocol) for _ in range(num_directions)]
         original = {name: parameters[name].detach().clone() for name in directions[0]}
-        points = (
-            [(a,) for a in coordinates] if num_directions == 1 else [(a, b) for a in coordinates for b in coordinates]
-        )
+        points = list(itertools.product(coordinates, repeat=num_directions))
         nll, accuracy, l2 = [], [], []
         try:
             for point in _common.progress(points, enabled=progress, desc="loss landscape", unit="point"):
