@@ -21,19 +21,13 @@ def cifar_like_dataset(path: str, *, num_labels: int, image_size: int, train: in
 
     rng = np.random.default_rng(seed)
     features = datasets.Features({"img": datasets.Image(), "label": datasets.ClassLabel(num_classes=num_labels)})
-    splits = {
-        split: datasets.Dataset.from_dict(
-            {
-                "img": [
-                    Image.fromarray(rng.integers(0, 256, (image_size, image_size, 3), dtype=np.uint8)) for _ in range(n)
-                ],
-                "label": (np.arange(n) % num_labels).tolist(),
-            },
-            features=features,
-        )
-        for split, n in (("train", train), ("test", test))
-    }
-    datasets.DatasetDict(splits).save_to_disk(path)
+
+    def split(n: int) -> datasets.Dataset:
+        images = [Image.fromarray(rng.integers(0, 256, (image_size, image_size, 3), dtype=np.uint8)) for _ in range(n)]
+        labels = (np.arange(n) % num_labels).tolist()
+        return datasets.Dataset.from_dict({"img": images, "label": labels}, features=features)
+
+    datasets.DatasetDict({"train": split(train), "test": split(test)}).save_to_disk(path)
     return path
 
 
@@ -325,7 +319,9 @@ def sample_speed(*, num_images: int, split_images: int, files: int, workdir: str
     for index, rows in enumerate(np.array_split(np.arange(len(written)), files)):
         written.select(rows).to_parquet(str(folder / "data" / f"test-{index:05d}-of-{files:05d}.parquet"))
 
-    def timed(load, cache: Path) -> tuple[float, int]:
+    def timed(way: str, load) -> dict:
+        """Seconds of `load` with a datasets cache of its own, and the bytes it wrote there."""
+        cache = Path(workdir) / f"cache-{way}"
         kept, datasets.config.HF_DATASETS_CACHE = datasets.config.HF_DATASETS_CACHE, str(cache)
         try:
             started = time.perf_counter()
@@ -333,22 +329,15 @@ def sample_speed(*, num_images: int, split_images: int, files: int, workdir: str
             seconds = time.perf_counter() - started
         finally:
             datasets.config.HF_DATASETS_CACHE = kept
-        return seconds, sum(path.stat().st_size for path in cache.rglob("*") if path.is_file())
+        written = sum(path.stat().st_size for path in cache.rglob("*") if path.is_file())
+        return {f"{way}_seconds": seconds, f"{way}_cache_bytes": written}
 
-    sampled = timed(
-        lambda: load_image_sample(str(folder), split="test", num_images=num_images, seed=seed),
-        Path(workdir) / "cache-sample",
-    )
-    prepared = timed(
-        lambda: load_image_classification(str(folder), split="test").shuffle(seed=seed).select(range(num_images)),
-        Path(workdir) / "cache-prepared",
-    )
+    sample = lambda: load_image_sample(str(folder), split="test", num_images=num_images, seed=seed)
+    prepare = lambda: load_image_classification(str(folder), split="test").shuffle(seed=seed).select(range(num_images))
     return {
         "split_images": split_images,
         "files": files,
         "num_images": num_images,
-        "sample_seconds": sampled[0],
-        "sample_cache_bytes": sampled[1],
-        "prepare_seconds": prepared[0],
-        "prepare_cache_bytes": prepared[1],
+        **timed("sample", sample),
+        **timed("prepare", prepare),
     }
