@@ -318,13 +318,11 @@ def build_model_and_data(config: TrainingConfig, *, pin_memory: bool = False):
     eval_data = with_transform(eval_data, eval_transform(size, mean, std, normalize=False), source=eval_source)
     # Own generators: creating a loader iterator must not draw from the global RNG, or a resumed run
     # (which creates one more iterator) would drift from the uninterrupted one.
+    workers = config.num_workers
     options = dict(
-        collate_fn=collate_images,
-        num_workers=config.num_workers,
-        persistent_workers=config.num_workers > 0,
-        pin_memory=pin_memory,
+        collate_fn=collate_images, num_workers=workers, persistent_workers=workers > 0, pin_memory=pin_memory
     )
-    train_loader_rng, eval_loader_rng = (torch.Generator().manual_seed(config.seed + i) for i in range(2))
+    train_rng, eval_rng = (torch.Generator().manual_seed(config.seed + i) for i in range(2))
     if config.streaming:
         train_loader = stream_loader(config, train_data, augmentation, source=train_source, pin_memory=pin_memory)
     else:
@@ -332,14 +330,9 @@ def build_model_and_data(config: TrainingConfig, *, pin_memory: bool = False):
         if len(train_data) < config.batch_size:
             raise ValueError(f"{len(train_data)} training images are fewer than one batch ({config.batch_size})")
         train_loader = DataLoader(
-            train_data,
-            batch_size=config.batch_size,
-            shuffle=True,
-            drop_last=True,
-            generator=train_loader_rng,
-            **options,
+            train_data, batch_size=config.batch_size, shuffle=True, drop_last=True, generator=train_rng, **options
         )
-    eval_loader = DataLoader(eval_data, batch_size=config.eval_batch_size, generator=eval_loader_rng, **options)
+    eval_loader = DataLoader(eval_data, batch_size=config.eval_batch_size, generator=eval_rng, **options)
     return model, augmentation, train_loader, eval_loader, splits
 
 
@@ -508,14 +501,9 @@ class TrainingSession:
             channels_last=config.channels_last,
             compile_mode=self.compile_mode,
         )
-        self.mixer = None
-        if config.mixup_alpha > 0 or config.cutmix_alpha > 0:
-            self.mixer = BatchMixer(
-                mixup_alpha=config.mixup_alpha,
-                cutmix_alpha=config.cutmix_alpha,
-                image_size=model_config.image_size,
-                seed=config.seed,
-            )
+        mixes = config.mixup_alpha > 0 or config.cutmix_alpha > 0
+        mixing = dict(mixup_alpha=config.mixup_alpha, cutmix_alpha=config.cutmix_alpha, seed=config.seed)
+        self.mixer = BatchMixer(**mixing, image_size=model_config.image_size) if mixes else None
         self.parameters = [p for p in self.model.parameters() if p.requires_grad]
         self.monitor = LossMonitor(accelerator, config.log_every_steps, batches_per_epoch=len(self.train_loader))
 
