@@ -32,9 +32,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = ("alternet-50-cifar100", "resnet-50-cifar100", "vit-ti-cifar100")
-# What the GPU machine lacks (it has torch, transformers, timm, accelerate, numpy, pandas, pyarrow, but not
-# `datasets`, which the engine's data path reads), at the versions installed here; pyarrow because `datasets` needs a
-# newer one than such a machine may have. A wheel is installed there only where the machine's own is missing or older.
+# What a GPU machine lacks, at the versions installed here: `datasets`, which the engine's data path reads, what it
+# needs, and a pyarrow as new as it needs. Installed there only where the machine's own is missing or older.
 WHEELS = ("datasets", "dill", "multiprocess", "pyarrow")
 WHEEL_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64")
 # The engine's runs of one model, most important first: the engine's own setting on CUDA (bf16, compiled) leads.

@@ -4,6 +4,7 @@ reference notebooks' formulas."""
 
 import contextlib
 import time
+from unittest import mock
 
 import numpy as np
 import torch
@@ -18,22 +19,14 @@ def _imagecorruptions_on_current_libraries(module):
     """imagecorruptions 1.1.2 predates NumPy 2 (`np.float_`, used by fog) and scikit-image 0.19
     (`gaussian(multichannel=...)`, used by glass blur). Restore both names while it is timed, then undo."""
     original_gaussian = module.gaussian
-    had_float_ = "float_" in np.__dict__
 
     def gaussian(image, *args, multichannel=None, **kwargs):
         if multichannel:
             kwargs.setdefault("channel_axis", -1)
         return original_gaussian(image, *args, **kwargs)
 
-    module.gaussian = gaussian
-    if not had_float_:
-        np.float_ = np.float64
-    try:
+    with mock.patch.object(module, "gaussian", gaussian), mock.patch.object(np, "float_", np.float64, create=True):
         yield
-    finally:
-        module.gaussian = original_gaussian
-        if not had_float_:
-            del np.float_
 
 
 def corruption_speed(
