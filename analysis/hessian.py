@@ -436,6 +436,7 @@ def max_eigenvalue_spectrum(
     total = _common.count_batches(data, max_batches)
     per_batch, num_hvps, complete, first_batch = [], 0, True, None
     operator_of = functools.partial(HessianOperator, model, loss_fn=loss_fn, weight_decay=weight_decay, penalty=penalty)
+    lanczos = dict(top_k=top_k, bottom_k=bottom_k, tol=tol, steps=lanczos_steps, deadline=deadline)
 
     def spectrum_so_far(density=None, done=False) -> SpectrumResult:
         eigenvalues = np.array([r.eigenvalues for r in per_batch])
@@ -464,16 +465,7 @@ def max_eigenvalue_spectrum(
         for index, (inputs, targets) in enumerate(batches):
             batch = [(inputs.to(device), targets.to(device))]
             first_batch = first_batch or batch
-            operator = operator_of(batch)
-            result = _lanczos_extremes(
-                operator,
-                top_k=top_k,
-                bottom_k=bottom_k,
-                tol=tol,
-                steps=lanczos_steps,
-                seed=seed + index,
-                deadline=deadline,
-            )
+            result = _lanczos_extremes(operator_of(batch), seed=seed + index, **lanczos)
             num_hvps += result.num_hvps
             if not np.isnan(result.eigenvalues).any():
                 per_batch.append(result)
