@@ -59,12 +59,6 @@ def iterate_batches(data, *, max_batches: int | None = None) -> Iterator[Batch]:
         yield _as_batch(batch)
 
 
-def iterate_inputs(data, *, max_batches: int | None = None) -> Iterator[torch.Tensor]:
-    """Yield the inputs of each batch: `data` may also be a bare input tensor (targets not needed)."""
-    for inputs, _ in iterate_inputs_and_targets(data, max_batches=max_batches):
-        yield inputs
-
-
 def iterate_inputs_and_targets(data, *, max_batches: int | None = None) -> Iterator[tuple[torch.Tensor, object]]:
     """Yield `(inputs, targets)` of each batch; a bare input tensor gives `(inputs, None)`."""
     if isinstance(data, torch.Tensor):
@@ -189,8 +183,8 @@ def count_batches(data, max_batches: int | None = None) -> int | None:
 
 
 def batches(data, *, max_batches: int | None = None, enabled: bool = False, desc: str, iterate=iterate_batches):
-    """`iterate(data, max_batches=...)` (`iterate_batches` or one of its siblings) with a progress bar over the
-    number of batches where it is known, when `enabled`."""
+    """`iterate(data, max_batches=...)` (`iterate_batches`, or `iterate_inputs_and_targets` where targets are not
+    needed) with a progress bar over the number of batches where it is known, when `enabled`."""
     total = count_batches(data, max_batches)
     return progress(iterate(data, max_batches=max_batches), enabled=enabled, total=total, desc=desc, unit="batch")
 

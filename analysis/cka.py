@@ -201,12 +201,12 @@ def cka(
     adapter, other_adapter = describe_blocks(model, adapter), describe_blocks(other, other_adapter)
     accumulator = CKAAccumulator(adapter.kinds)
     batches = _common.batches(
-        data, max_batches=max_batches, enabled=progress, desc="CKA", iterate=_common.iterate_inputs
+        data, max_batches=max_batches, enabled=progress, desc="CKA", iterate=_common.iterate_inputs_and_targets
     )
     with contextlib.ExitStack() as modes:
         modes.enter_context(analysis_mode(model, device=device))
         modes.enter_context(analysis_mode(other, device=device))
-        for inputs in batches:
+        for inputs, _ in batches:
             if not accumulator.too_small(len(inputs)):
                 inputs = inputs.to(device)
                 states = run_blocks(model, inputs, adapter).states, run_blocks(other, inputs, other_adapter).states

@@ -418,7 +418,7 @@ def analyse_loaded(
     as soon as it is done, the Hessian spectrum also after every minibatch. Returns {analysis: result}."""
     import matplotlib.pyplot as plt
 
-    from ._common import iterate_batches
+    from ._common import count_batches, iterate_batches
     from .blocks import describe_blocks
     from .compare import analyse, estimate_seconds, figure_of, measure_costs
 
@@ -427,12 +427,11 @@ def analyse_loaded(
     train_batch = next(iter(data["train"]())) if data["train"] else None
     hessian = settings if "hessian" in analyses else None
     costs = measure_costs(loaded.model, test_batch=test_batch, train_batch=train_batch, hessian=hessian, device=device)
-    test_batches = len(data["test"]) if settings.max_batches is None else min(len(data["test"]), settings.max_batches)
     estimates = estimate_seconds(
         analyses,
         costs,
         settings,
-        test_batches=test_batches,
+        test_batches=count_batches(data["test"], settings.max_batches),
         num_branches=sum(b.residual_branch is not None for b in adapter.blocks),
         corruption_images=len(data["corruptions"].images) if hasattr(data["corruptions"], "images") else None,
     )
