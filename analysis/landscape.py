@@ -31,16 +31,7 @@ import torch
 from torch import nn
 
 from . import _common
-from ._common import (
-    L2_PENALTIES,
-    AnalysisResult,
-    analysis_mode,
-    l2_term,
-    logits_of,
-    materialize,
-    new_axes,
-    resolve_device,
-)
+from ._common import L2_PENALTIES, AnalysisResult, analysis_mode, l2_term, logits_of, materialize, new_axes
 from .hessian import cross_entropy_loss
 
 # Parameters named like this are embeddings of positions or tokens, not filters: never perturbed under "filter".
@@ -151,7 +142,7 @@ def loss_landscape(
         raise ValueError(f"penalty must be one of {L2_PENALTIES}, not {penalty!r}")
     coordinates = symmetric_grid(num_points, span)
     loss_fn = loss_fn or cross_entropy_loss
-    device = resolve_device(model, device)
+    device = _common.resolve_device(model, device)
     batches = materialize(data, max_batches=max_batches, device=device)
     generator = torch.Generator().manual_seed(seed)
     with analysis_mode(model, batchnorm=batchnorm, device=device), torch.no_grad():
@@ -159,7 +150,7 @@ def loss_landscape(
         directions = [normalized_direction(model, generator, protocol=protocol) for _ in range(num_directions)]
         original = {name: parameters[name].detach().clone() for name in directions[0]}
         points = list(itertools.product(coordinates, repeat=num_directions))
-        nll, accuracy, l2 = [], [], []
+        values = []  # (NLL, accuracy, L2 term) at each point
         try:
             for point in _common.progress(points, enabled=progress, desc="loss landscape", unit="point"):
                 for name, weight in original.items():
@@ -168,16 +159,13 @@ def loss_landscape(
                     for step, direction in zip(point, directions):
                         moved += step * direction[name]
                     parameters[name].copy_(moved)
-                point_nll, point_accuracy = _evaluate(model, batches, loss_fn)
-                nll.append(point_nll)
-                accuracy.append(point_accuracy)
-                l2.append(l2_term([p.detach().double() for p in model.parameters()], penalty).item())
+                l2 = l2_term([p.detach().double() for p in model.parameters()], penalty).item()
+                values.append((*_evaluate(model, batches, loss_fn), l2))
         finally:
             for name, weight in original.items():
                 parameters[name].copy_(weight)
     shape = (num_points,) * num_directions
-    nll, l2 = np.array(nll).reshape(shape), np.array(l2).reshape(shape)
-    accuracy = np.array(accuracy).reshape(shape)
+    nll, accuracy, l2 = (np.array(column).reshape(shape) for column in zip(*values))
     return LandscapeResult(
         coordinates, nll + weight_decay * l2, nll, accuracy, weight_decay, penalty, protocol, batchnorm
     )
