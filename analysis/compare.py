@@ -670,17 +670,10 @@ def estimate_seconds(
         estimates[", ".join(per_block)] = (1.3 * test * test_batches, f"one pass over {test_batches} test batches")
     if "hessian" in analyses and "hvp" in costs:
         products = settings.hessian_batches * settings.lanczos_steps + settings.density_vectors * settings.density_steps
-        hvp, batches = costs["hvp"], settings.hessian_batches
-        estimates["hessian"] = (
-            products * hvp,
-            f"at most {batches} minibatch{'es' * (batches != 1)} × {settings.lanczos_steps} Lanczos steps"
-            + (
-                f" + {settings.density_vectors}×{settings.density_steps} for the density"
-                if settings.density_vectors
-                else ""
-            )
-            + f", about {hvp:.2g} s per Hessian-vector product",
-        )
+        hvp, batches, vectors = costs["hvp"], settings.hessian_batches, settings.density_vectors
+        density = f" + {vectors}×{settings.density_steps} for the density" if vectors else ""
+        steps = f"at most {batches} minibatch{'es' * (batches != 1)} × {settings.lanczos_steps} Lanczos steps{density}"
+        estimates["hessian"] = (products * hvp, f"{steps}, about {hvp:.2g} s per Hessian-vector product")
     if "landscape" in analyses and "train_forward" in costs:
         points = settings.landscape_points**2
         estimates["landscape"] = (
