@@ -665,6 +665,10 @@ def estimate_seconds(
     one entry (they share one pass). Upper bounds for the Hessian (every Lanczos step taken)."""
     test = costs["test_forward"]
     estimates = {}
+
+    def passes(count: int) -> tuple[float, str]:
+        return count * test * test_batches, f"{count} passes over {test_batches} test batches"
+
     per_block = [name for name in PER_BLOCK if name in analyses]
     if per_block:
         estimates[", ".join(per_block)] = (1.3 * test * test_batches, f"one pass over {test_batches} test batches")
@@ -688,10 +692,7 @@ def estimate_seconds(
             f"{sets} corruption sets × {images} images",
         )
     if "frequency-noise" in analyses:
-        estimates["frequency-noise"] = (10 * test * test_batches, f"10 passes over {test_batches} test batches")
+        estimates["frequency-noise"] = passes(10)
     if "lesion" in analyses:
-        estimates["lesion"] = (
-            (1 + num_branches) * test * test_batches,
-            f"{1 + num_branches} passes over {test_batches} test batches",
-        )
+        estimates["lesion"] = passes(1 + num_branches)
     return estimates
