@@ -202,7 +202,6 @@ def main(argv: list[str] | None = None) -> None:
         ]
         report, rows = "\n".join(map(tables.data_path_line, results)), [r.to_dict() for r in results]
     elif args.training:
-        compiled = {None: None, "no": False, "yes": True}[args.compile]
         results = [
             benchmark.measure_training_run(
                 name,
@@ -214,6 +213,7 @@ def main(argv: list[str] | None = None) -> None:
             )
             for name in args.models
             for batch_size in args.batch_sizes
+            for compiled in ([None] if args.compile is None else COMPILED[args.compile])  # None: the engine's choice
         ]
         report, rows = "\n\n".join(map(tables.training_run_lines, results)), [r.to_dict() for r in results]
     elif args.sample:

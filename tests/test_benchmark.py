@@ -74,6 +74,30 @@ def test_the_training_benchmark_runs_the_real_engine_end_to_end(tmp_path):
     assert run.recipe_checkpoints == 34 and run.recipe_checkpoint_bytes == 34 * run.checkpoint_bytes
 
 
+def test_training_with_compile_both_times_an_eager_and_a_compiled_run(tmp_path, monkeypatch, capsys):
+    """`--compile both` gives --training one run each way; without --compile the engine chooses (None)."""
+    import benchmark
+
+    import zoo_benchmark
+    from zoo_benchmark.engine import TrainingRun
+
+    asked = []
+
+    def measured(name, *, batch_size, compiled, **_):
+        asked.append(compiled)
+        shares = dict.fromkeys(("data", "step", "evaluation", "checkpoint", "start-up"), 0.2)
+        return TrainingRun(
+            name, "cpu", bool(compiled), batch_size, 0, 2, 64, 1.0, 64.0, 70.0, shares, 10, 34, 30.0, 340
+        )
+
+    monkeypatch.setattr(zoo_benchmark, "measure_training_run", measured)
+    out = tmp_path / "runs.json"
+    benchmark.main(["--training", "--compile", "both", "--models", "resnet-18-cifar10", "--output", str(out)])
+    assert asked == [False, True] and [row["compiled"] for row in json.loads(out.read_text())] == [False, True]
+    benchmark.main(["--training", "--models", "resnet-18-cifar10"])
+    assert asked[2:] == [None] and "resnet-18-cifar10" in capsys.readouterr().out
+
+
 def test_data_path_and_engine_overhead_benchmarks(tmp_path):
     from zoo_benchmark import measure_data_path, measure_engine_overhead
 
