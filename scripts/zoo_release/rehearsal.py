@@ -1,18 +1,9 @@
-"""The release rehearsal's stand-ins, built offline in the real schemas and file formats (`scripts/release.py
---rehearsal`), so that the rehearsal runs the release's own code on everything but the data's source and size.
-
-- The data: a 100-class dataset in `uoft-cs/cifar100`'s columns (img, fine_label, coarse_label; train and test) whose
-  classes small models learn within seconds, and its CIFAR-100-C in the Zenodo layout made by the zoo's corruption
-  generator. An image is one of scikit-learn's handwritten digits, white on a background of one of ten hues:
-  class 10·hue + digit. Hue and digit are local features, so a network that pools globally (the ResNet, Swin) learns
-  them as well as one with a class token; the test digits are handwritten by other hands than the training ones (the
-  embedded digits' own train/test split); and a swapped channel order, a wrong normalisation or a shuffled label
-  order costs accuracy, as it would on CIFAR-100.
-- The reference's released checkpoints (`--from-reference --rehearsal`): small ResNet, ViT, PiT and Swin trained on
-  that data, written in the reference's own formats under the released files' names (the reference code's keys for
-  the ResNet, timm 0.5.4's for the others; `alternet_hf.convert.reference_state_dict`), with their "reported" top-1:
-  the accuracy each reached on the test split before it was written. A conversion, label order or preprocessing that
-  goes wrong anywhere in the release then shows as a gap to that number.
+"""The release rehearsal's stand-ins (`scripts/release.py --rehearsal`; docs/release.md), built offline in the real
+schemas and file formats, so that the rehearsal runs the release's own code on everything but the data's source and
+size: a 100-class dataset in `uoft-cs/cifar100`'s columns (a handwritten digit on one of ten hues: hue and digit are
+local features, so every family learns them, and a wrong channel order, normalisation or label order costs accuracy as
+on CIFAR-100), its CIFAR-100-C in the Zenodo layout, and small models trained on it and written as the reference's
+four released files with their "reported" top-1 (so that a conversion gone wrong shows as a gap to that number).
 """
 
 import colorsys

@@ -64,6 +64,19 @@ def tree_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 
 
+def emptied(folder: Path) -> Path:
+    """`folder`, gone if it was there: a step writes its folder whole (a killed run's half is never built on)."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    return folder
+
+
+def write_json(path: Path, data) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2))
+    return path
+
+
 class Manifest:
     """`release.json`: the release's identity and, per step, its settings, output hashes and wall time."""
 
@@ -153,6 +166,11 @@ class Release:
     @property
     def dataset_repo(self) -> Path:
         return self.out / "datasets" / CIFAR100C_REPO
+
+    @property
+    def dataset_id(self) -> str | None:
+        """CIFAR-100-C's repo id, None in a release without it."""
+        return None if self.cifar100c_arrays is None else f"{self.options.org}/{CIFAR100C_REPO}"
 
     def model_repo(self, preset: str) -> Path:
         return self.out / "models" / preset
@@ -343,9 +361,7 @@ class Release:
             self.source, split="test", image_column=COLUMNS.image, label_column=COLUMNS.label
         )
         check_cifar100c_labels(self.cifar100c_arrays, test["label"], self.dataset_name)
-        if self.dataset_repo.exists():
-            shutil.rmtree(self.dataset_repo)  # a half-written one from a killed run
-        write_hub_dataset(self.cifar100c_arrays, self.dataset_repo, f"{self.options.org}/{CIFAR100C_REPO}")
+        write_hub_dataset(self.cifar100c_arrays, emptied(self.dataset_repo), self.dataset_id)
         return tree_files(self.dataset_repo)
 
     # --- b. the reference's files: fetched and converted ------------------------------------------------
@@ -382,9 +398,7 @@ class Release:
             "sha256": file_hash(path),
             "obtained": "downloaded from its url" if downloaded else "given in a folder",
         }
-        record = self.work / "reference" / f"{preset}.json"
-        record.parent.mkdir(parents=True, exist_ok=True)
-        record.write_text(json.dumps(provenance, indent=2))
+        record = write_json(self.work / "reference" / f"{preset}.json", provenance)
         self.say(f"{path.name}: {provenance['size']:,} bytes, SHA-256 {provenance['sha256']}")
         return [record, path] if downloaded else [record]
 
@@ -403,13 +417,11 @@ class Release:
             model = convert_original_checkpoint(path, preset, **self.conversion_overrides(preset))
         except (ValueError, FileNotFoundError) as error:
             raise ReleaseError(f"{path.name} is not the reference's {preset} checkpoint: {error}") from None
-        if folder.exists():
-            shutil.rmtree(folder)
-        model.save_pretrained(folder)
+        model.save_pretrained(emptied(folder))
         provenance = json.loads((self.work / "reference" / f"{preset}.json").read_text())
         provenance |= {"preset": preset, "converter": f"alternet-hf {alternet_hf.__version__}"}
         provenance["reported"] = self.reported(preset)
-        (folder / "provenance.json").write_text(json.dumps(provenance, indent=2))
+        write_json(folder / "provenance.json", provenance)
         return tree_files(folder)
 
     def reported(self, preset: str) -> dict | None:
@@ -537,7 +549,7 @@ class Release:
         self.check_accuracy(preset, 100 * metrics["accuracy"])
         outputs = [path, path.with_name(f"{path.stem}_reliability.png")]
         if self.cifar100c_arrays is not None:
-            repo_id = f"{self.options.org}/{CIFAR100C_REPO}"
+            repo_id = self.dataset_id
             outputs += write_robustness(
                 folder,
                 self.dataset_repo,
@@ -589,9 +601,7 @@ class Release:
         from analysis.runner import analyse_model
 
         settings, notes, data, analyses = self.analysis_plan()
-        out = self.results_dir() / display_name(preset)
-        if out.exists():
-            shutil.rmtree(out)  # a killed run's partial results
+        out = emptied(self.results_dir() / display_name(preset))
         analyse_model(
             str(self.model_dir(preset)),
             analyses,
@@ -614,9 +624,7 @@ class Release:
 
         settings, notes, data, _ = self.analysis_plan()
         specs = [(display_name(p), str(self.model_dir(p))) for p in self.released]
-        comparison = self.work / "comparison"
-        if comparison.exists():
-            shutil.rmtree(comparison)  # the figures of a line-up that has grown since
+        comparison = emptied(self.work / "comparison")  # the figures of a line-up that has grown since
         written = compare_stored(
             specs,
             data=data,
@@ -632,9 +640,7 @@ class Release:
     # --- f. cards -----------------------------------------------------------------------------------------
 
     def write_card(self, preset: str) -> list[Path]:
-        folder, repo = self.model_dir(preset), self.model_repo(preset)
-        if repo.exists():
-            shutil.rmtree(repo)
+        folder, repo = self.model_dir(preset), emptied(self.model_repo(preset))
         results = self.results_dir() / display_name(preset)
         figures = {
             "Training curves": folder / "training_curves.png",
@@ -653,7 +659,7 @@ class Release:
             evaluation=next(folder.glob("eval_*_test.json")),
             robustness=robustness if robustness.is_file() else None,
             figures={title: path for title, path in figures.items() if path is not None and path.is_file()},
-            cifar100c_repo=f"{self.options.org}/{CIFAR100C_REPO}",
+            cifar100c_repo=self.dataset_id,
             provenance=json.loads(provenance.read_text()) if provenance.is_file() else None,
             reported=reported if self.options.converted(preset) or not self.options.rehearsal else None,
             evaluated_on=self.device_name(),
@@ -676,10 +682,7 @@ class Release:
             f"{preset}: the card's top-1 {100 * checked['card_top1']:.2f}%, loaded as a user loads it "
             f"{100 * checked['user_top1']:.2f}%; the Space predicts as the model does"
         )
-        record = self.work / "verify" / f"{preset}.json"
-        record.parent.mkdir(parents=True, exist_ok=True)
-        record.write_text(json.dumps(checked, indent=2))
-        return [record]
+        return [write_json(self.work / "verify" / f"{preset}.json", checked)]
 
     def device_name(self) -> str:
         if self.device.type == "cuda":
@@ -700,14 +703,12 @@ class Release:
         import alternet_hf
         import analysis
 
-        if self.space_repo.exists():
-            shutil.rmtree(self.space_repo)
         write_space_repo(
-            self.space_repo,
+            emptied(self.space_repo),
             packages=[Path(alternet_hf.__file__).parent, Path(analysis.__file__).parent],
             models=[(display_name(p), self.repo_id(p)) for p in self.released],
             results={display_name(p): self.results_dir() / display_name(p) for p in self.released},
-            dataset=f"{self.options.org}/{CIFAR100C_REPO}" if self.cifar100c_arrays is not None else None,
+            dataset=self.dataset_id,
             pending=self.pending_names(),
         )
         return tree_files(self.space_repo)
@@ -749,7 +750,7 @@ class Release:
             "models": models,
             "pending": {preset: {"repo_id": self.repo_id(preset), "why": why} for preset, why in self.pending.items()},
             "claims": {verdict: verdicts.count(verdict) for verdict in sorted(set(verdicts))},
-            "dataset": f"{self.options.org}/{CIFAR100C_REPO}" if self.cifar100c_arrays is not None else None,
+            "dataset": self.dataset_id,
             "space": f"{self.options.org}/{SPACE_REPO}",
             "steps_run": self.ran,
             "steps_skipped": self.skipped,
@@ -768,8 +769,7 @@ def file_robustness(evaluation: Path, out: Path, *, model: str, dataset: str) ->
     fields = {f.name for f in dataclasses.fields(CorruptionResult)}
     result = {key: value for key, value in payload.items() if key in fields}
     meta = {"model": model, "dataset": dataset, "corruptions_from": payload["dataset"], "plan": payload["plan"]}
-    path = out / "robustness.json"
-    path.write_text(json.dumps({**meta, "analysis": "robustness", "result": result}, indent=2))
+    path = write_json(out / "robustness.json", {**meta, "analysis": "robustness", "result": result})
     ax = plot_corruptions(read_result(path))
     ax.figure.savefig(out / "robustness.png", dpi=130)
     plt.close(ax.figure)
