@@ -464,9 +464,7 @@ def comparison_figures(results: dict[str, dict[str, AnalysisResult]]) -> dict[st
     if found := having("lesion"):
         drops = {n: (np.concatenate([[np.nan], 100 * r.accuracy_drop]), ["input", *r.kinds]) for n, r in found.items()}
         figures["lesion"] = _by_depth_figure(
-            drops,
-            ylabel="accuracy drop (points)",
-            title="Lesion study: accuracy lost without each block (Fig. 11)",
+            drops, ylabel="accuracy drop (points)", title="Lesion study: accuracy lost without each block (Fig. 11)"
         )
     if found := having("robustness"):
         ax = _common.new_axes(None, figsize=(6, 3.5))

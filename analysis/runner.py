@@ -305,9 +305,7 @@ class DataCache:
         key = (name, tuple(class_names) if class_names else None, num_images)
         if key not in self.splits:
             columns = dict(
-                image_column=self.options.image_column,
-                label_column=self.options.label_column,
-                class_names=class_names,
+                image_column=self.options.image_column, label_column=self.options.label_column, class_names=class_names
             )
             if num_images is None:
                 self.splits[key] = load_image_classification(self.options.dataset, split=name, **columns)

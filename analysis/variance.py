@@ -101,12 +101,7 @@ def feature_map_variance(
 def plot_variance(result: VarianceResult, ax=None):
     """Feature-map variance by depth on a log scale, MSA and downsampling blocks shaded."""
     ax = _common.plot_by_depth(
-        result.variance,
-        result.kinds,
-        ax,
-        ylabel="feature-map variance",
-        title="Feature-map variance",
-        color="tab:red",
+        result.variance, result.kinds, ax, ylabel="feature-map variance", title="Feature-map variance", color="tab:red"
     )
     ax.set_yscale("log")
     return ax
