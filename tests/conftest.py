@@ -67,10 +67,23 @@ TINY = {
 }
 
 
-# Files of minutes each (the README's commands, the release rehearsal): collected first, so that pytest-xdist's
-# `--dist loadfile` starts them at once and the other worker runs the many short files beside them, instead of one
-# long file starting late and the other worker idling until it ends.
-SLOWEST_FILES = ("test_readme.py", "test_release.py")
+# The slowest files, slowest first (their times: docs/benchmarks.md, "The test suite"), then the rest in the
+# order found: `--dist loadfile` hands files out in this order (`--no-loadscope-reorder`), so the long ones start at
+# once and the short ones fill in beside them, instead of a long file starting late while the other worker idles.
+SLOWEST_FILES = (
+    "test_release.py",
+    "test_readme.py",
+    "test_training.py",
+    "test_device_check.py",
+    "test_timm_contract.py",
+    "test_streaming.py",
+    "test_model_contract.py",
+    "test_same_seed.py",
+    "test_convert_timm054.py",
+    "test_space.py",
+    "test_buildup.py",
+    "test_reproduce_command.py",
+)
 
 
 def pytest_collection_modifyitems(config, items):
