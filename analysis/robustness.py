@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from alternet_hf.augmentation import normalize_images
 from alternet_hf.metrics import classification_metrics
 
 from . import _common
@@ -505,40 +506,47 @@ class CorruptionResult(AnalysisResult):
     mean_accuracy_standard_error: float | None = None  # None: every image of every set
 
 
-def _model_inputs(images: torch.Tensor, size: int | None, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-    """uint8 images -> normalised float inputs at the model's image size."""
-    _check_uint8_images(images)
-    inputs = images.float() / 255.0
-    if size and tuple(inputs.shape[-2:]) != (size, size):
-        inputs = F.interpolate(inputs, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
-    return (inputs - mean.to(inputs.device)) / std.to(inputs.device)
+def _classifier(model: nn.Module, mean: torch.Tensor, std: torch.Tensor, device, compile_mode: str | None):
+    """Images (uint8, or floats in 0…1) -> logits: normalisation and model as one function. Under `torch.compile`
+    (`compile_mode`) that is one graph, the training engine's evaluation step's (so a release compiles a model once
+    for its clean and its CIFAR-C evaluation), every batch padded to the size of the first: a set's smaller last
+    batch compiles no second graph."""
+    mean, std = (v.reshape(-1, 1, 1).to(device) for v in (mean, std))  # the engine's shape (`channel_statistics`)
+
+    def classify(images: torch.Tensor) -> torch.Tensor:
+        return logits_of(model(normalize_images(images, mean, std).contiguous()))  # the step's NCHW, too
+
+    if not compile_mode:
+        return classify
+    compiled, full_size = torch.compile(classify, mode=compile_mode), None
+
+    def padded(images: torch.Tensor) -> torch.Tensor:
+        nonlocal full_size
+        full_size = full_size or len(images)
+        missing = full_size - len(images)
+        if missing <= 0:
+            return compiled(images)
+        padding = images.new_zeros((missing, *images.shape[1:]))
+        return compiled(torch.cat([images, padding]).contiguous(memory_format=torch.channels_last))[:-missing]
+
+    return padded
 
 
 @torch.no_grad()
-def _predict(forward, batches: Batches, device, size, mean, std) -> tuple[np.ndarray, np.ndarray]:
+def _predict(classify, batches: Batches, device, size: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Logits and labels of uint8 batches, resized (as floats in 0…1) where they are not `size`. Images go in
+    channels-last, the layout of the engine's batches (`data.collate_images`): one compiled graph serves both."""
     logits, labels = [], []
     for images, targets in batches:
-        inputs = _model_inputs(images.to(device, non_blocking=True), size, mean, std)
-        logits.append(logits_of(forward(inputs)).float().cpu())
+        _check_uint8_images(images)
+        images = images.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last)
+        if size and tuple(images.shape[-2:]) != (size, size):
+            images = F.interpolate(
+                images.float() / 255.0, size=(size, size), mode="bilinear", antialias=True, align_corners=False
+            )
+        logits.append(classify(images).float().cpu())
         labels.append(targets)
     return torch.cat(logits).numpy(), torch.cat(labels).numpy()
-
-
-def _compiled(model: nn.Module, mode: str):
-    """`model` under `torch.compile`, every batch padded to the size of the first: a set's smaller last batch
-    compiles no second graph."""
-    compiled, full_size = torch.compile(model, mode=mode), None
-
-    def forward(inputs: torch.Tensor):
-        nonlocal full_size
-        full_size = full_size or len(inputs)
-        missing = full_size - len(inputs)
-        if missing <= 0:
-            return logits_of(compiled(inputs))
-        padded = torch.cat([inputs, inputs.new_zeros((missing, *inputs.shape[1:]))])
-        return logits_of(compiled(padded))[:-missing]
-
-    return forward
 
 
 def images_per_second(
@@ -560,12 +568,12 @@ def images_per_second(
     generator = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (batch_size, 3, size, size), dtype=torch.uint8, generator=generator)
     with analysis_mode(model, device=device):
-        forward = _compiled(model, compile_mode) if compile_mode else model
+        classify = _classifier(model, mean, std, device, compile_mode)
         for index in range(2 + repeats):
             if index == 2:
                 _common.synchronize(device)
                 started = time.perf_counter()
-            _predict(forward, [(images, torch.zeros(batch_size))], device, size, mean, std)
+            _predict(classify, [(images, torch.zeros(batch_size))], device, size)
         _common.synchronize(device)
     return repeats * batch_size / (time.perf_counter() - started)
 
@@ -608,14 +616,14 @@ def evaluate_corruptions(
     sets = [(i, c, j, s) for i, c in enumerate(corruptions) for j, s in enumerate(severities)]
     correct = []  # per set, whether each image of the subset was classified right
     with analysis_mode(model, device=device):
-        forward = _compiled(model, compile_mode) if compile_mode else model
+        classify = _classifier(model, mean, std, device, compile_mode)
         clean_metrics = None
         if clean is not None:
-            logits, labels = _predict(model, [clean], device, size, mean, std)
+            logits, labels = _predict(_classifier(model, mean, std, device, None), [clean], device, size)
             clean_metrics = classification_metrics(logits, labels)
         for i, corruption, j, severity in _common.progress(sets, enabled=progress, desc="CIFAR-C", unit="set"):
             batches = source.batches(corruption, severity, batch_size=batch_size, rows=rows)
-            logits, labels = _predict(forward, batches, device, size, mean, std)
+            logits, labels = _predict(classify, batches, device, size)
             values = classification_metrics(logits, labels)
             for name in metrics:
                 metrics[name][i, j] = values[name]

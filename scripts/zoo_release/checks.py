@@ -26,7 +26,7 @@ MANIFEST_VERSION = 1
 MAX_ACCURACY_GAP = 5.0  # points of top-1 a converted model may lie from the reported value before it is refused
 CIFAR100C_BUDGET = 3600.0  # seconds of CIFAR-100-C evaluation per model on a CPU before a subset is evaluated
 TRAINING_BUDGET = 24 * 3600.0  # seconds of training per model on this machine before it is left pending
-CPU_EVALUATION_BATCH = 32  # the fastest batch of the four models, compiled, on a 2-core CPU (README benchmarks)
+CPU_EVALUATION_BATCH = 32  # the fastest batch of the four models, compiled, on a 2-core CPU (docs/benchmarks.md)
 GPU_EVALUATION_BATCH = 1024
 SUBSET_SEED = 0
 
@@ -272,3 +272,8 @@ def inductor_available() -> bool:
     if torch.cuda.is_available():
         return True
     return any(shutil.which(name) for name in (os.environ.get("CXX", "g++"), "g++", "c++", "clang++"))
+
+
+def evaluation_batch(device) -> int:
+    """The batch of every evaluation of a release, clean and CIFAR-100-C: one compiled graph per model serves both."""
+    return GPU_EVALUATION_BATCH if torch.device(device).type == "cuda" else CPU_EVALUATION_BATCH

@@ -6,9 +6,7 @@ import shutil
 import sys
 from pathlib import Path
 
-import torch
-
-from .checks import CPU_EVALUATION_BATCH, GPU_EVALUATION_BATCH, SUBSET_SEED, ReleaseError
+from .checks import SUBSET_SEED, ReleaseError, evaluation_batch
 from .estimates import format_duration
 
 
@@ -43,7 +41,7 @@ def write_robustness(
     corruptions = source.available()
     labels = source.set_labels(corruptions[0], SEVERITIES[0])
     sets, classes = len(corruptions) * len(SEVERITIES), len(set(labels.tolist()))
-    batch_size = GPU_EVALUATION_BATCH if torch.device(device).type == "cuda" else CPU_EVALUATION_BATCH
+    batch_size = evaluation_batch(device)
     compile_mode = "default" if compile else None
     rows, plan = None, {"images_per_set": len(labels), "batch_size": batch_size, "compiled": compile}
     if budget is not None:

@@ -33,6 +33,7 @@ from .checks import (
     ReleaseOptions,
     architecture_of,
     check_cifar100c_labels,
+    evaluation_batch,
     inductor_available,
 )
 from .estimates import CIFAR_TRAIN_IMAGES, format_duration, h100_estimate, seconds_per_training_image
@@ -540,6 +541,7 @@ class Release:
             split="test",
             image_column=COLUMNS.image,
             label_column=COLUMNS.label,
+            batch_size=evaluation_batch(self.device),
             compile_mode="default" if self.compile else None,
         )
         path = write_evaluation(
