@@ -129,11 +129,14 @@ def build_steps(
 
     if compile_mode is None:
         return train_step, eval_step
-    return torch.compile(train_step, mode=compile_mode), _padded(torch.compile(eval_step, mode=compile_mode))
+    return torch.compile(train_step, mode=compile_mode), padded_to_first_batch(
+        torch.compile(eval_step, mode=compile_mode)
+    )
 
 
-def _padded(step):
-    """`step` on batches padded to the size of the first, so that a smaller last batch compiles nothing new."""
+def padded_to_first_batch(step):
+    """`step` on batches padded to the size of the first, so that a smaller last batch compiles nothing new (the
+    padding in channels-last memory, the layout of the loaders' batches)."""
     full_size = None
 
     def padded_step(pixel_values):

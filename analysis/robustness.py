@@ -518,18 +518,9 @@ def _classifier(model: nn.Module, mean: torch.Tensor, std: torch.Tensor, device,
 
     if not compile_mode:
         return classify
-    compiled, full_size = torch.compile(classify, mode=compile_mode), None
+    from alternet_hf.training import padded_to_first_batch
 
-    def padded(images: torch.Tensor) -> torch.Tensor:
-        nonlocal full_size
-        full_size = full_size or len(images)
-        missing = full_size - len(images)
-        if missing <= 0:
-            return compiled(images)
-        padding = images.new_zeros((missing, *images.shape[1:]))
-        return compiled(torch.cat([images, padding]).contiguous(memory_format=torch.channels_last))[:-missing]
-
-    return padded
+    return padded_to_first_batch(torch.compile(classify, mode=compile_mode))
 
 
 @torch.no_grad()
