@@ -604,6 +604,23 @@ def collate_images(examples: list[dict]) -> dict[str, torch.Tensor]:
     return {"pixel_values": pixel_values, "labels": torch.tensor([e["labels"] for e in examples])}
 
 
+def padded_to_first_batch(step):
+    """`step` on batches padded to the size of the first, so that a smaller last batch compiles nothing new (the
+    padding in channels-last memory, the layout of the loaders' batches)."""
+    full_size = None
+
+    def padded_step(pixel_values):
+        nonlocal full_size
+        full_size = full_size or len(pixel_values)
+        missing = full_size - len(pixel_values)
+        if missing <= 0:
+            return step(pixel_values)
+        padding = pixel_values.new_zeros((missing, *pixel_values.shape[1:]))
+        return step(torch.cat([pixel_values, padding]).contiguous(memory_format=torch.channels_last))[:-missing]
+
+    return padded_step
+
+
 class SeededAugmentation:
     """Applies `transform(image, rng)` with a NumPy `RandomState` seeded from (seed, epoch, row index).
 

@@ -46,6 +46,7 @@ from .data import (
     SeededAugmentation,
     collate_images,
     load_train_and_eval,
+    padded_to_first_batch,
     with_transform,
 )
 from .metrics import classification_metrics, plot_reliability_diagram, reliability_diagram
@@ -132,23 +133,6 @@ def build_steps(
     return torch.compile(train_step, mode=compile_mode), padded_to_first_batch(
         torch.compile(eval_step, mode=compile_mode)
     )
-
-
-def padded_to_first_batch(step):
-    """`step` on batches padded to the size of the first, so that a smaller last batch compiles nothing new (the
-    padding in channels-last memory, the layout of the loaders' batches)."""
-    full_size = None
-
-    def padded_step(pixel_values):
-        nonlocal full_size
-        full_size = full_size or len(pixel_values)
-        missing = full_size - len(pixel_values)
-        if missing <= 0:
-            return step(pixel_values)
-        padding = pixel_values.new_zeros((missing, *pixel_values.shape[1:]))
-        return step(torch.cat([pixel_values, padding]).contiguous(memory_format=torch.channels_last))[:-missing]
-
-    return padded_step
 
 
 class LossMonitor:

@@ -518,7 +518,7 @@ def _classifier(model: nn.Module, mean: torch.Tensor, std: torch.Tensor, device,
 
     if not compile_mode:
         return classify
-    from alternet_hf.training import padded_to_first_batch
+    from alternet_hf.data import padded_to_first_batch
 
     return padded_to_first_batch(torch.compile(classify, mode=compile_mode))
 
