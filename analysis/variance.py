@@ -45,7 +45,12 @@ def spatial_variance(feature_map: torch.Tensor, definition: str = "population") 
         return feature_map.float().flatten(2).var(dim=-1).mean(dim=1).double().sum()
     if definition != "population":
         raise ValueError(f"definition must be 'population' or 'reference', not {definition!r}")
-    return feature_map.double().flatten(2).var(dim=-1, correction=0).mean(dim=1).sum()
+    return image_variances(feature_map).sum()
+
+
+def image_variances(feature_map: torch.Tensor) -> torch.Tensor:
+    """Each image's variance over positions (population), averaged over channels: (B,), float64."""
+    return feature_map.double().flatten(2).var(dim=-1, correction=0).mean(dim=1)
 
 
 class VarianceAccumulator:
@@ -58,21 +63,15 @@ class VarianceAccumulator:
 
     def update(self, batch) -> None:
         self.kinds = batch.kinds
-        sums, reference = (
-            np.array([np.nan if m is None else spatial_variance(m, definition).item() for m in batch.maps])
-            for definition in ("population", "reference")
-        )
+        per_image = [None if m is None else image_variances(m) for m in batch.maps]  # one pass serves both sums
+        sums = np.array([np.nan if v is None else v.sum().item() for v in per_image])
+        reference = np.array([np.nan if m is None else spatial_variance(m, "reference").item() for m in batch.maps])
         self.sums = sums if self.sums is None else self.sums + sums
         self.reference_sums = reference if self.reference_sums is None else self.reference_sums + reference
         size = len(batch.maps[0])
         self.count += size
-        per_image = [  # each image's log variance (positions, channels averaged)
-            np.full(size, np.nan)
-            if m is None
-            else m.double().flatten(2).var(dim=-1, correction=0).mean(dim=1).log().cpu().numpy()
-            for m in batch.maps
-        ]
-        self.spread.update(batch.kinds, np.stack(per_image))
+        logs = [np.full(size, np.nan) if v is None else v.log().cpu().numpy() for v in per_image]
+        self.spread.update(batch.kinds, np.stack(logs))
 
     def result(self) -> VarianceResult:
         if self.sums is None:
