@@ -1,13 +1,10 @@
 """The Hessian of the training loss: top eigenvalues, trace, spectral density, and the paper's
 max-eigenvalue spectra (Park & Kim 2022, Fig. 1 and 4; docs/paper.md §6), all from Hessian-vector products.
 
-Never released by the authors; the tool people use instead, PyHessian, runs power iteration (largest
-*magnitude* eigenvalues, unsorted and mixed in sign), forces eval-mode BatchNorm and its `density()`
-fails on torch ≥ 2. Here eigenvalues come from Lanczos with full re-orthogonalisation: the algebraically
-largest (and most negative) ones, sorted and signed, stopping when the residual bound |β_m s_mi| of every
-requested Ritz value is below `tol` relative to it (for the most negative, relative to |λ|max, since they
-may lie near zero: the paper's negative eigenvalues of ViTs live at that end); it needs about half the
-Hessian-vector products of power iteration for the top one (`scripts/benchmark.py --hessian`).
+Eigenvalues come from Lanczos with full re-orthogonalisation (not PyHessian's power iteration: docs/analyses.md):
+the algebraically largest (and most negative) ones, sorted and signed, stopping when the residual bound |β_m s_mi|
+of every requested Ritz value is below `tol` relative to it (for the most negative, relative to |λ|max, since they
+may lie near zero: the paper's negative eigenvalues of ViTs live at that end).
 
 The loss is the mean over every given sample (batches are weighted by size: Hessian-vector products are
 averaged, not summed) plus weight_decay times the L2 term `analysis._common.l2_term`, the same as the loss
@@ -57,27 +54,17 @@ class HessianOperator:
         weight_decay: float = 0.0,
         penalty: str = "reference",
     ):
-        self.model = model
-        self.batches = batches
-        self.loss_fn = loss_fn or cross_entropy_loss
-        self.weight_decay = weight_decay
-        self.penalty = penalty
+        self.model, self.batches, self.loss_fn = model, batches, loss_fn or cross_entropy_loss
+        self.weight_decay, self.penalty = weight_decay, penalty
         self.parameters = [p for p in model.parameters() if p.requires_grad]
         if not self.parameters:
             raise ValueError("the model has no trainable parameters")
+        self.device, self.dtype = self.parameters[0].device, self.parameters[0].dtype
         self.dimension = sum(p.numel() for p in self.parameters)
         self.num_samples = sum(len(targets) for _, targets in batches)
         self.num_hvps = 0
         # With one batch the gradient graph is built once and reused by every product.
         self._cached_gradients = self._gradients(*batches[0]) if len(batches) == 1 else None
-
-    @property
-    def device(self) -> torch.device:
-        return self.parameters[0].device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.parameters[0].dtype
 
     def _gradients(self, inputs, targets):
         # The fused attention kernels have no second derivative; the math one does.
@@ -222,11 +209,10 @@ def _lanczos_extremes(
             f"the Hessian has an invariant subspace of dimension {len(values)} containing the start vector, "
             f"so Lanczos cannot find {wanted} eigenvalues; try another seed or fewer eigenvalues"
         )
-    top = slice(0, min(top_k, len(values)))
-    bottom = slice(max(len(values) - bottom_k, top.stop), len(values)) if bottom_k else slice(0, 0)
+    bottom = slice(max(len(values) - bottom_k, top_k), None)  # empty without bottom_k: it never overlaps the top
     return EigenvalueResult(
-        _padded(values[top], top_k),
-        _padded(residuals[top], top_k),
+        _padded(values, top_k),
+        _padded(residuals, top_k),
         operator.num_hvps,
         converged,
         np.array(history),
@@ -259,8 +245,7 @@ def extreme_eigenvalues(
 ) -> EigenvalueResult:
     """The `top_k` largest and the `bottom_k` smallest (most negative) eigenvalues of the Hessian of the
     mean loss on `data`, from one Lanczos run (`smallest` ascending). `setup`: the loss, BatchNorm mode, batches
-    and device, as `_hessian_of` takes them (`loss_fn`, `weight_decay`, `penalty`, `batchnorm`, `max_batches`,
-    `device`)."""
+    and device, as `_hessian_of` takes them."""
     with _hessian_of(model, data, **setup) as operator:
         return _lanczos_extremes(operator, top_k=top_k, bottom_k=bottom_k, tol=tol, steps=lanczos_steps, seed=seed)
 
@@ -310,17 +295,16 @@ def hessian_trace(
     """Hutchinson's trace estimate with Rademacher vectors, run until the 95% confidence half-width
     1.96·s/√n is at most `rtol`·|estimate| (and at least `min_samples` were drawn). `setup`: as
     `extreme_eigenvalues` takes it."""
-    generator, samples, converged = _generator(seed), [], False
+    generator, samples, converged, error = _generator(seed), [], False, float("inf")
     with _hessian_of(model, data, **setup) as operator:
         for _ in _common.progress(range(max_samples), enabled=progress, desc="trace", unit="hvp"):
             vector = operator.random_vector(generator) * math.sqrt(operator.dimension)  # entries ±1
             samples.append(torch.dot(operator(vector), vector).item())
-            if len(samples) >= max(min_samples, 2):
-                error = np.std(samples, ddof=1) / math.sqrt(len(samples))
-                if 1.96 * error <= rtol * abs(np.mean(samples)):
+            if len(samples) > 1:
+                error = float(np.std(samples, ddof=1) / math.sqrt(len(samples)))
+                if len(samples) >= min_samples and 1.96 * error <= rtol * abs(np.mean(samples)):
                     converged = True
                     break
-    error = float(np.std(samples, ddof=1) / math.sqrt(len(samples))) if len(samples) > 1 else float("inf")
     return TraceResult(float(np.mean(samples)), error, len(samples), converged, np.array(samples))
 
 
@@ -507,10 +491,8 @@ def plot_spectrum(result: SpectrumResult, ax=None, *, label: str | None = None, 
     outline only, for several spectra on one axis."""
     ax = new_axes(ax)
     fractions = result.counts / max(result.counts.sum(), 1)
-    if fill:
-        ax.stairs(fractions, result.bin_edges, fill=True, alpha=0.5, label=label, color=color)
-    else:
-        ax.stairs(fractions, result.bin_edges, fill=False, linewidth=1.6, label=label, color=color)
+    style = dict(fill=True, alpha=0.5) if fill else dict(fill=False, linewidth=1.6)
+    ax.stairs(fractions, result.bin_edges, label=label, color=color, **style)
     ax.axvline(0.0, color="0.5", linewidth=0.8, linestyle="--")
     ax.set_yscale("log")
     if (fractions > 0).any():
