@@ -46,9 +46,10 @@ def block_states(model: PreTrainedModel, pixel_values: torch.Tensor) -> tuple[li
     blocks = _hooked_blocks(model)
     if blocks is None:
         outputs = model(pixel_values, output_hidden_states=True, return_dict=True)
-        return list(outputs.hidden_states), _logits_or_features(outputs)
-    states, outputs = hooked_states(model, pixel_values, blocks, return_dict=True)
-    return states, _logits_or_features(outputs)
+        states = list(outputs.hidden_states)
+    else:
+        states, outputs = hooked_states(model, pixel_values, blocks, return_dict=True)
+    return states, outputs["logits"] if "logits" in outputs else outputs["last_hidden_state"]
 
 
 STATE_READS = ("output", "input")
@@ -203,7 +204,3 @@ def _hooked_blocks(model: PreTrainedModel) -> list[Block] | None:
         blocks.append(Block("msa", layer.layernorm_after, residual_branch=layer.attention, read="input"))
         blocks.append(Block("mlp", layer, residual_branch=layer.mlp))
     return blocks + [Block("head", vit.layernorm)]
-
-
-def _logits_or_features(outputs) -> torch.Tensor:
-    return outputs["logits"] if "logits" in outputs else outputs["last_hidden_state"]

@@ -1,17 +1,13 @@
 """Any model as the paper's sequence of tagged blocks (docs/paper.md §6): stem, conv or MLP, MSA, pool, head.
 
-Zoo models know their blocks (`alternet_hf.block_kinds`, `block_states`, `residual_branches`). The
-families most analysed besides them are found automatically (`discover_blocks`): timm's ResNet,
-VisionTransformer (ViT, DeiT), SwinTransformer, ConvNeXt and PoolingVisionTransformer (PiT), also inside
-transformers' `TimmWrapperForImageClassification` (as the zoo's PiT and Swin are), and transformers' ResNet,
-ViT, DeiT, Swin and ConvNeXt. PiT and Swin are cut as the reference cuts them (its README). Any other model
-is described by a `BlockAdapter` that names the modules whose outputs (or inputs) are the block states; an
-unknown model gets an error that shows the adapter to write.
+Zoo models know their blocks (`alternet_hf.block_kinds`, `block_states`, `residual_branches`); `discover_blocks`
+finds those of the families most analysed besides them (`KNOWN_FAMILIES`, also inside transformers'
+`TimmWrapperForImageClassification`). Any other model is described by a `BlockAdapter` naming the modules whose
+outputs (or inputs) are the block states; an unknown model gets an error that shows the adapter to write.
 
 A block that lowers the resolution (a strided convolution or pooling inside it, a patch merging) is
-tagged `pool` whatever it computes besides: the reference notebooks shade those blocks apart from
-convs and MSAs ("subsampling", blue), since they cause most of the rises of high-frequency ΔlogA
-and the drops of variance, which would otherwise be counted as the convs' doing.
+tagged `pool` whatever it computes besides, as the reference notebooks shade them ("subsampling"): they
+cause most of the rises of high-frequency ΔlogA and drops of variance, which would be counted as the convs'.
 
 `block_batches` runs a model once per batch and hands every per-block analysis the same states and
 feature maps (token states lose their prefix tokens and become square maps): `accumulate` feeds
@@ -51,17 +47,14 @@ class BlockRun:
 # --- the zoo ---------------------------------------------------------------------------------------
 
 
-def _is_zoo_model(model: nn.Module) -> bool:
+def _zoo_adapter(model: nn.Module) -> BlockAdapter | None:
+    """The zoo's own description (alternet_hf.blocks), with each block's module found from its branch; None for a
+    model outside the zoo."""
     try:
-        alternet_hf.block_kinds(model)
+        kinds = alternet_hf.block_kinds(model)
     except TypeError:
-        return False
-    return True
-
-
-def _zoo_adapter(model: nn.Module) -> BlockAdapter:
-    """The zoo's own description (alternet_hf.blocks), with each block's module found from its branch."""
-    kinds, branches = alternet_hf.block_kinds(model), alternet_hf.residual_branches(model)
+        return None
+    branches = alternet_hf.residual_branches(model)
     paths = {module: name for name, module in model.named_modules()}
     blocks = []
     for kind, branch in zip(kinds, branches):
@@ -81,9 +74,11 @@ def _zoo_adapter(model: nn.Module) -> BlockAdapter:
 class _Describer:
     """Collects blocks of `model` by attribute path; what cannot be found is an error naming it."""
 
-    def __init__(self, model: nn.Module, family: str):
+    def __init__(self, model: nn.Module, family: str, backbone: str | None = None):
         self.model, self.family, self.blocks = model, family, []
         self.paths = {module: name for name, module in model.named_modules()}
+        # The task models hold the bare model under `backbone`; a bare model is its own.
+        self.backbone = self.get(model, backbone) if backbone and hasattr(model, backbone) else model
 
     def get(self, module: nn.Module, attribute: str) -> nn.Module:
         found = getattr(module, attribute, None)
@@ -103,31 +98,23 @@ class _Describer:
             )
 
     def add(
-        self, kind: str, module: nn.Module, branch: nn.Module | None = None, *, read: str = "output", named=None
+        self, kind: str, module: nn.Module | None, branch: nn.Module | None = None, *, read: str = "output", named=None
     ) -> None:
         """A block whose state is `module`'s output (or input); `named`: the module to name it after."""
-        if isinstance(module, nn.Identity) and kind == "pool":
+        if kind == "pool" and (module is None or isinstance(module, nn.Identity)):
             return  # a stage without downsampling
         self.blocks.append(Block(kind, module, self.paths.get(named or module, ""), branch, read))
-
-    def adapter(self, **options) -> BlockAdapter:
-        return BlockAdapter(self.blocks, **options)
-
-
-def _timm_vit_layer(d: _Describer, block: nn.Module) -> None:
-    """timm's `Block`: x + attn(norm1 x), then + mlp(norm2 x); the MSA state is what enters norm2."""
-    d.require(block, "Block")
-    d.add("msa", d.get(block, "norm2"), d.get(block, "drop_path1"), read="input", named=d.get(block, "attn"))
-    d.add("mlp", block, d.get(block, "drop_path2"), named=d.get(block, "mlp"))
 
 
 def _timm_vit(model) -> BlockAdapter:
     d = _Describer(model, "timm VisionTransformer")
     d.add("stem", d.get(model, "norm_pre"))  # patches + class token + position embedding
-    for block in d.get(model, "blocks"):
-        _timm_vit_layer(d, block)
+    for block in d.get(model, "blocks"):  # x + attn(norm1 x), then + mlp(norm2 x): the MSA state enters norm2
+        d.require(block, "Block")
+        d.add("msa", d.get(block, "norm2"), d.get(block, "drop_path1"), read="input", named=d.get(block, "attn"))
+        d.add("mlp", block, d.get(block, "drop_path2"), named=d.get(block, "mlp"))
     d.add("head", d.get(model, "norm"))
-    return d.adapter(num_prefix_tokens=model.num_prefix_tokens)
+    return BlockAdapter(d.blocks, num_prefix_tokens=model.num_prefix_tokens)
 
 
 def _timm_cut(model, family: str) -> BlockAdapter:
@@ -150,7 +137,7 @@ def _timm_convnext(model) -> BlockAdapter:
         for block in d.get(stage, "blocks"):
             d.require(block, "ConvNeXtBlock")
             d.add("conv", block, d.get(block, "drop_path"))
-    return d.adapter(num_prefix_tokens=0)
+    return BlockAdapter(d.blocks, num_prefix_tokens=0)
 
 
 def _timm_resnet(model) -> BlockAdapter:
@@ -167,66 +154,60 @@ def _timm_resnet(model) -> BlockAdapter:
                 if getattr(block, name, None) is not None
             )
             d.add("conv", block, branch)
-    return d.adapter(num_prefix_tokens=0)
+    return BlockAdapter(d.blocks, num_prefix_tokens=0)
 
 
 def _hf_vit_like(model, backbone_name: str, family: str) -> BlockAdapter:
     """transformers' DeiT (ViT goes through the zoo): the layers' MSA residual is what enters
     layernorm_after, the MLP residual the layer's output."""
-    d = _Describer(model, family)
-    backbone = d.get(model, backbone_name) if hasattr(model, backbone_name) else model
-    d.add("stem", d.get(backbone, "embeddings"))
-    for layer in d.get(backbone, "layers"):
+    d = _Describer(model, family, backbone_name)
+    d.add("stem", d.get(d.backbone, "embeddings"))
+    for layer in d.get(d.backbone, "layers"):
         attention, mlp = d.get(layer, "attention"), d.get(layer, "mlp")
         d.add("msa", d.get(layer, "layernorm_after"), attention, read="input", named=attention)
         d.add("mlp", layer, mlp, named=mlp)
-    d.add("head", d.get(backbone, "layernorm"))
-    prefix = 1 + int(getattr(backbone.embeddings, "distillation_token", None) is not None)
-    return d.adapter(num_prefix_tokens=prefix)
+    d.add("head", d.get(d.backbone, "layernorm"))
+    prefix = 1 + int(getattr(d.backbone.embeddings, "distillation_token", None) is not None)
+    return BlockAdapter(d.blocks, num_prefix_tokens=prefix)
 
 
 def _hf_swin(model) -> BlockAdapter:
-    d = _Describer(model, "transformers Swin")
-    backbone = d.get(model, "swin") if hasattr(model, "swin") else model
-    d.add("stem", d.get(backbone, "embeddings"))
-    for stage in d.get(d.get(backbone, "encoder"), "layers"):
+    d = _Describer(model, "transformers Swin", "swin")
+    d.add("stem", d.get(d.backbone, "embeddings"))
+    for stage in d.get(d.get(d.backbone, "encoder"), "layers"):
         for layer in d.get(stage, "blocks"):
             attention, mlp = d.get(layer, "attention"), d.get(layer, "mlp")
             d.add("msa", d.get(layer, "layernorm_after"), d.get(layer, "drop_path"), read="input", named=attention)
             d.add("mlp", layer, mlp, named=mlp)
-        if getattr(stage, "downsample", None) is not None:
-            d.add("pool", stage.downsample)
-    d.add("head", d.get(backbone, "layernorm"))
-    return d.adapter(num_prefix_tokens=0)
+        d.add("pool", getattr(stage, "downsample", None))
+    d.add("head", d.get(d.backbone, "layernorm"))
+    return BlockAdapter(d.blocks, num_prefix_tokens=0)
 
 
 def _hf_convnext(model) -> BlockAdapter:
-    d = _Describer(model, "transformers ConvNext")
-    backbone = d.get(model, "convnext") if hasattr(model, "convnext") else model
-    d.add("stem", d.get(backbone, "embeddings"))
-    for stage in d.get(d.get(backbone, "encoder"), "stages"):
+    d = _Describer(model, "transformers ConvNext", "convnext")
+    d.add("stem", d.get(d.backbone, "embeddings"))
+    for stage in d.get(d.get(d.backbone, "encoder"), "stages"):
         downsampling = d.get(stage, "downsampling_layer")  # a ModuleList its stage runs in turn
         if len(downsampling):
             d.add("pool", downsampling[-1], named=downsampling)
         for layer in d.get(stage, "layers"):
             d.add("conv", layer, d.get(layer, "drop_path"))
-    return d.adapter(num_prefix_tokens=0)
+    return BlockAdapter(d.blocks, num_prefix_tokens=0)
 
 
 def _hf_resnet(model) -> BlockAdapter:
-    d = _Describer(model, "transformers ResNet")
-    backbone = d.get(model, "resnet") if hasattr(model, "resnet") else model
-    d.add("stem", d.get(backbone, "embedder"))
-    for stage in d.get(d.get(backbone, "encoder"), "stages"):
+    d = _Describer(model, "transformers ResNet", "resnet")
+    d.add("stem", d.get(d.backbone, "embedder"))
+    for stage in d.get(d.get(d.backbone, "encoder"), "stages"):
         for layer in d.get(stage, "layers"):
             d.add("conv", layer, d.get(layer, "layer"))
-    return d.adapter(num_prefix_tokens=0)
+    return BlockAdapter(d.blocks, num_prefix_tokens=0)
 
 
 # (module the class lives in, class names, describer): the model's class, or its nearest base, that matches.
 DISCOVERERS: list[tuple[str, tuple[str, ...], Callable[[nn.Module], BlockAdapter]]] = [
-    ("timm.models.vision_transformer", ("VisionTransformer", "VisionTransformerDistilled"), _timm_vit),
-    ("timm.models.deit", ("VisionTransformerDistilled",), _timm_vit),
+    ("timm.models.vision_transformer", ("VisionTransformer",), _timm_vit),  # also DeiT's subclass
     ("timm.models.pit", ("PoolingVisionTransformer",), lambda m: _timm_cut(m, "timm PoolingVisionTransformer")),
     ("timm.models.swin_transformer", ("SwinTransformer",), lambda m: _timm_cut(m, "timm SwinTransformer")),
     ("timm.models.convnext", ("ConvNeXt",), _timm_convnext),
@@ -261,14 +242,13 @@ def _wrapped_zoo_adapter(model: nn.Module) -> BlockAdapter | None:
     """A zoo backbone behind timm's interface (`model.backbone`, `model.forward_head`), as the zoo's timm
     models are: the zoo's blocks, the logits from the wrapper's own head on the last state."""
     backbone = getattr(model, "backbone", None)
-    if not isinstance(backbone, nn.Module) or not hasattr(model, "forward_head") or not _is_zoo_model(backbone):
-        return None
+    adapter = _zoo_adapter(backbone) if isinstance(backbone, nn.Module) and hasattr(model, "forward_head") else None
 
     def states_of(wrapper, inputs):
         states, _ = alternet_hf.block_states(wrapper.backbone, inputs)
         return states, wrapper.forward_head(states[-1])
 
-    return replace(_zoo_adapter(backbone), states_of=states_of)
+    return None if adapter is None else replace(adapter, states_of=states_of)
 
 
 def _timm_wrapper_adapter(model: nn.Module) -> BlockAdapter | None:
@@ -283,14 +263,10 @@ def _timm_wrapper_adapter(model: nn.Module) -> BlockAdapter | None:
 
 def discover_blocks(model: nn.Module) -> BlockAdapter:
     """The blocks of a zoo, timm or transformers model of a known family; a clear error otherwise."""
-    wrapped_timm = _timm_wrapper_adapter(model)
-    if wrapped_timm is not None:
-        return wrapped_timm
-    if _is_zoo_model(model):
-        return _zoo_adapter(model)
-    wrapped = _wrapped_zoo_adapter(model)
-    if wrapped is not None:
-        return wrapped
+    for adapter_of in (_timm_wrapper_adapter, _zoo_adapter, _wrapped_zoo_adapter):
+        adapter = adapter_of(model)
+        if adapter is not None:
+            return adapter
     for cls in type(model).__mro__:  # a subclass of a known family is described as that family
         for module_name, class_names, describe in DISCOVERERS:
             if cls.__module__.startswith(module_name) and cls.__name__ in class_names:
@@ -304,12 +280,8 @@ def discover_blocks(model: nn.Module) -> BlockAdapter:
 
 def reduces_resolution(module: nn.Module) -> bool:
     """Whether a block lowers the resolution: a convolution or pooling inside it has a stride above 1."""
-    for inner in module.modules():
-        if isinstance(inner, (nn.Conv2d, nn.MaxPool2d, nn.AvgPool2d)):
-            stride = inner.stride if isinstance(inner.stride, tuple) else (inner.stride,)
-            if max(stride) > 1:
-                return True
-    return False
+    strides = (m.stride for m in module.modules() if isinstance(m, (nn.Conv2d, nn.MaxPool2d, nn.AvgPool2d)))
+    return any(max(stride if isinstance(stride, tuple) else (stride,)) > 1 for stride in strides)
 
 
 def describe_blocks(model: nn.Module, adapter: BlockAdapter | None = None) -> BlockAdapter:
@@ -417,11 +389,10 @@ def block_batches(
 def accumulate(model: nn.Module, data, accumulators: Sequence, **options) -> list:
     """Feed every accumulator (`update(batch)` then `result()`) from one pass of `block_batches`; return
     their results in order. `options` go to `block_batches`."""
-    seen = False
+    batch = None
     for batch in block_batches(model, data, **options):
-        seen = True
         for accumulator in accumulators:
             accumulator.update(batch)
-    if not seen:
+    if batch is None:
         raise ValueError("the data gave no batches")
     return [accumulator.result() for accumulator in accumulators]
