@@ -1,12 +1,20 @@
-"""Pieces shared by the zoo's model files: stochastic depth, weight init, input checks, the loss.
+"""Pieces shared by the zoo's model files: stochastic depth, weight init, input checks, the loss, error hints.
 
 Kept free of package imports so that it travels with the modeling files for `trust_remote_code=True`.
 """
 
+import difflib
 import math
 
 import torch
 from torch import nn
+
+
+def close_match_hints(unknown, known) -> str:
+    """`; did you mean 'x' for 'y'?` for each `unknown` name that a `known` one resembles: what an error message
+    naming unknown arguments or fields ends with."""
+    hints = {key: difflib.get_close_matches(key, known, n=1) for key in unknown}
+    return "".join(f"; did you mean {hint[0]!r} for {key!r}?" for key, hint in hints.items() if hint)
 
 
 def linear_drop_path_rates(max_rate: float, num_blocks: int) -> list[float]:

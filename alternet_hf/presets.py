@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers import AutoModelForImageClassification, PretrainedConfig, PreTrainedModel, ViTConfig
+from transformers import AutoConfig, AutoModelForImageClassification, PretrainedConfig, PreTrainedModel, ViTConfig
 
 from .blocks import vit_backbone
 from .configuration_alternet import AlterNetConfig
@@ -22,6 +22,7 @@ from .modeling_common import (
     DropPath,
     ZooModelMixin,
     check_pixel_batch,
+    close_match_hints,
     image_classification_loss,
     linear_drop_path_rates,
     save_image_processor,
@@ -244,12 +245,8 @@ def create_config(name: str, **overrides) -> PretrainedConfig:
             config = ARCHITECTURES[arch](spec)
             unknown = [key for key in overrides if not hasattr(config, key)]
             if unknown:
-                fields = list(config.to_dict())
-                hints = {key: difflib.get_close_matches(key, fields, n=1) for key in unknown}
-                raise ValueError(
-                    f"{type(config).__name__} has no field(s) {unknown}"
-                    + "".join(f"; did you mean {hint[0]!r} for {key!r}?" for key, hint in hints.items() if hint)
-                )
+                hints = close_match_hints(unknown, list(config.to_dict()))
+                raise ValueError(f"{type(config).__name__} has no field(s) {unknown}{hints}")
             fields = config.to_dict()
             if "num_labels" in overrides:  # new label count: the preset's label names no longer apply
                 for key in ("id2label", "label2id"):
@@ -287,20 +284,15 @@ def create_model(name: str, *, num_labels: int | None = None, **overrides) -> Pr
         _check_config_fields(name, overrides)
         if num_labels is None:
             return _finish(AutoModelForImageClassification.from_pretrained(name, **overrides))
-        labels = {i: f"LABEL_{i}" for i in range(num_labels)}
-        overrides.update(
-            num_labels=num_labels,  # read before id2label by timm configs
-            id2label=labels,
-            label2id={v: k for k, v in labels.items()},
-            ignore_mismatched_sizes=True,
+        labels = {i: f"LABEL_{i}" for i in range(num_labels)}  # num_labels first: timm configs read it before id2label
+        overrides.update(num_labels=num_labels, id2label=labels, label2id={v: k for k, v in labels.items()})
+        model, info = AutoModelForImageClassification.from_pretrained(
+            name, output_loading_info=True, ignore_mismatched_sizes=True, **overrides
         )
-        model, info = AutoModelForImageClassification.from_pretrained(name, output_loading_info=True, **overrides)
-        changed = (
-            [key for key, *_ in info["mismatched_keys"]] + list(info["missing_keys"]) + list(info["unexpected_keys"])
-        )
+        changed = [key for key, *_ in info["mismatched_keys"]] + [*info["missing_keys"], *info["unexpected_keys"]]
         changed = sorted(key for key in changed if not key.startswith(classifier_prefix(model)))
         if changed:
-            asked = sorted(set(overrides) - {"num_labels", "id2label", "label2id", "ignore_mismatched_sizes"})
+            asked = sorted(set(overrides) - {"num_labels", "id2label", "label2id"})
             raise ValueError(
                 f"{name}: with the overrides {asked}, pretrained weights no longer fit the model "
                 f"({', '.join(changed[:5])}...); a loaded model keeps its architecture: drop those overrides"
@@ -318,8 +310,6 @@ def _check_config_fields(name: str, overrides: dict) -> None:
     `trust_remote_code=True` (it would run the code of the model folder)."""
     if not overrides:
         return
-    from transformers import AutoConfig
-
     config = AutoConfig.from_pretrained(name)
     unknown = sorted(key for key in overrides if not hasattr(config, key))
     if unknown:
@@ -330,31 +320,18 @@ def _check_config_fields(name: str, overrides: dict) -> None:
 
 
 def _finish(model: PreTrainedModel) -> PreTrainedModel:
-    """What every model `create_model` returns has, the zoo's classes by definition. transformers' ViT and the
-    `TimmWrapperForImageClassification` holding timm's PiT and Swin get it here, on the instance, on every build and
-    load: the price of folders that load as transformers' own classes, without alternet_hf.
-
-    - the zoo's loss (`image_classification_loss`, through transformers' own switch `loss_function`): ViT's own
-      reads Mixup/CutMix targets as multi-label and writes that `problem_type` into the config; and
-      `accepts_loss_kwargs = False`, so that the `Trainer` averages micro-batch losses as for the zoo's classes
-      instead of handing over a `num_items_in_batch` that counts the elements of soft labels;
-    - the zoo's input checks (raw integer pixels and empty batches refused; PiT and Swin: their one image size);
-    - ViT: the paper's stochastic depth, and `save_pretrained` also writing the image processor;
-    - PiT and Swin: `save_pretrained` writing timm's weight names (transformers builds their image processor from
-      timm's `pretrained_cfg`).
-    """
+    """Give transformers' ViT and the `TimmWrapperForImageClassification` holding timm's PiT and Swin what the zoo's
+    classes have by definition: the zoo's loss (soft Mixup/CutMix targets, not ViT's multi-label reading of them) with
+    `accepts_loss_kwargs = False` (the `Trainer` averages micro-batch losses), the zoo's input checks, ViT's stochastic
+    depth, and a `save_pretrained` that also writes the image processor (ViT) or uses timm's weight names (PiT, Swin).
+    Attached to the instance at every build and load: the price of folders that load without alternet_hf."""
     if isinstance(model, ZooModelMixin):
         return model
-    model.loss_function = image_classification_loss
-    model.accepts_loss_kwargs = False
-    if is_timm_wrapper(model):
-        model.register_forward_pre_hook(check_fixed_size_pixels, with_kwargs=True)
-        model.save_pretrained = types.MethodType(save_with_timm_names, model)
-        return model
-    model.register_forward_pre_hook(_check_vit_pixels, with_kwargs=True)
-    add_vit_stochastic_depth(model)
-    model.save_pretrained = types.MethodType(_save_with_image_processor, model)
-    return model
+    wraps_timm = is_timm_wrapper(model)
+    model.loss_function, model.accepts_loss_kwargs = image_classification_loss, False
+    model.register_forward_pre_hook(check_fixed_size_pixels if wraps_timm else _check_vit_pixels, with_kwargs=True)
+    model.save_pretrained = types.MethodType(save_with_timm_names if wraps_timm else _save_with_image_processor, model)
+    return add_vit_stochastic_depth(model)  # nothing to add without a ViT backbone
 
 
 def _check_vit_pixels(module, args, kwargs):

@@ -23,13 +23,12 @@ timm's PiT has no gradient checkpointing (`set_grad_checkpointing` refuses it), 
 either; Swin has timm's.
 """
 
-import difflib
 import inspect
 
 import torch
 from transformers import PreTrainedModel
 
-from .modeling_common import check_pixel_values
+from .modeling_common import check_pixel_values, close_match_hints
 
 # The reference's CIFAR arguments for timm's architectures (timm's ImageNet defaults otherwise).
 FAMILIES = {
@@ -129,11 +128,10 @@ def _check_model_args(family: str, model_args: dict) -> None:
     known = [name for name in inspect.signature(cls.__init__).parameters if name not in set_by_the_zoo]
     unknown = [key for key in model_args if key not in known]
     if unknown:
-        hints = {key: difflib.get_close_matches(key, known, n=1) for key in unknown}
         raise ValueError(
             f"{spec['class_name']} (timm) has no argument(s) {unknown}; a {family} preset takes the zoo's fields "
             f"({', '.join((*TIMM_NAMES, *CONFIG_FIELDS))}) and timm's arguments ({', '.join(known)})"
-            + "".join(f"; did you mean {hint[0]!r} for {key!r}?" for key, hint in hints.items() if hint)
+            + close_match_hints(unknown, known)
         )
 
 

@@ -33,7 +33,6 @@ otherwise right after timm's own import finishes.
 """
 
 import contextlib
-import difflib
 import importlib.abc
 import importlib.util
 import sys
@@ -43,7 +42,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .modeling_common import check_pixel_values, compute_layout
+from .modeling_common import check_pixel_values, close_match_hints, compute_layout
 from .presets import ARCHITECTURES, DATASETS, TIMM_ARCHITECTURES, DatasetSpec, create_config, create_model
 from .timm_families import timm_family_model, timm_settings
 
@@ -194,12 +193,10 @@ class TimmZooModel(nn.Module):
         known = config.to_dict()
         unknown = [key for key in fields if key not in known]
         if unknown:
-            hints = {key: difflib.get_close_matches(key, list(known), n=1) for key in unknown}
             raise TypeError(
                 f"{preset} got unexpected keyword argument(s) {unknown}: it takes timm's arguments (num_classes, "
                 f"in_chans, drop_rate, drop_path_rate, global_pool, img_size, device, dtype) and the fields of "
-                f"{type(config).__name__}"
-                + "".join(f"; did you mean {hint[0]!r} for {key!r}?" for key, hint in hints.items() if hint)
+                f"{type(config).__name__}" + close_match_hints(unknown, known)
             )
 
     @property
