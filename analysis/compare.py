@@ -11,6 +11,7 @@ decide the paper's claims.
 
 import dataclasses
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ from . import _common, cka, fourier, hessian, landscape, lesion, robustness, var
 from ._common import AnalysisResult, logits_of
 from .blocks import BlockAdapter, accumulate, describe_blocks
 from .corruptions import CORRUPTIONS, SEVERITIES
+from .hessian import HessianOperator
 
 
 def _setting(default, help: str, choices: tuple[str, ...] | None = None):
@@ -112,13 +114,9 @@ class Settings:
         unknown = set(given) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ValueError(f"unknown settings {sorted(unknown)}")
-        paper = cls()
-        scaled, notes = {}, []
-        if torch.device(device).type == "cpu":
-            for key, value in cls.CPU_AMOUNTS.items():
-                if key not in given:
-                    scaled[key] = value
-                    notes.append(f"{key.replace('_', '-')} {_shown(value)} (paper: {_shown(getattr(paper, key))})")
+        cpu, paper = torch.device(device).type == "cpu", cls()
+        scaled = {key: value for key, value in cls.CPU_AMOUNTS.items() if cpu and key not in given}
+        notes = [f"{k.replace('_', '-')} {_shown(v)} (paper: {_shown(getattr(paper, k))})" for k, v in scaled.items()]
         return cls(**{**scaled, **given}), notes
 
     def to_dict(self) -> dict:
@@ -174,6 +172,18 @@ ACCUMULATORS = {
     "fourier": fourier.FourierAccumulator,
     "variance": variance.VarianceAccumulator,
     "cka": cka.CKAAccumulator,
+}
+# The result class of each analysis, by the name its JSON is written under (`analysis.runner.read_result`).
+RESULT_TYPES = {
+    "fourier": fourier.FourierResult,
+    "variance": variance.VarianceResult,
+    "cka": cka.CKAResult,
+    "hessian": hessian.SpectrumResult,
+    "landscape": landscape.LandscapeResult,
+    "robustness": robustness.CorruptionResult,
+    "frequency-noise": robustness.FrequencyNoiseResult,
+    "lesion": lesion.LesionResult,
+    "accuracy": AccuracyResult,
 }
 
 
@@ -238,9 +248,7 @@ def analyse(
         for name in per_block:
             on_result(name, results[name])
 
-    for name in analyses:
-        if name in PER_BLOCK:
-            continue
+    for name in [name for name in analyses if name not in PER_BLOCK]:
         on_start(name)
         if name == "hessian":
             results[name] = hessian.max_eigenvalue_spectrum(
@@ -404,9 +412,7 @@ def _by_depth_figure(
             ax.plot(depth, extra[name], color=colours[name], linewidth=0.8, linestyle="--")
     if log:
         ax.set_yscale("log")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.set_xlim(-0.02, 1.02)
+    ax.set(ylabel=ylabel, title=title, xlim=(-0.02, 1.02))
     ax.tick_params(labelbottom=False)
     kinds_present = sorted({k for _, kinds in series.values() for k in kinds} & {"msa", "pool", "conv", "mlp"})
     handles = [Line2D([], [], color=colours[n], label=n) for n in names]
@@ -504,17 +510,15 @@ def _hessian_figure(found: dict):
     densities = {name: r.density for name, r in found.items() if r.density is not None}
     figure, axes = _row(1 + bool(densities), 5.5, 3.6)
     colours = _colours(list(found))
-    values = np.concatenate(
-        [np.concatenate([np.ravel(r.eigenvalues), np.ravel(r.smallest_eigenvalues)]) for r in found.values()]
-    )
+    both = {n: np.concatenate([np.ravel(r.eigenvalues), np.ravel(r.smallest_eigenvalues)]) for n, r in found.items()}
+    values = np.concatenate(list(both.values()))
     values = values[np.isfinite(values)]
     edges = np.linspace(values.min(), values.max(), 41) if values.size and values.min() < values.max() else 41
     ax = axes[0]
     if values.size and values.min() < 0:  # the negative side, where the loss is not locally convex
         ax.axvspan(values.min(), 0.0, color="#fde0dd", linewidth=0, zorder=0, label="negative eigenvalues")
     for name, result in found.items():
-        both = np.concatenate([np.ravel(result.eigenvalues), np.ravel(result.smallest_eigenvalues)])
-        counts, bins = np.histogram(both[np.isfinite(both)], bins=edges)
+        counts, bins = np.histogram(both[name][np.isfinite(both[name])], bins=edges)
         spectrum = dataclasses.replace(result, counts=counts, bin_edges=bins)
         hessian.plot_spectrum(spectrum, ax=ax, label=name, color=colours[name], fill=False)  # outlines: none hidden
     both_ends = any(np.size(r.smallest_eigenvalues) for r in found.values())
@@ -607,8 +611,6 @@ def finite(value):
 
 
 def _seconds(function, repeats: int = 1) -> float:
-    import time
-
     function()  # warm-up: first calls allocate
     started = time.perf_counter()
     for _ in range(repeats):
@@ -630,8 +632,6 @@ def measure_costs(
     run with) per Hessian-vector product on the training batch, measured on the batches given: what
     `estimate_seconds` multiplies. A product is timed, not reckoned from forward passes: its double backward costs
     a different multiple of a forward pass for every architecture."""
-    from .hessian import HessianOperator
-
     device = _common.resolve_device(model, device)
     costs = {}
     with _common.analysis_mode(model, device=device), torch.no_grad():
@@ -639,8 +639,7 @@ def measure_costs(
         costs["test_forward"] = _forward_seconds(model, inputs)
         costs["test_batch_size"] = len(inputs)
         if train_batch is not None:
-            train_inputs = train_batch[0].to(device)
-            costs["train_forward"] = _forward_seconds(model, train_inputs)
+            costs["train_forward"] = _forward_seconds(model, train_batch[0].to(device))
     if hessian is not None and train_batch is not None:
         batch = [(train_batch[0].to(device), train_batch[1].to(device))]
         with _common.analysis_mode(model, batchnorm=hessian.batchnorm or "train", device=device):

@@ -11,18 +11,36 @@ writes the comparison from them without analysing again (what `scripts/release.p
 """
 
 import contextlib
+import dataclasses
 import json
 import os
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
+from alternet_hf.augmentation import BatchMixer, eval_transform, mix_batch, train_transform
+from alternet_hf.data import (
+    SAMPLE_SHUFFLE_BUFFER,
+    SeededAugmentation,
+    class_names_of,
+    collate_images,
+    load_image_classification,
+    load_image_sample,
+    with_transform,
+)
 from alternet_hf.run_lock import hold_folder
 
+from . import robustness
+from ._common import count_batches, iterate_batches
+from .blocks import describe_blocks
 from .claims import COMPETENCE
-from .compare import Settings
+from .compare import RESULT_TYPES, Settings, analyse, estimate_seconds, figure_of, finite, measure_costs, summary_of
+from .models import load_model
+from .report import write_comparison
 
 AUGMENTATIONS = ("model", "paper", "none")  # or the path of a training_config.json
 # The fields of a training config that say how its batches were augmented (`alternet_hf.recipe.TrainingConfig`).
@@ -83,8 +101,6 @@ def analyse_model(
     """Every analysis of `analyses` on the model `source` (see `analysis.models.load_model`), written into `out`,
     which is held while the analyses write it (one analysis per folder at a time; the model and data are loaded
     first, so that a bad input is said before the folder is claimed)."""
-    from .models import load_model
-
     torch.manual_seed(data.seed)
     loaded = load_model(source, weights=weights)
     loaded.model.to(device)
@@ -116,15 +132,12 @@ def compare_models(
     """Analyse every model of `specs` ([(name, source)]) into `results_dir/<name>/` (as `analyse_model` writes),
     then write the comparison into `comparison_dir` (models below `competence` × chance accuracy named as near
     chance); both folders are held for the run. Returns the written paths (`analysis.report`)."""
-    from .models import load_model
-
     with hold_folder(results_dir), hold_folder(comparison_dir):  # one comparison per folder at a time
         torch.manual_seed(data.seed)
         run_meta = _run_meta(data, device, scaled_down, say)
-        weights = weights or {}
         cache, results, summaries = DataCache(data), {}, {}
         for name, source in specs:
-            loaded = load_model(source, name=name, weights=weights.get(name), image_size=image_size)
+            loaded = load_model(source, name=name, weights=(weights or {}).get(name), image_size=image_size)
             loaded.model.to(device)
             batches = prepare_data(loaded, data, analyses, settings, cache, device=device)
             augmentation = batches["augmentation"]
@@ -158,17 +171,12 @@ def compare_stored(
     into `results_dir/<name>/`, without running an analysis again: what a resumed release does after analysing
     each model in its own step. The models are loaded for their block summaries only. `pending`: models of the
     line-up not compared yet (a release still to train them), named in the report."""
-    from .models import load_model
-
     results, summaries = {}, {}
     for name, source in specs:
-        results[name] = read_results(results_dir / name)
+        folder = results_dir / name
+        results[name] = read_results(folder)
         loaded = load_model(source, name=name, image_size=image_size)
-        stored = [
-            json.loads((results_dir / name / f"{a}.json").read_text())
-            for a in ("hessian", "landscape")
-            if (results_dir / name / f"{a}.json").is_file()
-        ]
+        stored = [json.loads(p.read_text()) for a in ("hessian", "landscape") if (p := folder / f"{a}.json").is_file()]
         summaries[name] = model_summary(loaded, source, stored[0].get("augmentation") if stored else None)
     return write_comparison_of(
         results, summaries, data, settings, device, comparison_dir, scaled_down, competence, pending=pending
@@ -184,8 +192,6 @@ def _run_meta(data: DataOptions, device, scaled_down: Sequence[str], say) -> dic
 
 def model_summary(loaded, source: str, augmentation: dict | None) -> dict:
     """What the report says of one model (`analysis.compare.summary_of` and where it came from)."""
-    from .compare import summary_of
-
     return {
         **summary_of(loaded.model),
         "source": source,
@@ -209,8 +215,6 @@ def write_comparison_of(
 ) -> dict:
     """`analysis.report.write_comparison` with the run's settings as its meta and notes (what `compare_models` and
     `compare_stored` pass, in their order)."""
-    from .report import write_comparison
-
     meta = {
         "dataset": data.dataset,
         "device": str(device),
@@ -234,11 +238,10 @@ def augmentation_of(choice: str, loaded) -> dict:
     """The augmentation of the Hessian and landscape batches, with where it came from (`source`)."""
     from alternet_hf.recipe import PAPER_RECIPE
 
-    if choice == "model":
-        if loaded.training_config is not None:
-            fields, source = loaded.training_config, str(loaded.training_config_path)
-        else:
-            fields, source = PAPER_RECIPE, "the paper's recipe (the model has no training_config.json)"
+    if choice == "model" and loaded.training_config is not None:
+        fields, source = loaded.training_config, str(loaded.training_config_path)
+    elif choice == "model":
+        fields, source = PAPER_RECIPE, "the paper's recipe (the model has no training_config.json)"
     elif choice == "paper":
         fields, source = PAPER_RECIPE, "the paper's recipe"
     elif choice == "none":
@@ -249,11 +252,8 @@ def augmentation_of(choice: str, loaded) -> dict:
         raise ValueError(
             f"augmentation takes {', '.join(AUGMENTATIONS)} or a training_config.json file, not {choice!r}"
         )
-    found = {name: fields.get(name) for name in AUGMENTATION_FIELDS}
-    return {
-        "source": source,
-        **{name: value if value or name == "rand_augment" else 0 for name, value in found.items()},
-    }
+    values = {name: fields.get(name) for name in AUGMENTATION_FIELDS}
+    return {"source": source} | {k: v if v or k == "rand_augment" else 0 for k, v in values.items()}
 
 
 class MixedBatches:
@@ -262,25 +262,15 @@ class MixedBatches:
     training recipe had neither."""
 
     def __init__(self, loader, augmentation: dict, num_labels: int, image_size: int, seed: int):
-        from alternet_hf.augmentation import BatchMixer
-
         self.loader, self.num_labels = loader, num_labels
         self.smoothing = augmentation["label_smoothing"] or 0.0
-        self.mixer = None
-        if augmentation["mixup_alpha"] or augmentation["cutmix_alpha"]:
-            self.mixer = BatchMixer(
-                mixup_alpha=augmentation["mixup_alpha"],
-                cutmix_alpha=augmentation["cutmix_alpha"],
-                image_size=image_size,
-                seed=seed,
-            )
+        mixing = {key: augmentation[key] for key in ("mixup_alpha", "cutmix_alpha")}
+        self.mixer = BatchMixer(**mixing, image_size=image_size, seed=seed) if any(mixing.values()) else None
 
     def __len__(self):
         return len(self.loader)
 
     def __iter__(self):
-        from alternet_hf.augmentation import mix_batch
-
         for index, batch in enumerate(self.loader):
             inputs, targets = batch["pixel_values"], batch["labels"]
             if self.mixer is not None:
@@ -300,19 +290,12 @@ class DataCache:
 
     def split(self, name: str, class_names, num_images: int | None = None):
         """The split `name`, or a seeded sample of `num_images` of it (`DataOptions`)."""
-        from alternet_hf.data import load_image_classification, load_image_sample
-
-        key = (name, tuple(class_names) if class_names else None, num_images)
+        options, key = self.options, (name, tuple(class_names) if class_names else None, num_images)
         if key not in self.splits:
-            columns = dict(
-                image_column=self.options.image_column, label_column=self.options.label_column, class_names=class_names
-            )
-            if num_images is None:
-                self.splits[key] = load_image_classification(self.options.dataset, split=name, **columns)
-            else:
-                self.splits[key] = load_image_sample(
-                    self.options.dataset, split=name, num_images=num_images, seed=self.options.seed, **columns
-                )
+            load = load_image_classification if num_images is None else load_image_sample
+            sample = {} if num_images is None else dict(num_images=num_images, seed=options.seed)
+            columns = dict(image_column=options.image_column, label_column=options.label_column)
+            self.splits[key] = load(options.dataset, split=name, **sample, **columns, class_names=class_names)
         return self.splits[key]
 
 
@@ -331,8 +314,6 @@ def images_used(options: DataOptions, analyses, settings: Settings) -> dict[str,
 
 
 def _loader(dataset, transform, batch_size: int, *, shuffle: bool, seed: int, drop_last: bool = False):
-    from alternet_hf.data import collate_images, with_transform
-
     return torch.utils.data.DataLoader(
         with_transform(dataset, transform),
         batch_size=batch_size,
@@ -346,18 +327,12 @@ def _loader(dataset, transform, batch_size: int, *, shuffle: bool, seed: int, dr
 def prepare_data(loaded, options: DataOptions, analyses, settings: Settings, cache: DataCache, *, device) -> dict:
     """Test batches, a factory of augmented training batches, the CIFAR-C source and the augmentation
     used, for one loaded model (`analysis.models.LoadedModel`)."""
-    from alternet_hf.augmentation import eval_transform, train_transform
-    from alternet_hf.data import SAMPLE_SHUFFLE_BUFFER, SeededAugmentation, class_names_of
-
-    from . import robustness
-
     size, mean, std = loaded.image_size, loaded.image_mean, loaded.image_std
     names = class_names_of(getattr(loaded.model, "config", None))
     used = images_used(options, analyses, settings)
     test_set = cache.split(options.test_split, names, used["test"])
     test = _loader(test_set, eval_transform(size, mean, std), options.batch_size, shuffle=False, seed=options.seed)
-    data = {"test": test, "train": None, "augmentation": None, "corruptions": None}
-    data["images"] = {"test": len(test_set)}
+    data = {"test": test, "train": None, "augmentation": None, "corruptions": None, "images": {"test": len(test_set)}}
     if {"hessian", "landscape"} & set(analyses):
         augmentation = augmentation_of(options.augmentation, loaded)
         batch_size = settings.train_batch_size
@@ -416,10 +391,6 @@ def analyse_loaded(
     as soon as it is done, the Hessian spectrum also after every minibatch. Returns {analysis: result}."""
     import matplotlib.pyplot as plt
 
-    from ._common import count_batches, iterate_batches
-    from .blocks import describe_blocks
-    from .compare import analyse, estimate_seconds, figure_of, measure_costs
-
     adapter = describe_blocks(loaded.model)
     test_batch = next(iterate_batches(data["test"]))  # the loader's dict as (inputs, targets)
     train_batch = next(iter(data["train"]())) if data["train"] else None
@@ -441,22 +412,21 @@ def analyse_loaded(
             seconds, how = estimates[name]
             say(f"{loaded.name}: {name}: about {_duration(seconds)} ({how})")
 
-    def meta_of(name):
+    def meta_of(name, partial=False):
         extra = {"images": data["images"]}
         if name in ("hessian", "landscape"):
-            extra["augmentation"] = data["augmentation"]
-            extra["train_batch_size"] = settings.train_batch_size
-        return {**meta, **extra, "settings": settings.to_dict()}
+            extra |= {"augmentation": data["augmentation"], "train_batch_size": settings.train_batch_size}
+        return {**meta, **extra, "settings": settings.to_dict(), "partial": partial}
 
     def on_partial(name, partial):
         if out is not None:
-            write_result(out, name, partial, {**meta_of(name), "partial": True})
+            write_result(out, name, partial, meta_of(name, partial=True))
 
     def on_result(name, result):
         say(f"{loaded.name}: {summary_line(name, result)}")
         if out is not None:
             figure = figure_of(name, result)
-            write_result(out, name, result, {**meta_of(name), "partial": False}, figure)
+            write_result(out, name, result, meta_of(name), figure)
             plt.close(figure)
 
     results = analyse(
@@ -477,14 +447,12 @@ def analyse_loaded(
         on_result=on_result,
     )
     if out is not None and "accuracy" in results:  # the clean accuracy of the per-block pass: what claims weigh
-        write_result(out, "accuracy", results["accuracy"], {**meta_of("accuracy"), "partial": False})
+        write_result(out, "accuracy", results["accuracy"], meta_of("accuracy"))
     return results
 
 
 def write_result(out: Path, name: str, result, meta: dict, figure=None) -> None:
     """`<out>/<name>.json` ({..meta, "analysis", "result"}) written atomically, and `<name>.png`."""
-    from .compare import finite
-
     out.mkdir(parents=True, exist_ok=True)
     payload = {**meta, "analysis": name, "result": finite(result.to_dict())}
     partial = out / f".{name}.json.partial"
@@ -494,49 +462,23 @@ def write_result(out: Path, name: str, result, meta: dict, figure=None) -> None:
         figure.savefig(out / f"{name}.png", dpi=130)
 
 
-def result_types() -> dict[str, type]:
-    """The result class of each analysis, by the name its JSON is written under."""
-    from . import cka, fourier, hessian, landscape, lesion, robustness, variance
-    from .compare import AccuracyResult
-
-    return {
-        "fourier": fourier.FourierResult,
-        "variance": variance.VarianceResult,
-        "cka": cka.CKAResult,
-        "hessian": hessian.SpectrumResult,
-        "landscape": landscape.LandscapeResult,
-        "robustness": robustness.CorruptionResult,
-        "frequency-noise": robustness.FrequencyNoiseResult,
-        "lesion": lesion.LesionResult,
-        "accuracy": AccuracyResult,
-    }
-
-
 def read_result(path: Path):
     """The result `write_result` wrote to `path`, as its class again: arrays as numpy arrays of the shapes the
     file holds (nulls, JSON's NaN, as NaN; an empty matrix as shape (0, 0))."""
-    import dataclasses
-    import typing
-
-    import numpy as np
-
     payload = json.loads(Path(path).read_text())
     if payload.get("partial"):
         raise ValueError(f"{path} holds a partial result (the analysis was interrupted): run the analysis again")
-    kind = result_types()[payload["analysis"]]
+    kind = RESULT_TYPES[payload["analysis"]]
     hints, values = typing.get_type_hints(kind), payload["result"]
     fields = {}
-    for f in dataclasses.fields(kind):
-        if f.name not in values:
-            continue
+    for f in [f for f in dataclasses.fields(kind) if f.name in values]:
         value, allowed = values[f.name], (hints[f.name], *typing.get_args(hints[f.name]))
         if value is not None and np.ndarray in allowed:
-            array = np.asarray(value)
-            if array.dtype == object:  # nulls (NaN written to JSON) in an array of numbers
-                array = np.asarray(value, dtype=float)
-            if array.size == 0 and f.default_factory is not dataclasses.MISSING:
-                array = array.reshape(f.default_factory().shape)
-            value = array
+            value = np.asarray(value)
+            if value.dtype == object:  # nulls (NaN written to JSON) in an array of numbers
+                value = np.asarray(values[f.name], dtype=float)
+            if value.size == 0 and f.default_factory is not dataclasses.MISSING:
+                value = value.reshape(f.default_factory().shape)
         elif value is None and float in allowed:
             value = float("nan")
         fields[f.name] = value
@@ -545,8 +487,7 @@ def read_result(path: Path):
 
 def read_results(folder: Path) -> dict:
     """Every complete result in `folder` (`<analysis>.json`), by analysis."""
-    known = result_types()
-    return {path.stem: read_result(path) for path in sorted(Path(folder).glob("*.json")) if path.stem in known}
+    return {path.stem: read_result(path) for path in sorted(Path(folder).glob("*.json")) if path.stem in RESULT_TYPES}
 
 
 def _duration(seconds: float) -> str:
@@ -555,7 +496,6 @@ def _duration(seconds: float) -> str:
 
 def summary_line(name: str, result) -> str:
     """One line per analysis for the terminal."""
-    import numpy as np
 
     def last(values) -> tuple[float, str]:
         """The last block with a feature map (PiT's head is its class token alone: no map, NaN)."""

@@ -24,6 +24,7 @@ paper's Fig. 1) unless --landscape-protocol says otherwise. Amounts fit the devi
 """
 
 import argparse
+import json
 import re
 from pathlib import Path
 
@@ -58,16 +59,14 @@ def weight_paths(text: str) -> list[tuple[str | None, Path]]:
 
 def assign_weights(specs: list[tuple[str, str]], weights: list[tuple[str | None, Path]] | None) -> dict[str, Path]:
     """{model name: weights path}: named entries by name, the others in the order of the timm models."""
-    assigned, timm_names = {}, [name for name, source in specs if source.startswith(TIMM_PREFIX)]
-    unnamed = [path for name, path in weights or [] if name is None]
-    for name, path in weights or []:
-        if name is None:
-            continue
+    weights, timm_names = weights or [], [name for name, source in specs if source.startswith(TIMM_PREFIX)]
+    assigned = {name: path for name, path in weights if name is not None}
+    for name in assigned:
         if name not in dict(specs):
             raise CommandError(f"--weights names {name!r}, which is not among --models ({', '.join(dict(specs))})")
         if name not in timm_names:
             raise CommandError(f"--weights {name}=...: {name} is not a timm model; only timm models take weights")
-        assigned[name] = path
+    unnamed = [path for name, path in weights if name is None]
     waiting = [name for name in timm_names if name not in assigned]
     if len(unnamed) > len(waiting):
         raise CommandError(f"{len(unnamed)} unnamed --weights for {len(waiting)} timm models without weights")
@@ -156,8 +155,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def print_verdicts(comparison_json: Path) -> None:
-    import json
-
     for claim in json.loads(comparison_json.read_text())["claims"]:
         weak = claim.get("below_competence")
         caveat = f" (rests on {', '.join(weak)}, near chance)" if weak else ""
