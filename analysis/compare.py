@@ -1,12 +1,9 @@
 """Every analysis of the paper on one model or several, and the paper's figures with all models in one plot.
 
-`analyse(model, analyses, ...)` runs the analyses of one model; the per-block ones (Fourier, variance,
-CKA, and the clean accuracy) share one pass of feature maps (`analysis.blocks.accumulate`) instead of
-running the model once each. `Settings` holds how much of each analysis to run: the paper's amounts,
-or `Settings.for_device` scaled down on a CPU, saying what it changed. The comparison figures put every
-model on one axis, depth normalised to 0…1 as in the reference notebooks, with a strip per model
-marking its MSA (grey) and downsampling (blue) blocks; `analysis.claims` reads the same results to
-decide the paper's claims.
+`analyse` runs the analyses of one model, the per-block ones (Fourier, variance, CKA, the clean accuracy) in one
+pass of feature maps; `Settings` holds how much of each to run (the paper's amounts, or fewer on a CPU:
+`Settings.for_device`). The comparison figures put every model on one axis over depth normalised to 0…1, as the
+reference notebooks do, with a strip per model marking its MSA and downsampling blocks.
 """
 
 import dataclasses
@@ -75,10 +72,9 @@ class Settings:
     corruption_images: int | None = _setting(None, "clean test images corrupted for generated CIFAR-C (None: all)")
     seed: int = _setting(0, "seed of every random draw of the analyses")
 
-    # What two CPU cores do in a few minutes on a small model (the first run's AlterNet on digits: about 5
-    # CPU-minutes, the Hessian half of it); a GPU does the paper's amounts. Lanczos stops as soon as both ends
-    # reach the tolerance: 30 steps at most leave room for the five largest and five most negative eigenvalues
-    # of a small model's minibatch, where 20 stopped short of them.
+    # What two CPU cores do in a few minutes on a small model (AlterNet on digits: about 5 CPU-minutes, half of it
+    # the Hessian); a GPU does the paper's amounts. Lanczos stops once both ends reach the tolerance: 30 steps leave
+    # room for the five largest and five most negative eigenvalues of a small model's minibatch.
     CPU_AMOUNTS = dict(
         max_batches=2,
         train_batch_size=32,

@@ -1,13 +1,10 @@
-"""The analyses run on models from disk or the Hub with data from a dataset: what `alternet-analyze` and
-`alternet-compare` do, as functions.
+"""The analyses of models from disk or the Hub on a dataset, as `alternet-analyze` and `alternet-compare` run them.
 
-`analyse_model` runs the requested analyses on one model and writes each result (JSON + the paper-style PNG)
-as soon as it is done, the Hessian spectrum also after every minibatch; `compare_models` does it for several
-models and writes the comparison (`analysis.report`). Both read the dataset once per split whatever the number
-of models, feed the Hessian and landscape with training batches augmented as the model was trained (its
-`training_config.json`; `DataOptions.augmentation` to choose), and say how long each analysis will take
-before it starts. `read_results` reads a model's written results back into their classes, and `compare_stored`
-writes the comparison from them without analysing again (what `scripts/release.py` does after a step per model).
+`analyse_model` writes each result of one model (JSON + the paper-style PNG) as soon as it is done, the Hessian
+spectrum also after every minibatch, and says how long each analysis will take before it starts; `compare_models`
+does so for several models and writes their comparison (`analysis.report`); `compare_stored` writes it from results
+already written (`read_results`). Each split is read once whatever the number of models, and the Hessian and
+landscape batches are augmented as the model was trained (`DataOptions.augmentation`).
 """
 
 import contextlib
@@ -63,10 +60,9 @@ class DataOptions:
     a CIFAR-C source (Zenodo arrays folder, parquet dataset or Hub id); without one the corruptions are
     generated from the test split.
 
-    A split of which the analyses use N images (`max_images`; else as many as their settings read: `max_batches`
-    test batches, the Hessian's and landscape's minibatches) is a seeded sample of N, streamed
-    (`alternet_hf.data.load_image_sample`), so that the rest of a large split is never fetched; a split they read
-    whole is prepared on disk.
+    A split of which the analyses read N images (`max_images`, else what their settings read: `images_used`) is a
+    seeded sample of N, streamed, so that the rest of a large split is never fetched; a split read whole is prepared
+    on disk.
     """
 
     dataset: str = "digits"
