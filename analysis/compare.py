@@ -639,7 +639,7 @@ def measure_costs(
     if hessian is not None and train_batch is not None:
         batch = [(train_batch[0].to(device), train_batch[1].to(device))]
         with _common.analysis_mode(model, batchnorm=hessian.batchnorm or "train", device=device):
-            operator = HessianOperator(model, batch, weight_decay=hessian.weight_decay)
+            operator = HessianOperator(model, batch, weight_decay=hessian.weight_decay, penalty=hessian.penalty)
             vector = operator.random_vector(torch.Generator(device=device).manual_seed(0))
             costs["hvp"] = _seconds(lambda: operator(vector))
     return costs
