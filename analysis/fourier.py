@@ -104,7 +104,7 @@ class ImageSpread:
         """`per_state`: (states, images), states aligned with `kinds` (the input first); NaN where no map."""
         changes = np.diff(per_state, axis=0)
         block_kinds = np.asarray(kinds[1:])
-        for kind in set(block_kinds):
+        for kind in dict.fromkeys(block_kinds):  # in order of depth: the same JSON from every interpreter
             chosen = changes[block_kinds == kind]
             chosen = chosen[np.isfinite(chosen).all(axis=1)]
             if len(chosen):

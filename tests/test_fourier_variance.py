@@ -8,7 +8,7 @@ from torch import nn
 
 import alternet_hf
 from analysis.blocks import BlockAdapter, as_feature_map, block_batches, block_kinds, run_blocks
-from analysis.fourier import fourier_log_amplitude, half_diagonal, mean_log_amplitude
+from analysis.fourier import ImageSpread, fourier_log_amplitude, half_diagonal, mean_log_amplitude
 from analysis.variance import feature_map_variance
 
 
@@ -128,3 +128,11 @@ def test_models_without_blocks_need_an_adapter():
         BlockAdapter([("attention", model[0])])
     run = run_blocks(model, torch.randn(2, 3, 8, 8), BlockAdapter([("stem", model[0])]))
     assert run.kinds == ["stem"] and run.states[0].shape == (2, 4, 6, 6)
+
+
+@pytest.mark.parametrize("kinds", [["input", "conv", "msa", "conv"], ["input", "msa", "conv", "msa"]])
+def test_the_per_kind_errors_come_in_order_of_depth(kinds):
+    """Their order is the JSON's: a set's order would change with the interpreter's hash seed."""
+    spread = ImageSpread()
+    spread.update(kinds, np.random.default_rng(0).normal(size=(len(kinds), 5)))
+    assert list(spread.errors()) == list(dict.fromkeys(kinds[1:]))
