@@ -392,7 +392,7 @@ def _by_depth_figure(
         values, kinds = series[name]
         depth = normalized_depth(len(kinds))
         ax.plot(depth, values, color=colours[name], linewidth=1.2, label=name)
-        for kind in set(kinds):
+        for kind in dict.fromkeys(kinds):  # one drawing order, so one figure, whatever the hash seed
             chosen = [i for i, k in enumerate(kinds) if k == kind]
             filled = kind in ("msa", "pool")
             ax.scatter(
