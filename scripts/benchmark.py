@@ -19,8 +19,12 @@ split against preparing it (--sample).
     python scripts/benchmark.py --sample --num-images 512 --split-images 50000 --split-files 20
 """
 
+import functools
+import importlib.util
+import itertools
 import json
 import tempfile
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
 from alternet_hf.cli._common import CommandError, command, make_parser, positive_int
@@ -37,6 +41,7 @@ EXCLUSIVE_MODES = (
 
 def build_parser():
     parser = make_parser(__doc__)
+    flag = functools.partial(parser.add_argument, action="store_true")
     parser.add_argument(
         "--models",
         nargs="+",
@@ -57,9 +62,8 @@ def build_parser():
     parser.add_argument("--device", default=None, help="default: cuda if available, else cpu")
     parser.add_argument("--iterations", type=positive_int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument(
+    flag(
         "--training",
-        action="store_true",
         help="time alternet-train end to end (paper recipe, loader workers, evaluation and a checkpoint every epoch)",
     )
     parser.add_argument(
@@ -67,17 +71,9 @@ def build_parser():
     )
     parser.add_argument("--training-epochs", type=positive_int, default=2, help="epochs of the --training run")
     parser.add_argument("--num-workers", type=int, default=2, help="data-loading processes for --training")
-    parser.add_argument(
-        "--data-only", action="store_true", help="CPU time per image of the training data path, as one loader worker"
-    )
-    parser.add_argument(
-        "--streaming",
-        action="store_true",
-        help="--data-only also reads the images as alternet-train --streaming does, from parquet files",
-    )
-    parser.add_argument(
-        "--engine-overhead", action="store_true", help="ms per step of the engine's loop beyond a hand-written one"
-    )
+    flag("--data-only", help="CPU time per image of the training data path, as one loader worker")
+    flag("--streaming", help="--data-only also reads the images as alternet-train --streaming does, from parquet files")
+    flag("--engine-overhead", help="ms per step of the engine's loop beyond a hand-written one")
     parser.add_argument(
         "--reference-dir",
         type=Path,
@@ -98,42 +94,35 @@ def build_parser():
         default=5,
         help="repetitions of --data-only / --engine-overhead / --reference-dir measurements",
     )
-    parser.add_argument(
+    flag(
         "--evaluation",
-        action="store_true",
         help="images/s (and per core) of the release's CIFAR-100-C pass (eval, uint8 images normalised on the device) "
         "at each --batch-sizes, eager and/or compiled (--compile)",
     )
-    parser.add_argument(
-        "--corruptions", action="store_true", help="time CIFAR-C corruption generation against imagecorruptions"
-    )
+    flag("--corruptions", help="time CIFAR-C corruption generation against imagecorruptions")
     parser.add_argument(
         "--num-images", type=positive_int, default=1000, help="images per corruption for --corruptions; of the --sample"
     )
     parser.add_argument("--corruption-names", nargs="+", default=None, help="a subset of corruptions to time")
     parser.add_argument("--severity", type=int, default=3, help="severity for --corruptions")
     parser.add_argument("--threads", type=positive_int, default=None, help="torch threads for --corruptions")
-    parser.add_argument(
+    flag(
         "--hessian",
-        action="store_true",
         help="count Hessian-vector products of Lanczos and power iteration for the top eigenvalue (digits batch)",
     )
-    parser.add_argument(
+    flag(
         "--feature-maps",
-        action="store_true",
         help="seconds of Fourier + variance on --num-images digits: separate passes, one shared pass, and the "
         "reference notebooks' computation on the same maps",
     )
-    parser.add_argument(
+    flag(
         "--finetune",
-        action="store_true",
         help="held-out accuracy of alternet-finetune with its defaults on real photographs (scikit-image's LFW "
         "subset: faces or not), from a preset (from scratch) or a model folder (fine-tuned), per --seeds",
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of the --finetune runs")
-    parser.add_argument(
+    flag(
         "--sample",
-        action="store_true",
         help="seconds to a streamed sample of --num-images from a parquet split of --split-images in --split-files "
         "files, against preparing the split first",
     )
@@ -141,6 +130,15 @@ def build_parser():
     parser.add_argument("--split-files", type=positive_int, default=20, help="parquet files of the --sample split")
     parser.add_argument("--output", type=Path, default=None, help="also write the results as JSON here")
     return parser
+
+
+def sweep(measure, over: dict, *, bar: str | None = None, **fixed) -> list:
+    """`measure(**fixed)` at every combination of the values `over` lists per keyword (the last varies fastest), behind
+    a progress bar of runs named `bar` where one is named."""
+    from tqdm import tqdm
+
+    runs = list(itertools.product(*over.values()))
+    return [measure(**dict(zip(over, run)), **fixed) for run in (tqdm(runs, desc=bar, unit="run") if bar else runs)]
 
 
 @command
@@ -159,6 +157,8 @@ def main(argv: list[str] | None = None) -> None:
             "--finetune needs --models: presets (trained from scratch) and/or folders of trained models (fine-tuned), "
             "e.g. --models alternet-50-cifar100 outputs/alternet-digits"
         )
+    if args.finetune and importlib.util.find_spec("skimage") is None:
+        raise CommandError("--finetune reads scikit-image's photographs: pip install scikit-image")
     args.models = args.models or list(DEFAULT_MODELS)
     compiled_options = COMPILED[args.compile or "no"]
     import torch
@@ -168,11 +168,6 @@ def main(argv: list[str] | None = None) -> None:
     from zoo_benchmark import tables
 
     if args.finetune:
-        import importlib.util
-
-        if importlib.util.find_spec("skimage") is None:
-            raise CommandError("--finetune reads scikit-image's photographs: pip install scikit-image")
-
         from zoo_benchmark.finetuning import finetune_accuracy, write_faces_dataset
 
         with tempfile.TemporaryDirectory(prefix="alternet-finetune-benchmark-") as work:
@@ -195,46 +190,32 @@ def main(argv: list[str] | None = None) -> None:
         )
         report = tables.reference_race_table(rows)
     elif args.data_only:
-        results = [
-            benchmark.measure_data_path(name, images=args.training_images, repeats=args.repeats, streaming=streaming)
-            for name in args.models
-            for streaming in ((False, True) if args.streaming else (False,))
-        ]
-        report, rows = "\n".join(map(tables.data_path_line, results)), [r.to_dict() for r in results]
+        over = {"name": args.models, "streaming": (False, True) if args.streaming else (False,)}
+        rows = sweep(benchmark.measure_data_path, over, images=args.training_images, repeats=args.repeats)
+        report = "\n".join(map(tables.data_path_line, rows))
     elif args.training:
-        results = [
-            benchmark.measure_training_run(
-                name,
-                epochs=args.training_epochs,
-                images=args.training_images,
-                batch_size=batch_size,
-                num_workers=args.num_workers,
-                compiled=compiled,
-            )
-            for name in args.models
-            for batch_size in args.batch_sizes
-            for compiled in ([None] if args.compile is None else COMPILED[args.compile])  # None: the engine's choice
-        ]
-        report, rows = "\n\n".join(map(tables.training_run_lines, results)), [r.to_dict() for r in results]
+        compiled = [None] if args.compile is None else compiled_options  # None: the engine's choice
+        rows = sweep(
+            benchmark.measure_training_run,
+            {"name": args.models, "batch_size": args.batch_sizes, "compiled": compiled},
+            epochs=args.training_epochs,
+            images=args.training_images,
+            num_workers=args.num_workers,
+        )
+        report = "\n\n".join(map(tables.training_run_lines, rows))
     elif args.sample:
         with tempfile.TemporaryDirectory(prefix="alternet-sample-") as workdir:
             rows = [
                 benchmark.sample_speed(
-                    num_images=args.num_images,
-                    split_images=args.split_images,
-                    files=args.split_files,
-                    workdir=workdir,
+                    num_images=args.num_images, split_images=args.split_images, files=args.split_files, workdir=workdir
                 )
             ]
         report = tables.sample_table(rows)
     elif args.evaluation:
-        runs = [(n, b, c) for n in args.models for c in compiled_options for b in args.batch_sizes]
-        rows = [
-            benchmark.evaluation_throughput(
-                name, batch_size=batch, compiled=compiled, device=args.device, repeats=args.iterations
-            )
-            for name, batch, compiled in tqdm(runs, desc="evaluation", unit="run")
-        ]
+        over = {"name": args.models, "compiled": compiled_options, "batch_size": args.batch_sizes}
+        rows = sweep(
+            benchmark.evaluation_throughput, over, bar="evaluation", device=args.device, repeats=args.iterations
+        )
         report = tables.evaluation_table(rows)
     elif args.feature_maps:
         rows = [
@@ -261,27 +242,20 @@ def main(argv: list[str] | None = None) -> None:
         ]
         report = tables.hessian_table(rows)
     else:
-        runs = [
-            (n, b, m, c) for n in args.models for b in args.batch_sizes for m in args.modes for c in compiled_options
-        ]
-        results = [
-            benchmark.measure_throughput(
-                name,
-                batch_size=batch_size,
-                mode=mode,
-                compiled=compiled,
-                device=args.device,
-                dtype=getattr(torch, args.dtype),
-                warmup=args.warmup,
-                iterations=args.iterations,
-            )
-            for name, batch_size, mode, compiled in tqdm(runs, desc="benchmark", unit="run")
-        ]
-        report, rows = tables.throughput_table(results), [r.to_dict() for r in results]
+        rows = sweep(
+            benchmark.measure_throughput,
+            {"name": args.models, "batch_size": args.batch_sizes, "mode": args.modes, "compiled": compiled_options},
+            bar="benchmark",
+            device=args.device,
+            dtype=getattr(torch, args.dtype),
+            warmup=args.warmup,
+            iterations=args.iterations,
+        )
+        report = tables.throughput_table(rows)
     print(f"\n{report}")
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(rows, indent=2))
+        args.output.write_text(json.dumps([asdict(row) if is_dataclass(row) else row for row in rows], indent=2))
         print(f"\nwrote {args.output}")
 
 

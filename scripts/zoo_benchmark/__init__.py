@@ -1,12 +1,6 @@
-"""Speed measurement, in one place (`scripts/benchmark.py` runs it; benchmarks, not tests).
-
-- `models`: images per second of the zoo's models, bare steps, eager or compiled; the release's CIFAR-100-C pass;
-  AlterNet-50 raced against the reference implementation's;
-- `engine`: the training engine's data path per loader worker, its loop overhead, end-to-end runs; a streamed
-  sample of a split against preparing it;
-- `analyses`: CIFAR-C generation, Hessian eigenvalue solvers, the per-block statistics;
-- `device`: the device chosen, named, waited for and timed; what `scripts/device_check.py` measures on a GPU;
-- `tables`: the results as the Markdown tables the command prints and the README quotes.
+"""Speed measurement, in one place (`scripts/benchmark.py` runs it; benchmarks, not tests): of the zoo's `models`,
+the training `engine`, the `analyses` and `finetuning`, on the `device`, printed as `tables`; each module's docstring
+says what it measures.
 
 CPU figures are process time where a shared machine's other jobs would distort wall-clock time.
 """

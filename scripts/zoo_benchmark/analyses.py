@@ -194,10 +194,7 @@ def per_block_speed(
     from analysis.variance import VarianceAccumulator, feature_map_variance
 
     model, (images, _) = _model_and_images(name, dataset, "test", num_images, device, overrides)
-    loader = [
-        (images[i : i + batch_size], torch.zeros(len(images[i : i + batch_size])))
-        for i in range(0, len(images), batch_size)
-    ]
+    loader = [(batch, torch.zeros(len(batch))) for batch in images.split(batch_size)]
 
     def separately():
         fourier_log_amplitude(model, loader, device=device)

@@ -4,7 +4,6 @@ training engine in steady state on its own loop and loader workers."""
 
 import gc
 import importlib.metadata
-import io
 import itertools
 import os
 import platform
@@ -205,7 +204,7 @@ def engine_steady_state(
             yield from session.train_loader
 
     batches = epochs(session)
-    quiet = tqdm(disable=True, file=io.StringIO())
+    quiet = tqdm(disable=True)
     try:
         session.train_batches(itertools.islice(batches, warmup_steps), quiet)
         session.read_losses()

@@ -1,8 +1,9 @@
 """Speed of the training engine: the data path per loader worker, the loop's overhead against a hand-written loop,
 and end-to-end runs of `alternet-train` with the checkpoint bytes of the full recipe's cadence."""
 
+import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -61,13 +62,10 @@ class DataPathSpeed:
     images: int
     milliseconds_per_image: list[float]  # CPU (process) time, one per pass over the images
     streaming: bool = False  # read as `alternet-train --streaming` reads a split of parquet files
+    images_per_second_per_worker: float = field(init=False)  # of the fastest pass
 
-    @property
-    def images_per_second_per_worker(self) -> float:
-        return 1000 / min(self.milliseconds_per_image)
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "images_per_second_per_worker": self.images_per_second_per_worker}
+    def __post_init__(self):
+        self.images_per_second_per_worker = 1000 / min(self.milliseconds_per_image)
 
 
 def measure_data_path(
@@ -200,6 +198,10 @@ def measure_engine_overhead(*, steps: int = 50, batch_size: int = 8, repeats: in
     }
 
 
+# The end-to-end run's cadence: an evaluation and a checkpoint after every epoch, none by the clock.
+EVERY_EPOCH = dict(eval_every_epochs=1, save_every_epochs=1, save_every_minutes=None)
+
+
 @dataclass
 class TrainingRun:
     """An end-to-end run of `alternet-train` (loader workers, evaluation and checkpoints on), and what the full
@@ -220,9 +222,6 @@ class TrainingRun:
     recipe_checkpoints: int  # written by the full recipe in `recipe_minutes`, from its cadence
     recipe_minutes: float
     recipe_checkpoint_bytes: int
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def measure_training_run(
@@ -250,22 +249,9 @@ def measure_training_run(
     full_recipe = recipe_config(name, recipe)
     overrides = full_recipe.model_overrides if model_overrides is None else model_overrides
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        run = _recipe_on_random_images(
-            name,
-            recipe,
-            tmp,
-            train=images,
-            test=eval_images,
-            epochs=epochs,
-            batch_size=batch_size,
-            num_workers=num_workers,
-            compile=compiled,
-            output_dir=f"{tmp}/run",
-            eval_every_epochs=1,
-            save_every_epochs=1,
-            save_every_minutes=None,
-            model_overrides=overrides,
-        )
+        settings = dict(epochs=epochs, batch_size=batch_size, num_workers=num_workers, compile=compiled)
+        settings.update(output_dir=f"{tmp}/run", model_overrides=overrides, **EVERY_EPOCH)
+        run = _recipe_on_random_images(name, recipe, tmp, train=images, test=eval_images, **settings)
         started = time.perf_counter()
         history = train(run).history
         seconds = time.perf_counter() - started
@@ -279,9 +265,7 @@ def measure_training_run(
         "checkpoint": sum(h["checkpoint_seconds"] for h in history),
     }
     parts["start-up"] = seconds - sum(parts.values())
-    epochs_saved = sum(
-        1 for e in range(1, full_recipe.epochs + 1) if e % full_recipe.save_every_epochs == 0 or e == full_recipe.epochs
-    )
+    epochs_saved = math.ceil(full_recipe.epochs / full_recipe.save_every_epochs)  # every N-th epoch and the last
     timed = int(recipe_minutes // full_recipe.save_every_minutes) if full_recipe.save_every_minutes else 0
     return TrainingRun(
         model=name,

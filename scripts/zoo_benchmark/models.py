@@ -2,7 +2,7 @@
 any autocast dtype), and a training step of AlterNet-50 against the reference implementation's."""
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -22,9 +22,6 @@ class Throughput:
     mode: str  # "forward" (no grad, eval) or "forward+backward" (train mode, loss, backward, SGD step)
     images_per_second: float
     milliseconds_per_batch: float
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def measure_throughput(
@@ -49,20 +46,18 @@ def measure_throughput(
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
     forward = torch.compile(model) if compiled else model
+    training = mode != "forward"
+    labelled = {"labels": labels} if training else {}
 
     def step():
-        with autocast:
-            if mode == "forward":
-                with torch.no_grad():
-                    forward(pixel_values)
-            else:
-                loss = forward(pixel_values, labels=labels).loss
-        if mode != "forward":
-            loss.backward()
+        with autocast, torch.set_grad_enabled(training):
+            output = forward(pixel_values, **labelled)
+        if training:
+            output.loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
 
-    model.train(mode != "forward")
+    model.train(training)
     seconds = timed(step, calls=iterations, warmup=warmup, device=device)[0] / iterations
     return Throughput(
         model=name,
@@ -200,20 +195,15 @@ def _reference_alternet_50(reference_dir: str):
 
 
 def _pass(model: torch.nn.Module, kind: str, images: torch.Tensor, labels: torch.Tensor):
-    def logits():
-        output = model(images)
-        return output if isinstance(output, torch.Tensor) else output.logits
-
-    def forward():
-        logits()
-
-    def forward_backward():
-        torch.nn.functional.cross_entropy(logits(), labels).backward()
-        model.zero_grad(set_to_none=True)
-
-    def inference():
-        with torch.no_grad():
-            logits()
-
+    """One `kind` of pass (`forward`, `forward+backward`, `inference`: eval, no grad) of `model` on `images`."""
     model.train(kind != "inference")
-    return {"forward": forward, "forward+backward": forward_backward, "inference": inference}[kind]
+
+    def run():
+        with torch.set_grad_enabled(kind != "inference"):
+            output = model(images)
+            logits = output if isinstance(output, torch.Tensor) else output.logits
+        if kind == "forward+backward":
+            torch.nn.functional.cross_entropy(logits, labels).backward()
+            model.zero_grad(set_to_none=True)
+
+    return run
