@@ -34,21 +34,8 @@ from accelerate.utils import (
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from .augmentation import (
-    BatchMixer,
-    channel_statistics,
-    eval_transform,
-    mix_batch,
-    normalize_images,
-    train_transform,
-)
-from .data import (
-    SeededAugmentation,
-    collate_images,
-    load_train_and_eval,
-    padded_to_first_batch,
-    with_transform,
-)
+from .augmentation import BatchMixer, channel_statistics, eval_transform, mix_batch, normalize_images, train_transform
+from .data import SeededAugmentation, collate_images, load_train_and_eval, padded_to_first_batch, with_transform
 from .metrics import classification_metrics, plot_reliability_diagram, reliability_diagram
 from .presets import create_model
 from .recipe import TrainingConfig, build_optimizer, build_scheduler
@@ -266,21 +253,17 @@ def _progress(path: Path) -> tuple[int, int]:
         return (int(match[1]), int(match[2])) if match else (-1, -1)
 
 
+# The config fields `load_train_and_eval` reads, by its keyword arguments' names.
+DATA_FIELDS = ("train_split", "eval_split", "image_column", "label_column", "seed", "streaming")
+
+
 def build_model_and_data(config: TrainingConfig, *, pin_memory: bool = False):
     """The model (labels named after the dataset's classes), the training augmentation, both data loaders and
     the evaluation hold-out (None unless `eval_split` asks for one: see `load_train_and_eval`).
 
     The loaders yield uint8 images (normalised on the device); training workers persist across epochs (the
     augmentation's epoch reaches them through shared memory)."""
-    splits = load_train_and_eval(
-        config.dataset,
-        train_split=config.train_split,
-        eval_split=config.eval_split,
-        image_column=config.image_column,
-        label_column=config.label_column,
-        seed=config.seed,
-        streaming=config.streaming,
-    )
+    splits = load_train_and_eval(config.dataset, **{name: getattr(config, name) for name in DATA_FIELDS})
     train_data, eval_data = splits.train, splits.eval
     names = train_data.features["label"].names
     labels = {"id2label": dict(enumerate(names)), "label2id": {name: i for i, name in enumerate(names)}}
@@ -398,16 +381,14 @@ class TrainingSession:
         precision = config.mixed_precision
         if precision == "auto":
             precision = "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
+        project = ProjectConfiguration(project_dir=str(self.output_dir), logging_dir=str(self.output_dir / "logs"))
+        loading = DataLoaderConfiguration(use_seedable_sampler=True, data_seed=config.seed, non_blocking=True)
         self.accelerator = Accelerator(
             mixed_precision=precision,
             gradient_accumulation_steps=config.gradient_accumulation_steps,
             log_with="tensorboard",
-            project_config=ProjectConfiguration(
-                project_dir=str(self.output_dir), logging_dir=str(self.output_dir / "logs")
-            ),
-            dataloader_config=DataLoaderConfiguration(
-                use_seedable_sampler=True, data_seed=config.seed, non_blocking=True
-            ),
+            project_config=project,
+            dataloader_config=loading,
         )
         self.on_cuda = self.accelerator.device.type == "cuda"
         set_seed(config.seed)
