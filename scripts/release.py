@@ -27,7 +27,7 @@ models and epochs, compiled with inductor in bf16 and channels-last on the CPU.
 import argparse
 from pathlib import Path
 
-from alternet_hf.cli._common import CommandError, command, make_parser
+from alternet_hf.cli._common import CommandError, command, flag_values, make_parser
 from zoo_release import CIFAR100C_BUDGET, MAX_ACCURACY_GAP, TRAINING_BUDGET, parse_duration
 
 
@@ -108,56 +108,25 @@ def main(argv: list[str] | None = None) -> None:
 
     matplotlib.use("Agg")
     from alternet_hf.run_lock import hold_folder
-    from zoo_release import (
-        RUNNING_ADVICE,
-        Release,
-        ReleaseOptions,
-        check_hub,
-        check_options,
-        check_reference_files,
-        check_training_data,
-        format_duration,
-        h100_estimate,
-    )
+    from zoo_release import RUNNING_ADVICE, Release, ReleaseOptions, preflight
 
     if args.cifar100c_dir is not None and args.without_cifar100c:
         raise CommandError("--cifar100c-dir and --without-cifar100c exclude each other: choose one")
     if args.num_processes is not None and args.num_processes < 1:
         raise CommandError(f"--num-processes must be at least 1, not {args.num_processes}")
-    from_reference = args.from_reference is not None
     options = ReleaseOptions(
-        org=args.org,
         out=args.dry_run or args.out,
-        models=args.models,
-        cifar100c_dir=args.cifar100c_dir,
-        without_cifar100c=args.without_cifar100c,
         dry_run=args.dry_run is not None,
-        rehearsal=args.rehearsal,
-        overwrite=args.overwrite,
-        private=args.private,
-        num_processes=args.num_processes,
-        from_reference=from_reference,
+        from_reference=args.from_reference is not None,
         reference_dir=Path(args.from_reference) if args.from_reference else None,
-        max_accuracy_gap=args.max_accuracy_gap,
-        cifar100c_budget=args.cifar100c_budget,
-        training_budget=args.training_budget,
+        **flag_values(
+            args,
+            "org models cifar100c_dir without_cifar100c rehearsal overwrite private num_processes max_accuracy_gap "
+            "cifar100c_budget training_budget",
+        ),
     )
     with hold_folder(options.out, advice=RUNNING_ADVICE):  # before the checks: --overwrite deletes
-        check_options(options)
-        if not options.dry_run:
-            print(f"Hub: logged in as {check_hub(options)}")
-        check_reference_files(options)
-        check_training_data(options)
-        trained = [p for p in options.models if not options.converted(p)]
-        if not args.no_estimate and trained:
-            _, lines = h100_estimate(trained)
-            print(f"training on one H100 (paper recipe, full-size models):\n{lines}")
-        if not options.without_cifar100c:
-            print(
-                f"CIFAR-100-C: on a CPU at most {format_duration(options.cifar100c_budget)} per model "
-                "(--cifar100c-budget; beyond it a seeded, class-stratified subset of each set, with its standard "
-                "error); a GPU evaluates every image"
-            )
+        preflight(options, estimate=not args.no_estimate)
         summary = Release(options).run()
     print_summary(summary, options)
 

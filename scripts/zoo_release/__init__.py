@@ -24,14 +24,12 @@ from .checks import (
     TRAINING_BUDGET,
     ReleaseError,
     ReleaseOptions,
-    check_hub,
-    check_options,
     check_out_dir,
     check_reference_files,
-    check_training_data,
     inductor_available,
+    preflight,
 )
-from .estimates import format_duration, h100_estimate, parse_duration
+from .estimates import format_duration, parse_duration
 from .outputs import round_down, write_robustness
 from .run import RUNNING_ADVICE, Release, file_hash
 
@@ -44,16 +42,13 @@ __all__ = [
     "Release",
     "ReleaseError",
     "ReleaseOptions",
-    "check_hub",
-    "check_options",
     "check_out_dir",
     "check_reference_files",
-    "check_training_data",
     "file_hash",
     "format_duration",
-    "h100_estimate",
     "inductor_available",
     "parse_duration",
+    "preflight",
     "round_down",
     "write_robustness",
 ]

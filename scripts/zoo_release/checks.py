@@ -15,6 +15,8 @@ from alternet_hf.presets import PAPER_MODELS
 from alternet_hf.reference import REFERENCE_FILES
 from alternet_hf.run_lock import LOCK_FILE
 
+from .estimates import format_duration, h100_estimate
+
 DATASET = "uoft-cs/cifar100"
 COLUMNS = KNOWN_COLUMNS[DATASET]
 RELEASE_MODELS = ("resnet-50-cifar100", "vit-ti-cifar100", "alternet-50-cifar100")
@@ -78,6 +80,24 @@ def architecture_of(preset: str) -> str:
 def default_models(from_reference: bool) -> tuple[str, ...]:
     """The paper's five with the reference's files, else the three the release trains."""
     return PAPER_MODELS if from_reference else RELEASE_MODELS
+
+
+def preflight(options: ReleaseOptions, *, estimate: bool = True) -> None:
+    """Every check before the first step (`check_*`, in this order), then what the release will take."""
+    check_options(options)
+    if not options.dry_run:
+        print(f"Hub: logged in as {check_hub(options)}")
+    check_reference_files(options)
+    check_training_data(options)
+    trained = [p for p in options.models if not options.converted(p)]
+    if estimate and trained:
+        print(f"training on one H100 (paper recipe, full-size models):\n{h100_estimate(trained)[1]}")
+    if not options.without_cifar100c:
+        print(
+            f"CIFAR-100-C: on a CPU at most {format_duration(options.cifar100c_budget)} per model "
+            "(--cifar100c-budget; beyond it a seeded, class-stratified subset of each set, with its standard "
+            "error); a GPU evaluates every image"
+        )
 
 
 def check_options(options: ReleaseOptions) -> None:
