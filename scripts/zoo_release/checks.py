@@ -19,6 +19,7 @@ from .estimates import format_duration, h100_estimate
 
 DATASET = "uoft-cs/cifar100"
 COLUMNS = KNOWN_COLUMNS[DATASET]
+COLUMN_NAMES = {"image_column": COLUMNS.image, "label_column": COLUMNS.label}
 RELEASE_MODELS = ("resnet-50-cifar100", "vit-ti-cifar100", "alternet-50-cifar100")
 CIFAR100C_REPO = "cifar100-c"
 SPACE_REPO = "how-do-vits-work"
@@ -43,7 +44,7 @@ class ReleaseOptions:
 
     org: str
     out: Path
-    models: tuple[str, ...] | None = None  # default: `default_models(from_reference)`
+    models: tuple[str, ...] | None = None  # default: PAPER_MODELS if from_reference, else RELEASE_MODELS
     cifar100c_dir: Path | None = None
     without_cifar100c: bool = False
     dry_run: bool = False
@@ -58,7 +59,7 @@ class ReleaseOptions:
     training_budget: float = TRAINING_BUDGET
 
     def __post_init__(self):
-        self.models = tuple(self.models or default_models(self.from_reference))
+        self.models = tuple(self.models or (PAPER_MODELS if self.from_reference else RELEASE_MODELS))
 
     def identity(self) -> dict:
         """What makes two runs the same release (a folder holding another one is refused). A dry run and the real
@@ -71,15 +72,6 @@ class ReleaseOptions:
     def converted(self, preset: str) -> bool:
         """Whether `preset` is released from the reference's file rather than trained."""
         return self.from_reference and preset in REFERENCE_FILES
-
-
-def architecture_of(preset: str) -> str:
-    return preset.rsplit("-", 1)[0]
-
-
-def default_models(from_reference: bool) -> tuple[str, ...]:
-    """The paper's five with the reference's files, else the three the release trains."""
-    return PAPER_MODELS if from_reference else RELEASE_MODELS
 
 
 def preflight(options: ReleaseOptions, *, estimate: bool = True) -> None:

@@ -35,8 +35,7 @@ def write_robustness(
         stratified_subset,
     )
 
-    model = create_model(str(model_dir)).eval()
-    source = ParquetCorruptions(dataset_repo)
+    model, source = create_model(str(model_dir)).eval(), ParquetCorruptions(dataset_repo)
     source.name = f"CIFAR-100-C ({repo_id})"  # read from the local copy of that repo
     corruptions = source.available()
     labels = source.set_labels(corruptions[0], SEVERITIES[0])
@@ -80,13 +79,8 @@ def write_robustness(
 
 
 def round_down(value: float) -> int:
-    """The largest of 1, 2, 5, 10, 20, 50, ... not above `value` (at least 1)."""
-    rounded = 1
-    for scale in (10**k for k in range(7)):
-        for step in (1, 2, 5):
-            if step * scale <= value:
-                rounded = step * scale
-    return rounded
+    """The largest of 1, 2, 5, 10, 20, 50, ..., 5,000,000 not above `value` (at least 1)."""
+    return max((step * 10**k for k in range(7) for step in (1, 2, 5) if step * 10**k <= value), default=1)
 
 
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"

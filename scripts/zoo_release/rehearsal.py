@@ -10,9 +10,9 @@ import colorsys
 import json
 from pathlib import Path
 
-from alternet_hf.data import KNOWN_COLUMNS
+from .checks import COLUMN_NAMES
+from .checks import COLUMNS as COLUMNS  # re-exported: the stand-in's columns are uoft-cs/cifar100's
 
-COLUMNS = KNOWN_COLUMNS["uoft-cs/cifar100"]
 STAND_IN_NAME = "the rehearsal's stand-in for CIFAR-100 (digits on ten hues)"  # as cards name it
 IMAGES_PER_CLASS = {"train": 20, "test": 4}
 HUES = ("red", "orange", "lime", "green", "spring", "cyan", "azure", "blue", "violet", "rose")
@@ -131,7 +131,7 @@ def write_stand_in_cifar100c(dataset: Path, folder: Path) -> Path:
     from alternet_hf.data import load_image_classification
     from analysis.robustness import GeneratedCorruptions, save_as_arrays
 
-    test = load_image_classification(str(dataset), split="test", image_column=COLUMNS.image, label_column=COLUMNS.label)
+    test = load_image_classification(str(dataset), split="test", **COLUMN_NAMES)
     return save_as_arrays(GeneratedCorruptions.from_dataset(test), folder)
 
 
@@ -149,8 +149,7 @@ def write_reference_stand_in(dataset: Path, folder: Path, preset: str, *, say=pr
         model=preset,
         model_overrides=dict(REFERENCE_STAND_INS[preset]),
         dataset=str(dataset),
-        image_column=COLUMNS.image,
-        label_column=COLUMNS.label,
+        **COLUMN_NAMES,
         output_dir=str(folder / "trained" / preset),
         learning_rate=STAND_IN_LEARNING_RATES[family],
         **STAND_IN_TRAINING,

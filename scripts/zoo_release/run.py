@@ -24,14 +24,13 @@ from alternet_hf.run_lock import hold_folder
 from . import rehearsal
 from .checks import (
     CIFAR100C_REPO,
-    COLUMNS,
+    COLUMN_NAMES,
     DATASET,
     MANIFEST,
     MANIFEST_VERSION,
     SPACE_REPO,
     ReleaseError,
     ReleaseOptions,
-    architecture_of,
     check_cifar100c_labels,
     evaluation_batch,
     inductor_available,
@@ -86,11 +85,7 @@ class Manifest:
         self.data = json.loads(self.path.read_text()) if self.path.is_file() else {}
         self.data.setdefault("version", MANIFEST_VERSION)
         self.data["release"] = identity
-        self.data.setdefault("steps", {})
-
-    @property
-    def steps(self) -> dict:
-        return self.data["steps"]
+        self.steps = self.data.setdefault("steps", {})
 
     def complete(self, name: str, settings: dict) -> bool:
         """Whether step `name` ran to its end with `settings` and its outputs are still as it left them."""
@@ -152,8 +147,14 @@ class Release:
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.compile = inductor_available()
         self.user = UserSession()  # the interpreter that loads each repo as a user without alternet_hf does
+        # The layout of <out>; the reference's files are read from the rehearsal's stand-ins, the folder given, or
+        # the downloads. Cards and messages name the training set `dataset_name`: never a path of this machine.
+        self.stand_in, self.results_dir = self.work / "stand-in", self.work / "results"
+        self.dataset_repo, self.space_repo = self.out / "datasets" / CIFAR100C_REPO, self.out / "spaces" / SPACE_REPO
+        given = Path(self.options.reference_dir) if self.options.reference_dir else self.work / "reference"
+        self.reference_dir = self.stand_in / "reference" if self.options.rehearsal else given
+        self.dataset_name = rehearsal.STAND_IN_NAME if self.options.rehearsal else DATASET
 
-    # The layout of <out>.
     def train_dir(self, preset: str) -> Path:
         return self.work / "train" / preset
 
@@ -161,45 +162,18 @@ class Release:
         """The model folder the later steps read: converted from the reference's file, or trained."""
         return self.work / "converted" / preset if self.options.converted(preset) else self.train_dir(preset)
 
-    def results_dir(self) -> Path:
-        return self.work / "results"
-
-    @property
-    def dataset_repo(self) -> Path:
-        return self.out / "datasets" / CIFAR100C_REPO
+    def model_repo(self, preset: str) -> Path:
+        return self.out / "models" / preset
 
     @property
     def dataset_id(self) -> str | None:
         """CIFAR-100-C's repo id, None in a release without it."""
         return None if self.cifar100c_arrays is None else f"{self.options.org}/{CIFAR100C_REPO}"
 
-    def model_repo(self, preset: str) -> Path:
-        return self.out / "models" / preset
-
-    @property
-    def space_repo(self) -> Path:
-        return self.out / "spaces" / SPACE_REPO
-
-    @property
-    def stand_in(self) -> Path:
-        return self.work / "stand-in"
-
-    @property
-    def reference_dir(self) -> Path:
-        """Where the reference's files are read: the rehearsal's stand-ins, the folder given, or the downloads."""
-        if self.options.rehearsal:
-            return self.stand_in / "reference"
-        return Path(self.options.reference_dir) if self.options.reference_dir else self.work / "reference"
-
     @property
     def source(self) -> str:
         """The training and test images: CIFAR-100 on the Hub, or the rehearsal's stand-in in its schema."""
         return str(self.stand_in / "cifar100") if self.options.rehearsal else DATASET
-
-    @property
-    def dataset_name(self) -> str:
-        """How cards and messages name `source`: never a path of the machine that ran the rehearsal."""
-        return rehearsal.STAND_IN_NAME if self.options.rehearsal else DATASET
 
     @property
     def cifar100c_arrays(self) -> Path | None:
@@ -227,7 +201,8 @@ class Release:
             f"{self.device}, torch.compile {'on' if self.compile else 'off: no C++ compiler'})"
         )
         if options.rehearsal:
-            self.step("stand-in", self.stand_in_settings(), self.build_stand_in)
+            stand_in = {"images_per_class": rehearsal.IMAGES_PER_CLASS, "hues": rehearsal.HUES}
+            self.step("stand-in", stand_in, self.build_stand_in)
             for preset in filter(options.converted, options.models):  # only the released files this run needs
                 family = preset.split("-", 1)[0]
                 settings = {
@@ -236,7 +211,7 @@ class Release:
                     "training": rehearsal.STAND_IN_TRAINING,
                     "learning_rate": rehearsal.STAND_IN_LEARNING_RATES[family],
                 }
-                self.step(f"stand-in/{preset}", settings, lambda p=preset: self.build_reference_stand_in(p))
+                self.step(f"stand-in/{preset}", settings, self.build_reference_stand_in, preset)
         if self.cifar100c_arrays is not None:
             arrays = {
                 "arrays": str(self.cifar100c_arrays),
@@ -269,23 +244,14 @@ class Release:
         self.step("compare", {"inputs": analysed, "pending": self.pending_names()}, self.compare)
         for preset in released:
             inputs = self.outputs_of(f"evaluate/{preset}", f"analyze/{preset}", f"convert/{preset}")
-            self.step(
-                f"card/{preset}",
-                {"repo_id": self.repo_id(preset), "inputs": inputs},
-                lambda p=preset: self.write_card(p),
-            )
-            self.step(
-                f"verify/{preset}", {"inputs": self.outputs_of(f"card/{preset}")}, lambda p=preset: self.verify(p)
-            )
+            self.step(f"card/{preset}", {"repo_id": self.repo_id(preset), "inputs": inputs}, self.write_card, preset)
+            self.step(f"verify/{preset}", {"inputs": self.outputs_of(f"card/{preset}")}, self.verify, preset)
         settings = {"models": self.space_models(), "pending": self.pending_names(), "inputs": analysed}
         self.step("space", settings, self.write_space)
         if not options.dry_run:
             for kind, name, folder, written_by in self.uploads():
-                self.step(
-                    f"upload/{name}",
-                    {"repo_id": f"{options.org}/{name}", "repo_type": kind, "inputs": self.outputs_of(written_by)},
-                    lambda kind=kind, name=name, folder=folder: self.upload(kind, name, folder),
-                )
+                repo = {"repo_id": f"{options.org}/{name}", "repo_type": kind, "inputs": self.outputs_of(written_by)}
+                self.step(f"upload/{name}", repo, self.upload, kind, name, folder)
         summary = self.summary()
         self.manifest.data["summary"] = summary
         self.manifest.save()
@@ -295,13 +261,13 @@ class Release:
         """One model's steps up to its analyses: fetched and converted, or trained (unless it must wait for a
         machine that trains it in time), then evaluated and analysed."""
         if self.options.converted(preset):
-            self.step(f"fetch/{preset}", self.fetch_settings(preset), lambda: self.fetch(preset))
+            self.step(f"fetch/{preset}", self.fetch_settings(preset), self.fetch, preset)
             settings = {
                 "inputs": self.outputs_of(f"fetch/{preset}"),
                 "config": self.conversion_overrides(preset),
                 "reported": self.reported(preset),
             }
-            self.step(f"convert/{preset}", settings, lambda: self.convert(preset))
+            self.step(f"convert/{preset}", settings, self.convert, preset)
         else:
             config = self.training_config(preset)
             settings = {"config": config.to_dict(), "inputs": self.outputs_of("stand-in")}
@@ -311,11 +277,12 @@ class Release:
                     self.pending[preset] = waiting
                     self.say(f"[{preset}] pending: {waiting}")
                     return
-            self.step(f"train/{preset}", settings, lambda: self.train(config))
-        self.step(f"evaluate/{preset}", self.evaluation_settings(preset), lambda: self.evaluate(preset))
-        self.step(f"analyze/{preset}", self.analysis_settings(preset), lambda: self.analyze(preset))
+            self.step(f"train/{preset}", settings, self.train, config)
+        self.step(f"evaluate/{preset}", self.evaluation_settings(preset), self.evaluate, preset)
+        self.step(f"analyze/{preset}", self.analysis_settings(preset), self.analyze, preset)
 
-    def step(self, name: str, settings: dict, action: Callable[[], list[Path]]) -> None:
+    def step(self, name: str, settings: dict, action: Callable[..., list[Path]], *args) -> None:
+        """`action(*args)`, which returns the files it wrote, unless the manifest says step `name` is complete."""
         if self.manifest.complete(name, settings):
             self.skipped.append(name)
             self.say(f"[{name}] complete, skipped")
@@ -324,7 +291,7 @@ class Release:
             self.say(f"[{name}] its settings or outputs changed since it ran: running it again")
         self.say(f"[{name}] ...")
         started = time.perf_counter()
-        outputs = action()
+        outputs = action(*args)
         seconds = time.perf_counter() - started
         self.manifest.record(name, settings, outputs, seconds)
         self.ran.append(name)
@@ -342,9 +309,6 @@ class Release:
 
     # --- a. the stand-in and the dataset -----------------------------------------------------------------
 
-    def stand_in_settings(self) -> dict:
-        return {"images_per_class": rehearsal.IMAGES_PER_CLASS, "hues": rehearsal.HUES}
-
     def build_stand_in(self) -> list[Path]:
         dataset = rehearsal.write_stand_in_dataset(self.stand_in / "cifar100")
         arrays = rehearsal.write_stand_in_cifar100c(self.stand_in / "cifar100", self.stand_in / "CIFAR-100-C")
@@ -358,9 +322,7 @@ class Release:
         from alternet_hf.data import load_image_classification
         from analysis.robustness import write_hub_dataset
 
-        test = load_image_classification(
-            self.source, split="test", image_column=COLUMNS.image, label_column=COLUMNS.label
-        )
+        test = load_image_classification(self.source, split="test", **COLUMN_NAMES)
         check_cifar100c_labels(self.cifar100c_arrays, test["label"], self.dataset_name)
         write_hub_dataset(self.cifar100c_arrays, emptied(self.dataset_repo), self.dataset_id)
         return tree_files(self.dataset_repo)
@@ -458,15 +420,9 @@ class Release:
     def training_config(self, preset: str):
         """The paper's recipe for `preset` on the release's data; the rehearsal's tiny sizes and the GPU branches
         (compiled steps, bf16 autocast, channels-last) on the CPU."""
-        fields = dict(
-            dataset=self.source,
-            image_column=COLUMNS.image,
-            label_column=COLUMNS.label,
-            output_dir=str(self.train_dir(preset)),
-            channels_last=True,
-        )
+        fields = dict(dataset=self.source, **COLUMN_NAMES, output_dir=str(self.train_dir(preset)), channels_last=True)
         if self.options.rehearsal:
-            model_overrides = {**rehearsal.REHEARSAL_MODELS[architecture_of(preset)], "drop_path_rate": 0.1}
+            model_overrides = {**rehearsal.REHEARSAL_MODELS[preset.rsplit("-", 1)[0]], "drop_path_rate": 0.1}
             fields |= dict(rehearsal.REHEARSAL_TRAINING, model_overrides=model_overrides, mixed_precision="bf16")
             fields |= dict(compile=self.compile, num_workers=0)
         config = recipe_config(preset, "paper", **fields)
@@ -475,9 +431,8 @@ class Release:
 
     def training_is_out_of_reach(self, config) -> str | None:
         """Why `config` should wait for another machine (its training would outlast the budget here), or None."""
-        images = (
-            100 * rehearsal.IMAGES_PER_CLASS["train"] if self.options.rehearsal else CIFAR_TRAIN_IMAGES
-        ) * config.epochs
+        per_epoch = 100 * rehearsal.IMAGES_PER_CLASS["train"] if self.options.rehearsal else CIFAR_TRAIN_IMAGES
+        images = per_epoch * config.epochs
         overrides = {k: v for k, v in config.model_overrides.items() if k != "drop_path_rate"}
         gpu_hours, _ = h100_estimate([config.model], config.epochs, **overrides)
         if self.device.type == "cuda":
@@ -539,8 +494,7 @@ class Release:
             str(folder),
             self.source,
             split="test",
-            image_column=COLUMNS.image,
-            label_column=COLUMNS.label,
+            **COLUMN_NAMES,
             batch_size=evaluation_batch(self.device),
             compile_mode="default" if self.compile else None,
         )
@@ -551,11 +505,10 @@ class Release:
         self.check_accuracy(preset, 100 * metrics["accuracy"])
         outputs = [path, path.with_name(f"{path.stem}_reliability.png")]
         if self.cifar100c_arrays is not None:
-            repo_id = self.dataset_id
             outputs += write_robustness(
                 folder,
                 self.dataset_repo,
-                repo_id,
+                self.dataset_id,
                 device=self.device,
                 compile=self.compile,
                 budget=None if self.device.type == "cuda" else self.options.cifar100c_budget,
@@ -578,12 +531,7 @@ class Release:
         else:
             first_device = self.manifest.data.setdefault("analysis_device", self.device.type)
             settings, notes = Settings.for_device(first_device)
-        data = DataOptions(
-            dataset=self.source,
-            image_column=COLUMNS.image,
-            label_column=COLUMNS.label,
-            batch_size=64 if self.options.rehearsal else 256,
-        )
+        data = DataOptions(dataset=self.source, **COLUMN_NAMES, batch_size=64 if self.options.rehearsal else 256)
         return settings, notes, data, [a for a in ANALYSES if a != "robustness"]
 
     def analysis_settings(self, preset: str) -> dict:
@@ -603,7 +551,7 @@ class Release:
         from analysis.runner import analyse_model
 
         settings, notes, data, analyses = self.analysis_plan()
-        out = emptied(self.results_dir() / display_name(preset))
+        out = emptied(self.results_dir / display_name(preset))
         analyse_model(
             str(self.model_dir(preset)),
             analyses,
@@ -632,7 +580,7 @@ class Release:
             data=data,
             settings=settings,
             device=self.device,
-            results_dir=self.results_dir(),
+            results_dir=self.results_dir,
             comparison_dir=comparison,
             scaled_down=notes,
             pending=self.pending_names(),
@@ -643,7 +591,7 @@ class Release:
 
     def write_card(self, preset: str) -> list[Path]:
         folder, repo = self.model_dir(preset), emptied(self.model_repo(preset))
-        results = self.results_dir() / display_name(preset)
+        results = self.results_dir / display_name(preset)
         figures = {
             "Training curves": folder / "training_curves.png",
             "Reliability diagram (clean test split)": next(folder.glob("eval_*_test_reliability.png"), None),
@@ -672,14 +620,7 @@ class Release:
     def verify(self, preset: str) -> list[Path]:
         """The repo as a user loads it scores the card's top-1, and the Space predicts what it predicts
         (`verify.verify_repo`); what was compared goes to work/verify/<preset>.json."""
-        checked = verify_repo(
-            self.model_repo(preset),
-            self.source,
-            self.dataset_name,
-            image_column=COLUMNS.image,
-            label_column=COLUMNS.label,
-            user=self.user,
-        )
+        checked = verify_repo(self.model_repo(preset), self.source, self.dataset_name, **COLUMN_NAMES, user=self.user)
         self.say(
             f"{preset}: the card's top-1 {100 * checked['card_top1']:.2f}%, loaded as a user loads it "
             f"{100 * checked['user_top1']:.2f}%; the Space predicts as the model does"
@@ -709,7 +650,7 @@ class Release:
             emptied(self.space_repo),
             packages=[Path(alternet_hf.__file__).parent, Path(analysis.__file__).parent],
             models=[(display_name(p), self.repo_id(p)) for p in self.released],
-            results={display_name(p): self.results_dir() / display_name(p) for p in self.released},
+            results={display_name(p): self.results_dir / display_name(p) for p in self.released},
             dataset=self.dataset_id,
             pending=self.pending_names(),
         )
