@@ -1,16 +1,7 @@
 """The zoo's release as one resumable run (`scripts/release.py`; what it does and in which order: docs/release.md).
 
-Every step is recorded in `<out>/release.json` (settings, output hashes, wall time) and skipped when it is complete
-with the same settings and its outputs unchanged, so a killed release resumes at the step it was in. `<out>` holds
-each repository exactly as it is uploaded:
-
-    <out>/datasets/cifar100-c/          the CIFAR-100-C dataset repo (parquet, a config per corruption, + card)
-    <out>/models/<preset>/              each model repo (weights, config, remote code, card with figures)
-    <out>/spaces/how-do-vits-work/      the Space repo (app, pinned packages, stored results, space.json)
-    <out>/work/                         downloads, conversions, training runs, analyses and the comparison
-
 - `checks`: the options, and every refusal that comes before anything is written;
-- `run`: the manifest and the steps (`Release`);
+- `run`: the manifest (`<out>/release.json`, which makes the run resumable) and the steps (`Release`);
 - `outputs`: the CIFAR-100-C evaluation within a time budget, the Space repo with its packages pinned;
 - `estimates`: durations, the H100 estimate, a CPU's training time;
 - `verify`: each repo as a user loads it against its card, and the Space against the model;

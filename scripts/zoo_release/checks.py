@@ -147,10 +147,8 @@ def check_cifar100c_dir(folder: Path | None) -> None:
 
 
 def check_cifar100c_labels(folder: Path, test_labels, dataset: str) -> None:
-    """CIFAR-100-C's `labels.npy` repeats the clean test split's labels, in its order, once per severity: every
-    corrupted image is the corrupted copy of the test image in the same row. Arrays made from another dataset, or
-    shuffled, would score every model against the wrong labels; they are refused, naming the first row that differs.
-    """
+    """CIFAR-100-C's `labels.npy` repeats the clean test split's labels, in its order, once per severity; arrays made
+    from another dataset, or shuffled, are refused, naming the first row that differs."""
     import numpy as np
 
     from analysis.corruptions import SEVERITIES

@@ -1,10 +1,6 @@
-"""The release rehearsal's stand-ins (`scripts/release.py --rehearsal`; docs/release.md), built offline in the real
-schemas and file formats, so that the rehearsal runs the release's own code on everything but the data's source and
-size: a 100-class dataset in `uoft-cs/cifar100`'s columns (a handwritten digit on one of ten hues: hue and digit are
-local features, so every family learns them, and a wrong channel order, normalisation or label order costs accuracy as
-on CIFAR-100), its CIFAR-100-C in the Zenodo layout, and small models trained on it and written as the reference's
-four released files with their "reported" top-1 (so that a conversion gone wrong shows as a gap to that number).
-"""
+"""The release rehearsal's stand-ins (`scripts/release.py --rehearsal`; what they are and why: docs/release.md),
+built offline in the real schemas and file formats: a 100-class dataset in `uoft-cs/cifar100`'s columns, its
+CIFAR-100-C in the Zenodo layout, and small models trained on it written as the reference's four released files."""
 
 import colorsys
 import json

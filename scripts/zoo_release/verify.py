@@ -1,12 +1,7 @@
 """What a user gets from a released repo, checked before it is published: the card's top-1 is what the repo scores
 when loaded as its card says (`AutoModelForImageClassification` and `AutoImageProcessor` from the folder, remote
 code trusted, in a process of its own that never imports `alternet_hf`), and the Space predicts what that model
-predicts.
-
-A card built from another model's evaluation, weights saved from the wrong model, an image processor that prepares
-images differently from the evaluation, or a Space that normalises differently all pass every earlier step and
-fail here, with both numbers named.
-"""
+predicts (what this catches: docs/release.md)."""
 
 import contextlib
 import json
