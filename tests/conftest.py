@@ -10,6 +10,9 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 # they wait burn the cores the others need (on two cores, a third more CPU time for the same suite). Read by
 # libgomp when torch loads, so set before it is imported, here and in every command a test starts.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# One OpenMP thread per worker: two workers on two cores already keep both busy, and two threads each only make them
+# take turns (docs/benchmarks.md, "The test suite"). A test may give a command it runs alone more, in its env.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
 import pytest
