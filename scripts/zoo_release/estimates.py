@@ -6,7 +6,8 @@ import time
 import torch
 
 # The H100 estimate: NVIDIA's dense bf16 peak of an H100 SXM (and H200), and the share of it these 32x32 models are
-# assumed to sustain (an assumption: `scripts/device_check.py` measures the share a GPU sustains).
+# assumed to sustain: the engine's H100 goal (8,500 AlterNet-50 training images/s) in FLOPs. `scripts/device_check.py`
+# measures the share a GPU sustains.
 H100_BF16_FLOPS = 989e12
 ASSUMED_UTILISATION = 0.08
 CIFAR_TRAIN_IMAGES, CIFAR_TEST_IMAGES = 50_000, 10_000
