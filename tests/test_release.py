@@ -31,6 +31,7 @@ from alternet_hf.presets import display_name
 from alternet_hf.reference import REFERENCE_FILES
 from analysis.corruptions import CORRUPTIONS
 from zoo_release import rehearsal
+from zoo_release.checks import COLUMN_NAMES
 
 pytestmark = pytest.mark.commands
 
@@ -591,8 +592,8 @@ def test_a_user_interpreter_that_dies_is_named_and_the_next_repo_gets_a_new_one(
     user = UserSession()
     try:
         with pytest.raises(release.ReleaseError, match=r"(?s)does not load .* ended \(exit status 3\)"):
-            user.evaluate(broken, source, rehearsal.COLUMNS.image, rehearsal.COLUMNS.label)
-        vit = user.evaluate(models / "vit-ti-cifar100", source, rehearsal.COLUMNS.image, rehearsal.COLUMNS.label)
+            user.evaluate(broken, source, **COLUMN_NAMES)
+        vit = user.evaluate(models / "vit-ti-cifar100", source, **COLUMN_NAMES)
     finally:
         user.close()
     recorded = json.loads((rehearsal_run["out"] / "work" / "verify" / "vit-ti-cifar100.json").read_text())

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 from .checks import COLUMN_NAMES
-from .checks import COLUMNS as COLUMNS  # re-exported: the stand-in's columns are uoft-cs/cifar100's
 
 STAND_IN_NAME = "the rehearsal's stand-in for CIFAR-100 (digits on ten hues)"  # as cards name it
 IMAGES_PER_CLASS = {"train": 20, "test": 4}
