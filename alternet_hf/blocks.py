@@ -124,11 +124,11 @@ def timm_cut(model: nn.Module) -> BlockAdapter:
     """timm's `PoolingVisionTransformer` or `SwinTransformer` cut as the reference cuts PiT and Swin (its README):
     the embedded patches; each layer's attention residual (the state entering `norm2`) and MLP residual; PiT's
     pooling layers and Swin's patch mergings as pools; the final norm as the head. Raises `TypeError` for other
-    models and `AttributeError` naming what a variant lacks."""
-    kind = type(model).__name__
-    if kind not in ("PoolingVisionTransformer", "SwinTransformer"):
-        raise TypeError(f"{kind} is neither timm's PoolingVisionTransformer nor its SwinTransformer")
-    pit = kind == "PoolingVisionTransformer"
+    models and `AttributeError` naming what a variant lacks. A subclass is cut as its timm base class."""
+    timm_bases = {cls.__name__ for cls in type(model).__mro__ if cls.__module__.startswith("timm.")}
+    if not timm_bases & {"PoolingVisionTransformer", "SwinTransformer"}:
+        raise TypeError(f"{type(model).__name__} is neither timm's PoolingVisionTransformer nor its SwinTransformer")
+    pit = "PoolingVisionTransformer" in timm_bases
     paths = {module: name for name, module in model.named_modules()}
 
     def block(kind, module, branch=None, read="output", named=None):

@@ -195,6 +195,13 @@ def test_an_unknown_variant_of_a_known_family_names_the_module():
         describe_blocks(model)
 
 
+@pytest.mark.parametrize("family", ["pit", "swin"])
+def test_a_subclass_of_timms_pit_or_swin_is_cut_as_its_base_class(family):
+    model = TIMM_MODELS[family]()
+    model.__class__ = type(f"My{type(model).__name__}", (type(model),), {})  # e.g. a user's model with a new forward
+    assert describe_blocks(model).kinds == TIMM_EXPECTED[family][0]
+
+
 def test_a_zoo_backbone_behind_timms_interface():
     """As the zoo's timm models wrap it: the backbone's blocks, the logits of the wrapper's own head."""
     from conftest import TINY
