@@ -1,52 +1,104 @@
 """alternet-hf: the model zoo of "How Do Vision Transformers Work?" (Park & Kim, ICLR 2022).
 
-Importing the package registers AlterNet and the CIFAR ResNet with transformers' Auto classes;
-ViT is transformers' own `ViTForImageClassification`.
+Importing the package registers AlterNet and the CIFAR ResNet with transformers' Auto classes and the zoo's names
+with timm; ViT is transformers' own `ViTForImageClassification`. The import itself is instant: the names below are
+loaded when first used, and the registrations run as soon as transformers' Auto classes or timm are imported (at
+once if they already are), so a command's `--help` never waits for torch.
 """
 
-from transformers import AutoConfig, AutoModel, AutoModelForImageClassification
+import importlib
+import importlib.util
+import sys
 
-from .blocks import BLOCK_KINDS, block_kinds, block_states, residual_branches
-from .configuration_alternet import AlterNetConfig
-from .configuration_cifar_resnet import CifarResNetConfig
-from .convert import convert_original_checkpoint
-from .metrics import EVALUATE_METRIC_PATH, classification_metrics
-from .modeling_alternet import AlterNetForImageClassification, AlterNetModel, AlterNetPreTrainedModel
-from .modeling_cifar_resnet import CifarResNetForImageClassification, CifarResNetModel, CifarResNetPreTrainedModel
-from .modeling_common import build_image_processor
-from .presets import DATASETS, create_config, create_model, list_models
-from .timm_models import register_when_timm_is_imported
+from .utils import half_imported, when_imported
 
 __version__ = "0.1.0"
 
-for _config, _model, _classifier in (
-    (AlterNetConfig, AlterNetModel, AlterNetForImageClassification),
-    (CifarResNetConfig, CifarResNetModel, CifarResNetForImageClassification),
-):
-    AutoConfig.register(_config.model_type, _config, exist_ok=True)
-    AutoModel.register(_config, _model, exist_ok=True)
-    AutoModelForImageClassification.register(_config, _classifier, exist_ok=True)
-register_when_timm_is_imported()  # timm.create_model("alternet_50") etc.; timm itself is not imported here
+# Each public name and the module that defines it, loaded on first use.
+_EXPORTS = {
+    "blocks": ("BLOCK_KINDS", "block_kinds", "block_states", "residual_branches"),
+    "configuration_alternet": ("AlterNetConfig",),
+    "configuration_cifar_resnet": ("CifarResNetConfig",),
+    "convert": ("convert_original_checkpoint",),
+    "metrics": ("EVALUATE_METRIC_PATH", "classification_metrics"),
+    "modeling_alternet": ("AlterNetModel", "AlterNetForImageClassification", "AlterNetPreTrainedModel"),
+    "modeling_cifar_resnet": ("CifarResNetModel", "CifarResNetForImageClassification", "CifarResNetPreTrainedModel"),
+    "modeling_common": ("build_image_processor",),
+    "presets": ("DATASETS", "create_config", "create_model", "list_models"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = list(_MODULE_OF)
 
-__all__ = [
-    "AlterNetConfig",
-    "AlterNetModel",
-    "AlterNetForImageClassification",
-    "AlterNetPreTrainedModel",
-    "CifarResNetConfig",
-    "CifarResNetModel",
-    "CifarResNetForImageClassification",
-    "CifarResNetPreTrainedModel",
-    "BLOCK_KINDS",
-    "block_kinds",
-    "block_states",
-    "residual_branches",
-    "build_image_processor",
-    "convert_original_checkpoint",
-    "DATASETS",
-    "create_config",
-    "create_model",
-    "list_models",
-    "EVALUATE_METRIC_PATH",
-    "classification_metrics",
-]
+
+def __getattr__(name: str):
+    if name in _MODULE_OF:
+        value = getattr(importlib.import_module(f".{_MODULE_OF[name]}", __name__), name)
+    elif importlib.util.find_spec(f"{__name__}.{name}") is not None:  # a module: `alternet_hf.data`
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+# transformers' own layers import its Auto classes midway through their import, and so do the zoo's model files,
+# which import those layers: each registration waits until every module its classes need is whole, and runs at the
+# end of whichever import completes last.
+_CONFIG_MODULES = (f"{__name__}.configuration_alternet", f"{__name__}.configuration_cifar_resnet")
+_MODEL_MODULES = (
+    "transformers.modeling_utils",
+    "transformers.modeling_layers",
+    f"{__name__}.modeling_common",
+    f"{__name__}.modeling_alternet",
+    f"{__name__}.modeling_cifar_resnet",
+)
+_AUTO_CONFIG, _AUTO_MODEL = "transformers.models.auto.configuration_auto", "transformers.models.auto.modeling_auto"
+
+
+def _ready(auto: str, modules: tuple[str, ...]) -> bool:
+    return auto in sys.modules and not any(half_imported(name) for name in (auto, *modules))
+
+
+def _register_configs() -> None:
+    if not _ready(_AUTO_CONFIG, _CONFIG_MODULES):
+        return
+    from transformers.models.auto.configuration_auto import AutoConfig
+
+    from .configuration_alternet import AlterNetConfig
+    from .configuration_cifar_resnet import CifarResNetConfig
+
+    for config in (AlterNetConfig, CifarResNetConfig):
+        AutoConfig.register(config.model_type, config, exist_ok=True)
+
+
+def _register_models() -> None:
+    if not _ready(_AUTO_MODEL, _MODEL_MODULES):
+        return
+    from transformers.models.auto.modeling_auto import AutoModel, AutoModelForImageClassification
+
+    from .modeling_alternet import AlterNetForImageClassification, AlterNetModel
+    from .modeling_cifar_resnet import CifarResNetForImageClassification, CifarResNetModel
+
+    for model, classifier in (
+        (AlterNetModel, AlterNetForImageClassification),
+        (CifarResNetModel, CifarResNetForImageClassification),
+    ):
+        AutoModel.register(model.config_class, model, exist_ok=True)
+        AutoModelForImageClassification.register(model.config_class, classifier, exist_ok=True)
+
+
+def _register_timm() -> None:
+    from .timm_models import register_models
+
+    register_models()  # timm.create_model("alternet_50") etc.
+
+
+for _name in (_AUTO_CONFIG, *_CONFIG_MODULES):
+    when_imported(_name, _register_configs)
+for _name in (_AUTO_MODEL, *_MODEL_MODULES):
+    when_imported(_name, _register_models)
+when_imported("timm", _register_timm)

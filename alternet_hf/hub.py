@@ -381,26 +381,3 @@ def _figures_section(figures: dict[str, str] | None) -> str:
         return ""
     shown = "\n\n".join(f"**{title}**\n\n![{title}]({path})" for title, path in figures.items())
     return f"\n## Figures\n\n{shown}\n"
-
-
-def hub_unreachable(error: BaseException) -> bool:
-    """Whether `error` (or an error it was raised from) says the Hub could not be reached: offline or no network."""
-    names = {"OfflineModeIsEnabled", "LocalEntryNotFoundError", "ConnectionError", "ConnectTimeout", "ConnectError"}
-    texts = ("couldn't connect", "offline mode", "hf_hub_offline", "connection refused", "failed to resolve")
-    return any(
-        type(e).__name__ in names or any(text in str(e).lower() for text in texts) for e in _errors_in_chain(error)
-    )
-
-
-def hub_unauthenticated(error: BaseException) -> bool:
-    """Whether `error` (or one in its chain) says the Hub refused for want of a valid token."""
-    names = {"LocalTokenNotFoundError", "GatedRepoError"}
-    return any(type(e).__name__ in names or "401" in str(e) for e in _errors_in_chain(error))
-
-
-def _errors_in_chain(error: BaseException):
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        yield error
-        error = error.__cause__ or error.__context__

@@ -28,7 +28,7 @@ from PIL import Image, UnidentifiedImageError
 from transformers import AutoModelForImageClassification
 
 import alternet_hf  # noqa: F401  (registers the zoo's classes: no remote code is ever run)
-from alternet_hf.hub import hub_unreachable
+from alternet_hf.utils import hub_unreachable
 from analysis.blocks import as_feature_map, run_blocks
 from analysis.corruptions import CORRUPTIONS, SEVERITIES, corrupt
 from analysis.fourier import fourier_log_amplitude, mean_log_amplitude

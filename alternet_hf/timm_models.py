@@ -27,16 +27,11 @@ CNNs through fx), `set_grad_checkpointing`, and timm's factory arguments (`drop_
 `in_chans`, `img_size`, `device`, `dtype`). Config fields of the zoo's configs are accepted as keyword
 arguments too (`num_attention_blocks=(0, 1, 3, 2)`) and checked by `alternet_hf.create_config`.
 
-`import alternet_hf` does not import timm (which imports every timm model file and torchvision):
-`register_when_timm_is_imported` registers the models at once if timm is already imported, and
-otherwise right after timm's own import finishes.
+`import alternet_hf` does not import timm (which imports every timm model file and torchvision): it runs
+`register_models` at once if timm is already imported, and otherwise right after timm's own import finishes.
 """
 
 import contextlib
-import importlib.abc
-import importlib.util
-import sys
-import warnings
 
 import torch
 from torch import nn
@@ -507,40 +502,3 @@ def register_models() -> list[str]:
             globals()[arch] = entrypoint  # a module-level entrypoint, as timm's own model files have
             register_model(entrypoint)
     return [f"{arch}.{tag}" for arch, (_, datasets) in _ENTRYPOINTS.items() for tag in datasets]
-
-
-class _RegisterAfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Runs `register_models` right after `import timm` completes: a one-shot finder that lets the normal
-    finders locate timm and wraps the loader they return."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != "timm":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec("timm")
-        if spec is not None and spec.loader is not None:
-            self.loader, spec.loader = spec.loader, self
-        return spec
-
-    def create_module(self, spec):
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module):
-        module.__spec__.loader = module.__loader__ = self.loader  # timm sees its own loader
-        self.loader.exec_module(module)
-        _register_or_warn()
-
-
-def _register_or_warn() -> None:
-    try:
-        register_models()
-    except Exception as error:  # a timm release we do not fit must break neither `import timm` nor ours
-        warnings.warn(f"alternet_hf could not register its models with timm: {error!r}", stacklevel=3)
-
-
-def register_when_timm_is_imported() -> None:
-    """Register the zoo with timm now if timm is imported, else as soon as it is."""
-    if "timm" in sys.modules:
-        _register_or_warn()
-    elif not any(isinstance(finder, _RegisterAfterImport) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _RegisterAfterImport())

@@ -1,10 +1,11 @@
 """The installed commands, run as a shell runs them: each in its own process, with its argv, working folder,
 environment, exit status, standard output and standard error, that a test can wait for, read, signal or kill.
 
-Every `alternet-*` command starts by importing `alternet_hf` (its module is inside the package): about 3.5 CPU
-seconds of torch and transformers, and the suite runs over a hundred commands. So the processes of console
-scripts are forked from a warm interpreter that has made that import, and those of the libraries most commands
-import next (datasets, matplotlib, scikit-learn's embedded datasets), and nothing else (a small fork server, below):
+Every `alternet-*` command imports the zoo's models once its arguments are parsed: about 3.5 CPU seconds of torch
+and transformers, and the suite runs over a hundred commands. So the processes of console scripts are forked from a
+warm interpreter that has imported `alternet_hf` with every public name of it (as an eager package `__init__` would)
+and transformers' Auto classes, and the libraries most commands import next (datasets, matplotlib, scikit-learn's
+embedded datasets), and nothing else (a small fork server, below):
 the forked process takes its folder, environment, argv and a console script's `sys.path`, calls the console
 script's entry point as the script does, runs the exit handlers and exits with the command's status. What it
 computes is what a cold start computes after those imports. Cold starts are tested too: `test_cli` runs every
@@ -44,7 +45,10 @@ IMPORT_TIME_VARIABLES = re.compile(
 # writes each one's exit status (negative: the signal that ended it) into the request's status file.
 _SERVER = r"""
 import json, os, select, sys
-import alternet_hf  # noqa: F401  (the first thing every command imports)
+import alternet_hf  # the first thing every command imports; then what it loads of it, and the Auto classes
+import transformers.models.auto.modeling_auto  # noqa: F401
+for name in alternet_hf.__all__:
+    getattr(alternet_hf, name)
 import datasets, matplotlib.pyplot, sklearn.datasets  # noqa: F401, E401  (what most import next)
 import torch
 DEFAULT_THREADS = torch.get_num_threads()  # the server starts without OMP_NUM_THREADS: the machine's default

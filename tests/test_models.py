@@ -3,6 +3,8 @@
 The contract every family keeps (forward, loss, save/load, Trainer, export, ...) is in test_model_contract.py.
 """
 
+import sys
+
 import pytest
 import torch
 from conftest import TINY
@@ -146,3 +148,57 @@ def test_cnns_compute_in_channels_last_on_the_cpu_whatever_the_input(preset):
     torch.testing.assert_close(contiguous.logits, channels_last.logits)
     assert all(state.is_contiguous() for state in small.hidden_states)
     torch.testing.assert_close(small.logits, contiguous.logits[:1])
+
+
+# What a user imports after `import alternet_hf`, and the zoo's own model-building path: transformers' layers import
+# its Auto classes midway, while the zoo's model files (which import those layers) are still half-built.
+REGISTRATION_ORDERS = {
+    "Auto classes first": "",
+    "the zoo's model file first": "import alternet_hf.modeling_alternet",
+    "a transformers model first": "from transformers import ViTForImageClassification",
+    "transformers before the zoo": "MOVE",
+}
+
+
+def test_import_alternet_hf_is_instant_and_registers_before_any_from_pretrained(tmp_path):
+    """`import alternet_hf` imports neither torch nor transformers, and still every Auto class finds the zoo's models,
+    whatever is imported next; each order in a fresh interpreter, as a user's script starts."""
+    from commands import start_command
+
+    folders = {name: tmp_path / name for name in ("alternet-18-cifar10", "resnet-50-cifar100")}
+    for name, folder in folders.items():
+        alternet_hf.create_model(name, **TINY[name]).save_pretrained(folder)
+    scripts = {}
+    for order, first in REGISTRATION_ORDERS.items():
+        lines = ["import sys", "import alternet_hf", "print(sorted({'torch', 'transformers'} & set(sys.modules)))"]
+        if first == "MOVE":
+            lines.insert(1, "from transformers import AutoModel")
+        else:
+            lines.append(first)
+        lines += [
+            "from transformers import AutoConfig, AutoModel, AutoModelForImageClassification as Classifier",
+            f"for folder in {[str(f) for f in folders.values()]!r}:",
+            "    loaded = [Auto.from_pretrained(folder) for Auto in (AutoConfig, AutoModel, Classifier)]",
+            "    print(*(type(x).__name__ for x in loaded))",
+        ]
+        if not first:  # and the pipeline, which imports the Auto classes itself
+            lines += [
+                "from transformers import pipeline",
+                f"print(type(pipeline('image-classification', model={str(folders['alternet-18-cifar10'])!r}).model)"
+                ".__name__)",
+            ]
+        scripts[order] = "\n".join(lines)
+    processes = {
+        order: start_command([sys.executable, "-W", "error::UserWarning", "-c", code], cwd=tmp_path, warm=False)
+        for order, code in scripts.items()
+    }
+    for order, process in processes.items():
+        stdout, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, (order, stderr[-3000:])
+        lines = stdout.splitlines()
+        assert lines[0] == ("['torch', 'transformers']" if order == "transformers before the zoo" else "[]"), order
+        assert lines[1:3] == [
+            "AlterNetConfig AlterNetModel AlterNetForImageClassification",
+            "CifarResNetConfig CifarResNetModel CifarResNetForImageClassification",
+        ], (order, stdout, stderr[-2000:])
+        assert lines[3:] == ([] if REGISTRATION_ORDERS[order] else ["AlterNetForImageClassification"]), order

@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from alternet_hf.hub import hub_unauthenticated, hub_unreachable
+from alternet_hf.utils import hub_unauthenticated, hub_unreachable
 
 DEBUG_VARIABLE = "ALTERNET_DEBUG"
 # Where the zoo's own code lives: warnings raised from files under these read as one line.

@@ -195,7 +195,7 @@ def check_hub(options: ReleaseOptions) -> str:
     """The user the token belongs to, or one clear error (no token, or the Hub unreachable) before any training."""
     from huggingface_hub import HfApi, get_token
 
-    from alternet_hf.hub import hub_unauthenticated, hub_unreachable
+    from alternet_hf.utils import hub_unauthenticated, hub_unreachable
 
     if get_token() is None:
         raise ReleaseError(
