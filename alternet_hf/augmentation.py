@@ -5,7 +5,7 @@ The paper's recipe (docs/paper.md §4) is torchvision's RandomCrop and flip, the
 `rand-m9-n2-mstd1.0`, then timm's Mixup/CutMix with label smoothing. Those draw from the global RNGs (Python's
 `random`, NumPy's, torch's): a deterministic augmentation per (epoch, image) with them would need every global RNG
 seeded, saved and restored per image, three quarters of an image's cost. Here each draw comes from a NumPy
-`RandomState` that the caller seeds (`data.SeededAugmentation`), the image operations are timm's own functions
+`RandomState` that the caller seeds (`SeededAugmentation`), the image operations are timm's own functions
 with the arguments of timm's level table, and the Mixup/CutMix draws follow timm's `Mixup` (tests compare both
 with timm, pixel by pixel). Images travel as uint8 and are normalised on the device.
 """
@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from .data import to_rgb
+from .utils import to_rgb
 
 _LEVEL_DENOMINATOR = 10.0  # timm's: magnitudes run 0…10
 
@@ -190,7 +190,7 @@ class ImageTransform:
     """A PIL image → a (3, size, size) tensor: RGB, resized, augmented (when `augmentation` is given), then uint8
     (`normalize=False`: normalised later, on the device, by `normalize_images`) or normalised float32.
 
-    Called with a seeded `rng` (see `data.SeededAugmentation`), or without one: then NumPy's global RNG draws.
+    Called with a seeded `rng` (see `SeededAugmentation`), or without one: then NumPy's global RNG draws.
     """
 
     def __init__(self, image_size: int, mean, std, *, augmentation: ImageAugmentation | None, normalize: bool):
@@ -297,3 +297,30 @@ def mix_batch(
     mixed = images * own + images.flip(0) * (1 - own)
     one_hot = torch.nn.functional.one_hot(labels, num_labels).float()
     return mixed, one_hot * lam + one_hot.flip(0) * (1 - lam)
+
+
+class SeededAugmentation:
+    """Applies `transform(image, rng)` with a NumPy `RandomState` seeded from (seed, epoch, row index).
+
+    A row's augmentation then depends neither on which process or worker loads it nor on what was loaded
+    before: loaders read ahead, so a run resumed in the middle of an epoch could otherwise not replay the
+    interrupted one. Seeding one generator costs microseconds; no global RNG is touched. The epoch lives in
+    shared memory, so setting it before an epoch's loader iterator is made reaches persistent workers too.
+    """
+
+    def __init__(self, transform, seed: int):
+        self.transform, self.seed = transform, seed
+        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
+        self._rng = np.random.RandomState()
+
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch)
+
+    @epoch.setter
+    def epoch(self, value: int) -> None:
+        self._epoch.fill_(value)
+
+    def __call__(self, image, index: int):
+        self._rng.seed([self.seed % 2**32, int(self._epoch), index])
+        return self.transform(image, self._rng)

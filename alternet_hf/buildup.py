@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from .recipe import TrainingConfig
+from .utils import write_json
 
 # What a candidate's model folder holds that `final/` copies (the training's checkpoints and logs stay behind).
 MODEL_FILES = ("config.json", "model.safetensors", "preprocessor_config.json", "metrics.json")
@@ -343,9 +344,7 @@ def train_candidate(config: TrainingConfig, say: Callable[[str], None] = print) 
         "folder": str(folder),
         "training_config": settings,
     }
-    partial = record_path.with_suffix(".partial")
-    partial.write_text(json.dumps(record))
-    partial.replace(record_path)  # the record appears whole or not at all: a kill here retrains the candidate
+    write_json(record_path, record, indent=None)  # whole or not at all: a kill here retrains the candidate
     return record
 
 

@@ -17,6 +17,9 @@ import numpy as np
 import torch
 from PIL import Image
 
+from .augmentation import SeededAugmentation
+from .utils import quiet_progress_bars, to_rgb
+
 DIGITS = "digits"
 
 
@@ -306,14 +309,8 @@ def load_config_split(
     files = data_files[split]
     local = Path(source).exists()
     cache = _local_cache_dir(Path(files[0])) if local and len(files) == 1 else None
-    shown = datasets.utils.logging.is_progress_bar_enabled()
-    datasets.disable_progress_bars()  # one split among many: the caller shows the progress
-    try:
-        with _from_hub(source, f"split {split!r} of the config {config!r} of {source!r}"):
-            return datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=cache)
-    finally:
-        if shown:
-            datasets.enable_progress_bars()
+    with quiet_progress_bars(), _from_hub(source, f"split {split!r} of the config {config!r} of {source!r}"):
+        return datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=cache)  # one of many
 
 
 def load_image_classification(
@@ -556,19 +553,6 @@ def raised_message(message: str, error_type: type) -> str:
     return message
 
 
-def to_rgb(image: Image.Image) -> Image.Image:
-    """Any PIL image as 8-bit RGB. 16-bit greyscale (PIL modes I;16…, and I, as which PIL opens 16-bit PNG and TIFF
-    files) is scaled from 0…65535 to 0…255; PIL's own `convert("RGB")` clips it, so most of such an image turns white.
-    """
-    if image.mode == "RGB":
-        return image
-    if image.mode == "I" or image.mode.startswith("I;16"):
-        values = np.asarray(image).astype(np.float64)
-        grey = np.clip(np.rint(values * (255 / 65535)), 0, 255).astype(np.uint8)
-        return Image.fromarray(grey, "L").convert("RGB")
-    return image.convert("RGB")
-
-
 def decode_image(value, *, source: str, row: int) -> Image.Image:
     """A row's stored image (`datasets.Image(decode=False)`: bytes and/or path; or a PIL image) as 8-bit RGB, or a
     `DataRowError` that names the dataset, the row and the file."""
@@ -602,50 +586,6 @@ def collate_images(examples: list[dict]) -> dict[str, torch.Tensor]:
     else:
         pixel_values = torch.stack(images)
     return {"pixel_values": pixel_values, "labels": torch.tensor([e["labels"] for e in examples])}
-
-
-def padded_to_first_batch(step):
-    """`step` on batches padded to the size of the first, so that a smaller last batch compiles nothing new (the
-    padding in channels-last memory, the layout of the loaders' batches)."""
-    full_size = None
-
-    def padded_step(pixel_values):
-        nonlocal full_size
-        full_size = full_size or len(pixel_values)
-        missing = full_size - len(pixel_values)
-        if missing <= 0:
-            return step(pixel_values)
-        padding = pixel_values.new_zeros((missing, *pixel_values.shape[1:]))
-        return step(torch.cat([pixel_values, padding]).contiguous(memory_format=torch.channels_last))[:-missing]
-
-    return padded_step
-
-
-class SeededAugmentation:
-    """Applies `transform(image, rng)` with a NumPy `RandomState` seeded from (seed, epoch, row index).
-
-    A row's augmentation then depends neither on which process or worker loads it nor on what was loaded
-    before: loaders read ahead, so a run resumed in the middle of an epoch could otherwise not replay the
-    interrupted one. Seeding one generator costs microseconds; no global RNG is touched. The epoch lives in
-    shared memory, so setting it before an epoch's loader iterator is made reaches persistent workers too.
-    """
-
-    def __init__(self, transform, seed: int):
-        self.transform, self.seed = transform, seed
-        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
-        self._rng = np.random.RandomState()
-
-    @property
-    def epoch(self) -> int:
-        return int(self._epoch)
-
-    @epoch.setter
-    def epoch(self, value: int) -> None:
-        self._epoch.fill_(value)
-
-    def __call__(self, image, index: int):
-        self._rng.seed([self.seed % 2**32, int(self._epoch), index])
-        return self.transform(image, self._rng)
 
 
 def transform_row(value, label, row: int, transform, *, source: str, num_classes: int | None):

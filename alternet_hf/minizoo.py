@@ -12,8 +12,9 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from analysis.compare import ANALYSES, Settings
-from analysis.runner import DataOptions, compare_models
+from analysis.inputs import DataOptions
+from analysis.registry import ANALYSES, Settings
+from analysis.runner import compare_models
 
 FAMILIES = ("resnet", "vit", "alternet")
 # Small members of each family at comparable size (1.27 M to 1.58 M parameters, within 1.25x): the AlterNet is the

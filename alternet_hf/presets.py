@@ -2,38 +2,25 @@
 
 Each architecture is a three-line function registered with `@register_architecture`; each dataset
 fixes the number of labels, the image size and the normalisation. `create_model` also accepts a
-local directory or a Hub id wherever a preset name is expected.
+local directory or a Hub id wherever a preset name is expected. The names are known without importing torch or
+transformers (a command checks `--model` at once); building a preset imports them.
 """
+
+from __future__ import annotations
 
 import difflib
 import os
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-from torch import nn
-from transformers import AutoConfig, AutoModelForImageClassification, PretrainedConfig, PreTrainedModel, ViTConfig
+if TYPE_CHECKING:
+    from torch import nn
+    from transformers import PretrainedConfig, PreTrainedModel, ViTConfig
 
-from .blocks import vit_backbone
-from .configuration_alternet import AlterNetConfig
-from .configuration_cifar_resnet import CifarResNetConfig
-from .modeling_common import (
-    DropPath,
-    ZooModelMixin,
-    check_pixel_batch,
-    close_match_hints,
-    image_classification_loss,
-    linear_drop_path_rates,
-    save_image_processor,
-)
-from .timm_families import (
-    check_fixed_size_pixels,
-    classifier_prefix,
-    is_timm_wrapper,
-    save_with_timm_names,
-    timm_config,
-)
+    from .configuration_alternet import AlterNetConfig
+    from .configuration_cifar_resnet import CifarResNetConfig
 
 
 @dataclass(frozen=True)
@@ -78,11 +65,15 @@ def _dataset_fields(data: DatasetSpec) -> dict:
 
 
 def _alternet(data: DatasetSpec, **fields) -> AlterNetConfig:
+    from .configuration_alternet import AlterNetConfig
+
     stem = dict(stem_type="cifar", window_size=4) if data.is_small else dict(stem_type="imagenet", window_size=7)
     return AlterNetConfig(**stem, **_dataset_fields(data), **fields)
 
 
 def _resnet(data: DatasetSpec, **fields) -> CifarResNetConfig:
+    from .configuration_cifar_resnet import CifarResNetConfig
+
     return CifarResNetConfig(stem_type="cifar" if data.is_small else "imagenet", **_dataset_fields(data), **fields)
 
 
@@ -119,6 +110,8 @@ def validate_vit_config(config: ViTConfig) -> None:
 
 
 def _vit(data: DatasetSpec, **fields) -> ViTConfig:
+    from transformers import ViTConfig
+
     # timm's ViT (the reference's): exact GELU, LayerNorm eps 1e-6, no qkv bias, CLS pooling; stochastic
     # depth (off by default, as in timm) is ours, added by `add_vit_stochastic_depth`.
     return ViTConfig(
@@ -205,12 +198,16 @@ def vit_b(data):
 @register_architecture("pit-ti")
 def pit_ti(data, **overrides):
     """timm's PiT-Ti; for 32×32 images the reference's (2×2 patches at stride 1: 31×31 tokens in the first stage)."""
+    from .timm_families import timm_config
+
     return timm_config("pit", data, **overrides)
 
 
 @register_architecture("swin-ti")
 def swin_ti(data, **overrides):
     """timm's Swin-T; for 32×32 images the reference's (patch 1, 4×4 windows, no qkv bias)."""
+    from .timm_families import timm_config
+
     return timm_config("swin", data, **overrides)
 
 
@@ -237,6 +234,10 @@ def list_models(pattern: str | None = None) -> list[str]:
 
 def create_config(name: str, **overrides) -> PretrainedConfig:
     """The configuration of a preset, with fields overridden (validated by the config class)."""
+    from transformers import ViTConfig
+
+    from .modeling_common import close_match_hints
+
     for dataset, spec in DATASETS.items():
         arch = name.removesuffix(f"-{dataset}")
         if arch != name and arch in ARCHITECTURES:
@@ -280,6 +281,10 @@ def create_model(name: str, *, num_labels: int | None = None, **overrides) -> Pr
     the count differs, and `overrides` go to `from_pretrained` as config fields. Only the classifier may
     change shape: an override that reshapes the backbone is an error, not a silently re-initialised layer.
     """
+    from transformers import AutoModelForImageClassification
+
+    from .timm_families import classifier_prefix
+
     if loads_weights(name):
         _check_config_fields(name, overrides)
         if num_labels is None:
@@ -310,6 +315,8 @@ def _check_config_fields(name: str, overrides: dict) -> None:
     `trust_remote_code=True` (it would run the code of the model folder)."""
     if not overrides:
         return
+    from transformers import AutoConfig
+
     config = AutoConfig.from_pretrained(name)
     unknown = sorted(key for key in overrides if not hasattr(config, key))
     if unknown:
@@ -325,6 +332,9 @@ def _finish(model: PreTrainedModel) -> PreTrainedModel:
     `accepts_loss_kwargs = False` (the `Trainer` averages micro-batch losses), the zoo's input checks, ViT's stochastic
     depth, and a `save_pretrained` that also writes the image processor (ViT) or uses timm's weight names (PiT, Swin).
     Attached to the instance at every build and load: the price of folders that load without alternet_hf."""
+    from .modeling_common import ZooModelMixin, image_classification_loss
+    from .timm_families import check_fixed_size_pixels, is_timm_wrapper, save_with_timm_names
+
     if isinstance(model, ZooModelMixin):
         return model
     wraps_timm = is_timm_wrapper(model)
@@ -335,6 +345,10 @@ def _finish(model: PreTrainedModel) -> PreTrainedModel:
 
 
 def _check_vit_pixels(module, args, kwargs):
+    import torch
+
+    from .modeling_common import check_pixel_batch
+
     pixel_values = args[0] if args else kwargs.get("pixel_values")
     if isinstance(pixel_values, torch.Tensor):
         check_pixel_batch(pixel_values)
@@ -342,6 +356,8 @@ def _check_vit_pixels(module, args, kwargs):
 
 def _save_with_image_processor(self, save_directory, *args, **kwargs):
     """transformers' `save_pretrained`, then the image processor beside the weights, as the zoo's classes save."""
+    from .modeling_common import save_image_processor
+
     type(self).save_pretrained(self, save_directory, *args, **kwargs)
     if kwargs.get("is_main_process", True):
         save_image_processor(self.config, save_directory)
@@ -352,6 +368,9 @@ def add_vit_stochastic_depth(model: nn.Module) -> nn.Module:
     `config.drop_path_rate`: in training, layer i of L drops each sample's attention and MLP branches
     with probability rate·i/(L-1), as the reference ViT and our AlterNet do. A `DropPath` child on each
     branch, applied by a forward hook, so weights, state dict and inference stay transformers' own."""
+    from .blocks import vit_backbone
+    from .modeling_common import DropPath, linear_drop_path_rates
+
     vit = vit_backbone(model)
     rate = getattr(model.config, "drop_path_rate", 0.0)
     if vit is None or not rate:

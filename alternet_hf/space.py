@@ -13,10 +13,8 @@ is decoded, so memory stays bounded whatever size an image claims.
 import contextlib
 import hashlib
 import io
-import json
 import os
 import tempfile
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,11 +26,13 @@ from PIL import Image, UnidentifiedImageError
 from transformers import AutoModelForImageClassification
 
 import alternet_hf  # noqa: F401  (registers the zoo's classes: no remote code is ever run)
-from alternet_hf.utils import hub_unreachable
+from alternet_hf.utils import hub_unreachable, to_rgb, write_atomically
 from analysis.blocks import as_feature_map, run_blocks
-from analysis.corruptions import CORRUPTIONS, SEVERITIES, corrupt
+from analysis.cifar_c import CORRUPTIONS, SEVERITIES
+from analysis.corruptions import corrupt
 from analysis.fourier import fourier_log_amplitude, mean_log_amplitude
 from analysis.robustness import band_pass_noise
+from analysis.runner import read_result
 
 MAX_SIDE = 4096  # larger images are refused from their header; anything above MAX_WORKING_SIDE is shrunk
 MAX_WORKING_SIDE = 512
@@ -161,12 +161,8 @@ def _write_once(path: Path, data: bytes) -> None:
     marked as just used (`_prune` keeps the newest)."""
     try:
         os.utime(path)
-        return
     except FileNotFoundError:
-        pass
-    partial = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}")
-    partial.write_bytes(data)
-    os.replace(partial, path)
+        write_atomically(path, data)
 
 
 def image_file(image: Image.Image) -> str:
@@ -213,20 +209,12 @@ def open_image(path: str | None) -> Image.Image:
             if max(width, height) > MAX_SIDE:
                 raise gr.Error(f"The image is {width}×{height}; the limit is {MAX_SIDE} pixels a side.")
             image.draft("RGB", (MAX_WORKING_SIDE, MAX_WORKING_SIDE))  # JPEG decodes at a reduced scale
-            image = to_8bit_rgb(image)
+            image.load()  # while the file is open
+            image = to_rgb(image)
     except (UnidentifiedImageError, Image.DecompressionBombError, OSError, SyntaxError) as error:
         raise gr.Error(f"This file could not be read as an image ({type(error).__name__}).") from None
     image.thumbnail((MAX_WORKING_SIDE, MAX_WORKING_SIDE))
     return image
-
-
-def to_8bit_rgb(image: Image.Image) -> Image.Image:
-    """RGB with 8 bits a channel; 16-bit and float greyscale are scaled, not clipped to white."""
-    if image.mode in ("I", "I;16", "I;16B", "I;16L", "F"):
-        pixels = np.asarray(image, dtype=np.float64)
-        top = 65535.0 if image.mode.startswith("I;16") or pixels.max() > 255 else 255.0
-        image = Image.fromarray(np.clip(pixels / top * 255, 0, 255).round().astype(np.uint8))
-    return image.convert("RGB")
 
 
 def to_inputs(model, image: Image.Image) -> torch.Tensor:
@@ -338,7 +326,7 @@ class Space:
     def probabilities(self, image: Image.Image) -> list[torch.Tensor]:
         """Each ready model's (1, classes) probabilities for the clean `image`, prepared as the tabs prepare an
         upload (what a release checks against the model as a user loads it)."""
-        image = to_8bit_rgb(image)
+        image = to_rgb(image)
         return [_probabilities(e.model, _normalise(e.model, _pixels(e.model, image))) for e in self.ready]
 
     # --- robustness tab ----------------------------------------------------------------------------
@@ -381,23 +369,16 @@ class Space:
         ax = figure.subplots()
         found = []
         for entry in self.ready:
-            folder = self.results_dir / entry.name if self.results_dir else None
-            if corruption == FREQUENCY_NOISE:
-                path = folder / "frequency-noise.json" if folder else None
-                if path and path.exists():
-                    result = json.loads(path.read_text())["result"]
-                    ax.plot(
-                        result["frequencies"], 100 * np.array(result["delta_accuracy"]), marker="o", label=entry.name
-                    )
-                    found.append(entry.name)
-            else:
-                path = folder / "robustness.json" if folder else None
-                if path and path.exists():
-                    result = json.loads(path.read_text())["result"]
-                    if corruption in result["corruptions"]:
-                        row = result["accuracy"][result["corruptions"].index(corruption)]
-                        ax.plot(result["severities"], 100 * np.array(row, dtype=float), marker="o", label=entry.name)
-                        found.append(entry.name)
+            stored = f"{'frequency-noise' if corruption == FREQUENCY_NOISE else 'robustness'}.json"
+            path = self.results_dir / entry.name / stored if self.results_dir else None
+            result = read_result(path) if path and path.exists() else None
+            if corruption == FREQUENCY_NOISE and result is not None:
+                ax.plot(result.frequencies, 100 * result.delta_accuracy, marker="o", label=entry.name)
+                found.append(entry.name)
+            elif result is not None and corruption in result.corruptions:
+                row = result.accuracy[result.corruptions.index(corruption)]
+                ax.plot(result.severities, 100 * row, marker="o", label=entry.name)
+                found.append(entry.name)
         if found:
             ax.set_xlabel("noise frequency (π)" if corruption == FREQUENCY_NOISE else "severity")
             ax.set_ylabel("Δ accuracy (points)" if corruption == FREQUENCY_NOISE else "accuracy (%)")

@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -34,13 +33,22 @@ from accelerate.utils import (
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from .augmentation import BatchMixer, channel_statistics, eval_transform, mix_batch, normalize_images, train_transform
-from .data import SeededAugmentation, collate_images, load_train_and_eval, padded_to_first_batch, with_transform
+from .augmentation import (
+    BatchMixer,
+    SeededAugmentation,
+    channel_statistics,
+    eval_transform,
+    mix_batch,
+    normalize_images,
+    train_transform,
+)
+from .data import collate_images, load_train_and_eval, with_transform
 from .metrics import classification_metrics, plot_reliability_diagram, reliability_diagram
 from .presets import create_model
 from .recipe import TrainingConfig, build_optimizer, build_scheduler
 from .run_lock import hold_folder
 from .streaming import StreamBrokenError, StreamLoader, stream_loader
+from .utils import padded_to_first_batch, quiet_progress_bars, write_atomically, write_json
 
 # What a second run on a folder in use is told (`run_lock.hold_folder`): resuming beside a live run would train twice.
 RUNNING_ADVICE = "wait for it to end, or stop it and then continue it with --resume"
@@ -186,9 +194,7 @@ class CheckpointManager:
             (partial / self.MANIFEST).write_text(json.dumps(sizes, indent=1))
             shutil.rmtree(final, ignore_errors=True)
             os.replace(partial, final)
-            pointer = self.root / "latest.tmp"
-            pointer.write_text(final.name)
-            os.replace(pointer, self.root / "latest")
+            write_atomically(self.root / "latest", final.name)
             self._prune(keep=final)
         accelerator.wait_for_everyone()
         return final
@@ -779,24 +785,9 @@ def _check_resumable(config: TrainingConfig, saved_path: Path) -> None:
         )
 
 
-@contextmanager
-def _quiet_progress_bars():
-    """transformers' `save_pretrained` shows a "Writing model shards" bar; silence it while a run saves models."""
-    from transformers.utils import logging as transformers_logging
-
-    enabled = transformers_logging.is_progress_bar_enabled()
-    transformers_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if enabled:
-            transformers_logging.enable_progress_bar()
-
-
 def _save_model(accelerator: Accelerator, model, path: Path, metrics: dict) -> None:
     if accelerator.is_main_process:
         unwrapped = accelerator.unwrap_model(model)
-        with _quiet_progress_bars():
+        with quiet_progress_bars():
             unwrapped.save_pretrained(path)
-        finite = {k: v if math.isfinite(v) else None for k, v in metrics.items()}
-        (Path(path) / "metrics.json").write_text(json.dumps(finite, indent=2))
+        write_json(Path(path) / "metrics.json", {k: v if math.isfinite(v) else None for k, v in metrics.items()})

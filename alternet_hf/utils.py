@@ -4,15 +4,22 @@ Only the standard library is imported here, so that a command's `--help` and `im
 what a helper needs beyond it is imported when the helper runs.
 """
 
+import contextlib
 import importlib.abc
 import importlib.util
+import json
+import os
 import sys
+import threading
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 
 
 class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """A one-shot finder that lets the normal finders locate `name` and runs `callback` once its module has run."""
+    """A finder that lets the other finders locate `name` and wraps the loader they return, so that `callback` runs
+    once the module has run. It leaves `sys.meta_path` only then: transformers asks for timm's spec at import to see
+    whether it is installed, without importing it."""
 
     def __init__(self, name: str, callback: Callable[[], None]):
         self.name, self.callback = name, callback
@@ -20,11 +27,13 @@ class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname, path, target=None):
         if fullname != self.name:
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is not None and spec.loader is not None:
-            self.loader, spec.loader = spec.loader, self
-        return spec
+        for finder in [f for f in sys.meta_path if f is not self and hasattr(f, "find_spec")]:
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None:
+                    self.loader, spec.loader = spec.loader, self
+                return spec
+        return None
 
     def create_module(self, spec):
         return self.loader.create_module(spec)
@@ -36,6 +45,8 @@ class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             self.loader.exec_module(module)
         finally:
             _IMPORTING.discard(self.name)
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
         _call_or_warn(self.callback, self.name)
 
 
@@ -84,3 +95,106 @@ def _errors_in_chain(error: BaseException):
         seen.add(id(error))
         yield error
         error = error.__cause__ or error.__context__
+
+
+def padded_to_first_batch(step):
+    """`step` on batches padded to the size of the first, so that a smaller last batch compiles nothing new (the
+    padding in channels-last memory, the layout of the loaders' batches): a compiled evaluation step's wrapper."""
+    import torch
+
+    full_size = None
+
+    def padded_step(pixel_values):
+        nonlocal full_size
+        full_size = full_size or len(pixel_values)
+        missing = full_size - len(pixel_values)
+        if missing <= 0:
+            return step(pixel_values)
+        padding = pixel_values.new_zeros((missing, *pixel_values.shape[1:]))
+        return step(torch.cat([pixel_values, padding]).contiguous(memory_format=torch.channels_last))[:-missing]
+
+    return padded_step
+
+
+def to_rgb(image):
+    """Any PIL image as 8-bit RGB, one rule for training, evaluation and the Space. Greyscale of more than 8 bits is
+    scaled, where PIL's own `convert("RGB")` would clip most of it to white: 16-bit images (modes I;16…, and I, as
+    which PIL opens some 16-bit PNG and TIFF files) from 0…65535, float images (F) from 0…1 where their values fit
+    in it, else from 0…255, else from 0…65535. Palette, alpha and other modes convert as PIL converts them."""
+    import numpy as np
+    from PIL import Image
+
+    if image.mode == "RGB":
+        return image
+    if image.mode in ("I", "F") or image.mode.startswith("I;16"):
+        values = np.asarray(image, dtype=np.float64)
+        top = 65535.0
+        if image.mode == "F" and values.size:
+            top = next((limit for limit in (1.0, 255.0) if np.nanmax(values) <= limit), top)
+        grey = np.clip(np.rint(np.nan_to_num(values) * (255 / top)), 0, 255).astype(np.uint8)
+        return Image.fromarray(grey, "L").convert("RGB")
+    return image.convert("RGB")
+
+
+def write_atomically(path: str | Path, data: str | bytes) -> Path:
+    """Write `data` into `path` whole or not at all, so that a kill or a reader never meets half a file: into a
+    hidden file beside it, named for this process and thread, then renamed over it. Makes the parent folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.partial")
+    if isinstance(data, bytes):
+        partial.write_bytes(data)
+    else:
+        partial.write_text(data)
+    os.replace(partial, path)
+    return path
+
+
+def write_json(path: str | Path, value, **options) -> Path:
+    """`value` as JSON in `path` (indented by 2 unless `options` say otherwise), written atomically."""
+    return write_atomically(path, json.dumps(value, **{"indent": 2, **options}))
+
+
+def format_duration(seconds: float) -> str:
+    """A duration as a person says it: 45 s, 2.5 min, 40 min, 3.0 h, 2.5 days."""
+    minutes = seconds / 60
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if minutes < 90:
+        return f"{minutes:.1f} min" if minutes < 10 else f"{minutes:.0f} min"
+    if minutes < 48 * 60:
+        return f"{minutes / 60:.1f} h"
+    return f"{minutes / 1440:.1f} days"
+
+
+def machine() -> str:
+    """The processor, its cores and torch's version: the context every measured figure needs."""
+    import platform
+
+    import torch
+
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
+
+
+@contextlib.contextmanager
+def quiet_progress_bars():
+    """datasets' and transformers' own progress bars off while a step of longer work runs (a split read among many,
+    a model saved during training) under the bar of that work; as they were afterwards. A library not imported yet
+    shows none to silence."""
+    libraries = []
+    if "datasets" in sys.modules:
+        from datasets.utils import logging
+
+        libraries.append((logging.is_progress_bar_enabled(), logging.disable_progress_bar, logging.enable_progress_bar))
+    if "transformers" in sys.modules:
+        from transformers.utils import logging
+
+        libraries.append((logging.is_progress_bar_enabled(), logging.disable_progress_bar, logging.enable_progress_bar))
+    for _, disable, _ in libraries:
+        disable()
+    try:
+        yield
+    finally:
+        for enabled, _, enable in libraries:
+            if enabled:
+                enable()

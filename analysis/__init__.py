@@ -9,30 +9,28 @@ Each topic is a module with functions `fn(model, data, *, ..., device=None) -> S
 - `variance`: feature-map variance by depth (`feature_map_variance`)
 - `hessian`: top eigenvalues by Lanczos, Hutchinson trace, spectral density, max-eigenvalue spectra
 - `landscape`: filter-normalised 1-D and 2-D loss landscapes
-- `corruptions`: the 15 CIFAR-C corruptions on batched torch tensors
+- `cifar_c`, `corruptions`: CIFAR-C's definition, and its 15 corruptions on batched torch tensors
 - `robustness`: CIFAR-100-C from three sources, evaluation per corruption and severity, frequency-band noise
 - `lesion`: accuracy with each residual block removed
 - `cka`: minibatch CKA between the blocks of one or two models
 - `models`: any zoo, transformers or timm classifier loaded with its preprocessing (timm weights from local files)
-- `compare`: every analysis of one model (per-block ones in one pass), and the figures with all models in one plot
-- `claims`: the paper's claims decided on the models of a comparison; `report`: the comparison written to disk
-- `runner`: the analyses of models read from disk or the Hub on a dataset, written as JSON and figures (what
+- `registry`: every analysis as the commands run it, and the settings of each (each a flag)
+- `inputs`, `runner`: the analyses of models from disk or the Hub on a dataset, written as JSON and figures (what
   `alternet-analyze` and `alternet-compare` run)
+- `claims`: the paper's claims decided on the models of a comparison; `report`: the comparison written to disk
+
+`analysis.<module>` is imported when first used, so that the commands read the registry without importing torch.
 """
 
-from . import (  # noqa: F401  (the package is its modules, each as `analysis.<module>`)
-    blocks,
-    cka,
-    claims,
-    compare,
-    corruptions,
-    fourier,
-    hessian,
-    landscape,
-    lesion,
-    models,
-    report,
-    robustness,
-    runner,
-    variance,
-)
+import importlib
+
+
+def __getattr__(name: str):
+    try:
+        module = importlib.import_module(f".{name}", __name__)
+    except ModuleNotFoundError as error:
+        if error.name != f"{__name__}.{name}":
+            raise
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    globals()[name] = module
+    return module

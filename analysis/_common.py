@@ -3,6 +3,7 @@ mode and buffers restored afterwards, and results as plain dataclasses of numpy 
 
 import contextlib
 import dataclasses
+import math
 from collections.abc import Iterable, Iterator
 
 import numpy as np
@@ -234,3 +235,143 @@ def new_axes(ax, figsize=(5, 3.5)):
     import matplotlib.pyplot as plt
 
     return plt.subplots(figsize=figsize, constrained_layout=True)[1]
+
+
+# --- figures of several models (the comparisons) -------------------------------------------------------
+
+# Every kind visibly coloured on a white page (a white Conv swatch read as a gap).
+STRIP_COLOURS = {
+    "msa": "0.55",
+    "pool": "#6baed6",
+    "conv": "#f6dfb2",
+    "mlp": "#b8e0b0",
+    "stem": "0.88",
+    "head": "0.88",
+    "input": "0.97",
+}
+KIND_MARKERS = {"msa": "o", "pool": "v", "conv": "D", "mlp": "s", "stem": "x", "head": "x", "input": "."}
+
+
+def normalized_depth(count: int) -> np.ndarray:
+    """0 … 1 over `count` states, as the reference notebooks plot depth."""
+    return np.arange(count) / max(count - 1, 1)
+
+
+def model_colours(names) -> dict:
+    """One colour of the default cycle per model, in order."""
+    import matplotlib.pyplot as plt
+
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    return {name: palette[i % len(palette)] for i, name in enumerate(names)}
+
+
+def by_depth_figure(
+    series: dict[str, tuple[np.ndarray, list[str]]],
+    *,
+    ylabel: str,
+    title: str,
+    log: bool = False,
+    extra: dict[str, np.ndarray] | None = None,
+    extra_label: str = "",
+):
+    """One axis with every model's curve over normalised depth (markers by block kind), and below it one
+    strip per model showing where its MSA and downsampling blocks are."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    names = list(series)
+    colours = model_colours(names)
+    figure = plt.figure(figsize=(7.5, 3.6 + 0.32 * len(names)), constrained_layout=True)
+    grid = figure.add_gridspec(1 + len(names), 1, height_ratios=[8] + [1] * len(names))
+    ax = figure.add_subplot(grid[0])
+    for name in names:
+        values, kinds = series[name]
+        depth = normalized_depth(len(kinds))
+        ax.plot(depth, values, color=colours[name], linewidth=1.2, label=name)
+        for kind in dict.fromkeys(kinds):  # one drawing order, so one figure, whatever the hash seed
+            chosen = [i for i, k in enumerate(kinds) if k == kind]
+            filled = kind in ("msa", "pool")
+            ax.scatter(
+                depth[chosen],
+                np.asarray(values)[chosen],
+                marker=KIND_MARKERS.get(kind, "."),
+                s=22 if filled else 12,
+                color=colours[name],
+                facecolors=colours[name] if filled else "none",
+                zorder=3,
+            )
+        if extra and name in extra:
+            ax.plot(depth, extra[name], color=colours[name], linewidth=0.8, linestyle="--")
+    if log:
+        ax.set_yscale("log")
+    ax.set(ylabel=ylabel, title=title, xlim=(-0.02, 1.02))
+    ax.tick_params(labelbottom=False)
+    kinds_present = sorted({k for _, kinds in series.values() for k in kinds} & {"msa", "pool", "conv", "mlp"})
+    handles = [Line2D([], [], color=colours[n], label=n) for n in names]
+    handles += [Line2D([], [], linestyle="", marker=KIND_MARKERS[k], color="0.3", label=k) for k in kinds_present]
+    if extra:
+        handles.append(Line2D([], [], color="0.3", linestyle="--", label=extra_label))
+    # the strips' colours too: one legend, off the data
+    swatches = (("msa", "MSA"), ("pool", "downsampling"), ("mlp", "MLP"), ("conv", "Conv"))
+    handles += [Patch(facecolor=STRIP_COLOURS[k], edgecolor="0.5", label=f"strip: {label}") for k, label in swatches]
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    for row, name in enumerate(names, start=1):
+        strip = figure.add_subplot(grid[row], sharex=ax)
+        kinds = series[name][1]
+        depth = normalized_depth(len(kinds))
+        half = 0.5 / max(len(kinds) - 1, 1)
+        for position, kind in zip(depth, kinds):
+            strip.axvspan(position - half, position + half, color=STRIP_COLOURS.get(kind, "white"), linewidth=0)
+        strip.set_yticks([])
+        strip.set_ylabel(name, rotation=0, ha="right", va="center", fontsize=7)
+        strip.tick_params(labelbottom=row == len(names), labelsize=7)
+    strip.set_xlabel("normalised depth (0 = input)")
+    return figure
+
+
+def row_of_axes(count: int, width: float, height: float):
+    """A figure of `count` axes side by side, each `width` × `height` inches, and its axes."""
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, count, figsize=(width * count, height), squeeze=False, constrained_layout=True)
+    return figure, axes[0]
+
+
+def panels(found: dict, plot, title: str, size: tuple[float, float]):
+    """One panel per model, side by side, each drawn by `plot(result, ax=...)` and titled `<model>: title`."""
+    figure, axes = row_of_axes(len(found), *size)
+    for ax, (name, result) in zip(axes, found.items()):
+        plot(result, ax=ax)
+        ax.set_title(f"{name}: {title}", fontsize=9)
+    return figure
+
+
+def as_arrays(values: dict) -> dict:
+    """JSON lists back as float arrays (a result nested in another, such as the Hessian's density)."""
+    return {key: np.asarray(value, dtype=float) if isinstance(value, list) else value for key, value in values.items()}
+
+
+def finite(value):
+    """JSON has no NaN or infinity: write null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, list):
+        return [finite(v) for v in value]
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    return value
+
+
+def last_with_map(values, kinds: list[str]) -> tuple[float, str]:
+    """The value and kind of the last state with a feature map, for a summary line (PiT's head is its class token
+    alone: no map, NaN)."""
+    values = np.asarray(values, dtype=float)
+    index = max(i for i in range(len(values)) if np.isfinite(values[i]) or i == 1)
+    return values[index], kinds[index]
+
+
+def passes(costs: dict, count: int) -> tuple[float, str]:
+    """The time estimate of `count` passes over the test batches (`runner.measure_costs`)."""
+    batches = costs["test_batches"]
+    return count * costs["test_forward"] * batches, f"{count} passes over {batches} test batches"

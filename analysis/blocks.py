@@ -19,13 +19,14 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import alternet_hf
 from alternet_hf.blocks import Block, BlockAdapter, hooked_states, timm_cut
 
 from . import _common
-from ._common import analysis_mode, logits_of, resolve_device
+from ._common import AnalysisResult, analysis_mode, logits_of, resolve_device
 
 
 class UndescribedModelError(TypeError, ValueError):
@@ -396,3 +397,30 @@ def accumulate(model: nn.Module, data, accumulators: Sequence, **options) -> lis
     if batch is None:
         raise ValueError("the data gave no batches")
     return [accumulator.result() for accumulator in accumulators]
+
+
+@dataclass
+class AccuracyResult(AnalysisResult):
+    """Accuracy and mean NLL of the clean test data, from the per-block pass."""
+
+    accuracy: float
+    nll: float
+    num_samples: int
+
+
+class AccuracyAccumulator:
+    """The clean accuracy of the batches the per-block pass reads (what the claims weigh)."""
+
+    def __init__(self):
+        self.correct, self.nll, self.count = 0, 0.0, 0
+
+    def update(self, batch) -> None:
+        if batch.targets is None:
+            return
+        logits, targets = logits_of(batch.logits).double(), batch.targets.to(batch.logits.device)
+        self.correct += (logits.argmax(-1) == targets).sum().item()
+        self.nll += F.cross_entropy(logits, targets, reduction="sum").item()
+        self.count += len(targets)
+
+    def result(self) -> AccuracyResult | None:
+        return AccuracyResult(self.correct / self.count, self.nll / self.count, self.count) if self.count else None

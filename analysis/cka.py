@@ -230,3 +230,14 @@ def plot_cka(result: CKAResult, ax=None):
     ax.set_ylabel("block" if list(result.kinds_a) == list(result.kinds_b) else "block (second model)")
     ax.set_title("Minibatch CKA (MSA ticks in cyan)")
     return ax
+
+
+# --- as the analysis commands run it (analysis.registry) -------------------------------------------------------
+
+
+def cka_summary(result: CKAResult) -> str:
+    return f"cka: {result.similarity.shape[0]}×{result.similarity.shape[1]} similarity matrix"
+
+
+def cka_comparison(found: dict[str, CKAResult]):
+    return _common.panels(found, plot_cka, "CKA", (4.2, 3.6))

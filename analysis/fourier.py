@@ -205,3 +205,31 @@ def plot_fourier_curves(result: FourierResult, ax=None):
         plt.cm.ScalarMappable(cmap="plasma", norm=plt.Normalize(0, len(result.kinds) - 1)), ax=ax, label="depth"
     )
     return ax
+
+
+# --- as the analysis commands run it (analysis.registry) -------------------------------------------------------
+
+
+def fourier_figure(result: FourierResult):
+    figure, axes = _common.row_of_axes(2, 5, 3.5)
+    plot_fourier_curves(result, ax=axes[0])
+    plot_fourier(result, ax=axes[1])
+    return figure
+
+
+def fourier_summary(result: FourierResult) -> str:
+    value, kind = _common.last_with_map(result.high_frequency, result.kinds)
+    start = result.high_frequency[1]
+    return f"fourier: ΔlogA at π from {start:.2f} (stem) to {value:.2f} ({kind}, the last with a map)"
+
+
+def fourier_by_depth(found: dict[str, FourierResult]):
+    return _common.by_depth_figure(
+        {name: (r.high_frequency, r.kinds) for name, r in found.items()},
+        ylabel="ΔlogA at π",
+        title="High-frequency ΔlogA by depth (Fig. 2c / 8)",
+    )
+
+
+def fourier_spectra(found: dict[str, FourierResult]):
+    return _common.panels(found, plot_fourier_curves, "ΔlogA spectra (Fig. 2a)", (3.6, 3.2))

@@ -20,7 +20,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -518,3 +518,85 @@ def plot_density(result: DensityResult, ax=None, *, label: str | None = None, co
     ax.set_ylabel("density")
     ax.set_title("Hessian spectral density (SLQ)")
     return ax
+
+
+# --- as the analysis commands run it (analysis.registry) -------------------------------------------------------
+
+
+def spectrum_analysis(model: nn.Module, inputs, settings, *, on_partial=None, **common) -> SpectrumResult:
+    return max_eigenvalue_spectrum(
+        model,
+        inputs.train(),
+        top_k=settings.top_k,
+        bottom_k=settings.bottom_k,
+        weight_decay=settings.weight_decay,
+        penalty=settings.penalty,
+        batchnorm=settings.batchnorm or "train",
+        tol=settings.hessian_tol,
+        lanczos_steps=settings.lanczos_steps,
+        max_batches=settings.hessian_batches,
+        density_vectors=settings.density_vectors,
+        density_steps=settings.density_steps,
+        time_limit=settings.hessian_time_limit,
+        seed=settings.seed,
+        on_batch=on_partial,
+        **common,
+    )
+
+
+def spectrum_figure(result: SpectrumResult):
+    if result.density is None:
+        return plot_spectrum(result)
+    figure, axes = _common.row_of_axes(2, 5, 3.5)
+    plot_spectrum(result, ax=axes[0])
+    plot_density(DensityResult(**_common.as_arrays(result.density)), ax=axes[1])
+    axes[1].set_title("SLQ density (first minibatch)")
+    return figure
+
+
+def spectrum_summary(result: SpectrumResult) -> str:
+    top = np.median(result.eigenvalues[:, 0])
+    text = f"hessian: top eigenvalue per minibatch {top:.4g} (median of {len(result.eigenvalues)})"
+    if np.size(result.smallest_eigenvalues):
+        text += f", most negative {np.median(result.smallest_eigenvalues[:, 0]):.4g}"
+    return text + ("" if result.complete else " (stopped at the time limit)")
+
+
+def spectrum_estimate(costs: dict, settings) -> tuple[float, str] | None:
+    """An upper bound: every Lanczos step taken."""
+    if "hvp" not in costs:
+        return None
+    products = settings.hessian_batches * settings.lanczos_steps + settings.density_vectors * settings.density_steps
+    hvp, batches, vectors = costs["hvp"], settings.hessian_batches, settings.density_vectors
+    density = f" + {vectors}×{settings.density_steps} for the density" if vectors else ""
+    steps = f"at most {batches} minibatch{'es' * (batches != 1)} × {settings.lanczos_steps} Lanczos steps{density}"
+    return products * hvp, f"{steps}, about {hvp:.2g} s per Hessian-vector product"
+
+
+def spectra_comparison(found: dict[str, SpectrumResult]):
+    densities = {name: r.density for name, r in found.items() if r.density is not None}
+    figure, axes = _common.row_of_axes(1 + bool(densities), 5.5, 3.6)
+    colours = _common.model_colours(list(found))
+    both = {n: np.concatenate([np.ravel(r.eigenvalues), np.ravel(r.smallest_eigenvalues)]) for n, r in found.items()}
+    values = np.concatenate(list(both.values()))
+    values = values[np.isfinite(values)]
+    edges = np.linspace(values.min(), values.max(), 41) if values.size and values.min() < values.max() else 41
+    ax = axes[0]
+    if values.size and values.min() < 0:  # the negative side, where the loss is not locally convex
+        ax.axvspan(values.min(), 0.0, color="#fde0dd", linewidth=0, zorder=0, label="negative eigenvalues")
+    for name, result in found.items():
+        counts, bins = np.histogram(both[name][np.isfinite(both[name])], bins=edges)
+        spectrum = replace(result, counts=counts, bin_edges=bins)
+        plot_spectrum(spectrum, ax=ax, label=name, color=colours[name], fill=False)  # outlines: none hidden
+    both_ends = any(np.size(r.smallest_eigenvalues) for r in found.values())
+    ends = "top-k and bottom-k" if both_ends else "top-k"
+    ax.set_title(f"Hessian eigenvalue spectra, {ends} per minibatch (Fig. 1b / 4)", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    if densities:
+        ax = axes[1]
+        for name, density in densities.items():
+            plot_density(DensityResult(**_common.as_arrays(density)), ax=ax, label=name, color=colours[name])
+        ax.axvline(0.0, color="0.5", linewidth=0.8, linestyle="--")
+        ax.set_title("SLQ spectral density")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return figure

@@ -213,3 +213,96 @@ def plot_landscape(result: LandscapeResult, ax=None, *, kind: str = "contour", l
     ax.set_ylabel("direction 2")
     ax.set_title(f"Loss landscape (NLL + L2, {result.protocol} protocol)")
     return ax
+
+
+# --- as the analysis commands run it (analysis.registry) -------------------------------------------------------
+
+
+def landscape_analysis(model: nn.Module, inputs, settings, *, on_partial=None, **common) -> LandscapeResult:
+    return loss_landscape(
+        model,
+        inputs.train(),
+        num_points=settings.landscape_points,
+        span=settings.landscape_span,
+        weight_decay=settings.weight_decay,
+        penalty=settings.penalty,
+        protocol=settings.landscape_protocol,
+        batchnorm=settings.batchnorm,
+        max_batches=settings.landscape_batches,
+        seed=settings.seed,
+        **common,
+    )
+
+
+def landscape_figure(result: LandscapeResult):
+    import matplotlib.pyplot as plt
+
+    figure = plt.figure(figsize=(10, 4), constrained_layout=True)
+    plot_landscape(result, figure.add_subplot(1, 2, 1), kind="contour")
+    plot_landscape(result, figure.add_subplot(1, 2, 2, projection="3d"), kind="surface")
+    return figure
+
+
+def landscape_summary(result: LandscapeResult) -> str:
+    centre = result.loss[(len(result.coordinates) // 2,) * result.loss.ndim]
+    return (
+        f"landscape ({result.protocol} protocol): loss {centre:.4f} at the trained weights, "
+        f"max {result.loss.max():.4f} on the grid"
+    )
+
+
+def landscape_estimate(costs: dict, settings) -> tuple[float, str] | None:
+    if "train_forward" not in costs:
+        return None
+    points = settings.landscape_points**2
+    return (
+        points * settings.landscape_batches * costs["train_forward"],
+        f"{points} grid points × {settings.landscape_batches} minibatch",
+    )
+
+
+def landscape_comparison(found: dict[str, LandscapeResult]):
+    """The loss along each direction through the trained weights (rise from the centre), every model on
+    one axis, and each model's contour map."""
+    figure, axes = _common.row_of_axes(1 + len(found), 4.2, 3.8)
+    colours = _common.model_colours(list(found))
+    ax = axes[0]
+    for name, result in found.items():
+        loss = np.asarray(result.loss)
+        centre = len(result.coordinates) // 2
+        slices = [loss] if loss.ndim == 1 else [loss[:, centre], loss[centre, :]]
+        for direction, values in enumerate(slices):
+            ax.plot(
+                result.coordinates,
+                values - loss[(centre,) * loss.ndim],
+                color=colours[name],
+                linestyle="-" if direction == 0 else ":",
+                label=name if direction == 0 else None,
+            )
+    protocols = sorted({r.protocol for r in found.values()})
+    ax.set(
+        xlabel="step along direction 1 (solid) / 2 (dotted)",
+        ylabel="loss − loss at the trained weights",
+        title=f"Loss-landscape slices ({', '.join(protocols)} protocol)",
+    )
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    # One colour scale for every model's map (each on its own linear levels made the flattest look the sharpest),
+    # logarithmic where the losses span decades (the reference protocol's edges reach thousands).
+    from matplotlib import cm, colors
+
+    maps = [np.asarray(r.loss) for r in found.values() if np.asarray(r.loss).ndim == 2 and np.asarray(r.loss).size > 1]
+    low, high = (min(m.min() for m in maps), max(m.max() for m in maps)) if maps else (0.0, 0.0)
+    shared = bool(maps) and low < high
+    logarithmic = shared and low > 0 and high / low > 10
+    levels = np.geomspace(low, high, 16) if logarithmic else np.linspace(low, high, 16) if shared else 15
+    norm = colors.LogNorm(low, high) if logarithmic else colors.Normalize(low, high) if shared else None
+    for ax, (name, result) in zip(axes[1:], found.items()):
+        if shared and np.asarray(result.loss).ndim == 2 and np.asarray(result.loss).size > 1:
+            plot_landscape(result, ax=ax, kind="filled", levels=levels, norm=norm)
+        else:
+            plot_landscape(result, ax=ax)
+        ax.set_title(f"{name}: NLL + L2", fontsize=9)
+    if shared:
+        label = f"loss (NLL + L2), one {'log ' if logarithmic else ''}scale for all models"
+        figure.colorbar(cm.ScalarMappable(norm=norm, cmap="viridis"), ax=list(axes[1:]), label=label, shrink=0.9)
+    return figure

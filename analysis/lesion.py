@@ -124,3 +124,26 @@ def plot_lesion(result: LesionResult, ax=None):
     unbarred = [shade for shade, kind in zip(shades, [k for k in _common.SHADES if k in kinds]) if kind not in present]
     ax.legend(handles=bars + unbarred, fontsize=7)
     return ax
+
+
+# --- as the analysis commands run it (analysis.registry) -------------------------------------------------------
+
+
+def lesion_analysis(model: nn.Module, inputs, settings, *, on_partial=None, **common) -> LesionResult:
+    return lesion_study(model, inputs.test, adapter=inputs.adapter, max_batches=settings.max_batches, **common)
+
+
+def lesion_summary(result: LesionResult) -> str:
+    drop = 100 * np.nanmax(result.accuracy_drop)
+    return f"lesion: baseline accuracy {100 * result.baseline_accuracy:.2f}%, largest drop {drop:.2f} points"
+
+
+def lesion_estimate(costs: dict, settings) -> tuple[float, str]:
+    return _common.passes(costs, 1 + costs["num_branches"])
+
+
+def lesion_comparison(found: dict[str, LesionResult]):
+    drops = {n: (np.concatenate([[np.nan], 100 * r.accuracy_drop]), ["input", *r.kinds]) for n, r in found.items()}
+    return _common.by_depth_figure(
+        drops, ylabel="accuracy drop (points)", title="Lesion study: accuracy lost without each block (Fig. 11)"
+    )

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ._common import _plain
+from alternet_hf.utils import write_json
+
+from ._common import _plain, finite
 from .claims import (
     COMPETENCE,
     HOLDS,
@@ -17,21 +19,21 @@ from .claims import (
     role,
     variance_definitions_agree,
 )
-from .compare import comparison_figures, finite
+from .registry import ANALYSES
 
-FIGURE_CAPTIONS = {
-    "fourier_by_depth": "ΔlogA at π by normalised depth; filled circles are MSA blocks, triangles downsampling blocks. "
-    "The strips below mark each model's MSA (grey) and downsampling (blue) blocks.",
-    "fourier_spectra": "ΔlogA over frequency of every state, shallow (dark) to deep (bright).",
-    "variance_by_depth": "Feature-map variance by normalised depth (log scale); dashed: the reference notebook's "
-    "definition on the same maps.",
-    "hessian_spectra": "Top-k and bottom-k Hessian eigenvalues of every minibatch, pooled (and the SLQ density).",
-    "landscape": "NLL + L2 along the two directions through the trained weights, and each model's contour map.",
-    "frequency_noise": "Accuracy change under noise restricted to one frequency band.",
-    "lesion": "Accuracy lost when one block's residual branch is removed, at the depth of the block's output.",
-    "robustness": "Mean accuracy over the corruptions by severity.",
-    "cka": "Minibatch CKA between the blocks of each model.",
-}
+# Each comparison figure's caption in the report, by file stem (`analysis.registry`).
+FIGURE_CAPTIONS = {stem: caption for entry in ANALYSES.values() for stem, _, caption in entry.comparisons}
+
+
+def comparison_figures(results: dict[str, dict]) -> dict[str, object]:
+    """The paper's figures with every model in one plot, {file stem: matplotlib figure}, for the analyses present in
+    `results` ({model: {analysis: result}}), each drawn by its analysis's comparison (`analysis.registry`)."""
+    figures = {}
+    for name, entry in ANALYSES.items():
+        found = {model: measured[name] for model, measured in results.items() if name in measured}
+        for stem, function, _ in entry.comparisons if found else ():
+            figures[stem] = entry.load(function)(found)
+    return figures
 
 
 def write_comparison(
@@ -81,7 +83,7 @@ def write_comparison(
         "variance_definitions": definitions,
     }
     written["json"] = out / "comparison.json"
-    written["json"].write_text(json.dumps(finite(_plain(payload)), indent=2))
+    write_json(written["json"], finite(_plain(payload)))
     written["report"] = out / "report.md"
     written["report"].write_text(report_markdown(results, summaries, claims, definitions, written, meta, notes))
     return written

@@ -33,12 +33,12 @@ from torch import nn
 
 from alternet_hf.augmentation import normalize_images
 from alternet_hf.metrics import classification_metrics
+from alternet_hf.utils import quiet_progress_bars
 
 from . import _common
 from ._common import AnalysisResult, analysis_mode, iterate_batches, logits_of, model_normalization, resolve_device
-from .corruptions import CORRUPTIONS, SEVERITIES, corrupt, load_frost_photos, resolve_frost_dir
-
-ZENODO_URL = "https://zenodo.org/records/3555552"  # CIFAR-10-C and CIFAR-100-C, as released
+from .cifar_c import CORRUPTIONS, SEVERITIES, ZENODO_URL
+from .corruptions import corrupt, load_frost_photos, resolve_frost_dir
 
 Batches = Iterator[tuple[torch.Tensor, torch.Tensor]]
 
@@ -317,127 +317,13 @@ def save_as_parquet(
             "severity": datasets.Value("int8"),
         }
     )
-    shown = datasets.utils.logging.is_progress_bar_enabled()
-    datasets.disable_progress_bars()  # two bars per file under the caller's own, per corruption
-    try:
-        with tempfile.TemporaryDirectory() as cache:  # from_generator caches by arguments, not by the images made
-            dataset = datasets.Dataset.from_generator(examples, features=features, cache_dir=cache)
-            path = Path(path)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            dataset.to_parquet(str(path))
-    finally:
-        if shown:
-            datasets.enable_progress_bars()
+    # two bars per file under the caller's own, per corruption; from_generator caches by arguments, not by the images
+    with quiet_progress_bars(), tempfile.TemporaryDirectory() as cache:
+        dataset = datasets.Dataset.from_generator(examples, features=features, cache_dir=cache)
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        dataset.to_parquet(str(path))
     return path
-
-
-# --- the Hub dataset -----------------------------------------------------------------------------------
-
-CIFAR_C_CITATION = """@inproceedings{hendrycks2019benchmarking,
-  title={Benchmarking Neural Network Robustness to Common Corruptions and Perturbations},
-  author={Dan Hendrycks and Thomas Dietterich},
-  booktitle={International Conference on Learning Representations},
-  year={2019}
-}"""
-
-
-def set_file(corruption: str, severity: int) -> str:
-    """Where `write_hub_dataset` puts one set, relative to the repo."""
-    return f"data/{corruption}/{severity_split(severity)}-00000-of-00001.parquet"
-
-
-def hub_dataset_configs(corruptions: Sequence[str]) -> list[dict]:
-    """The card's configs: `default`, every set in one split `test`; then one config per corruption whose splits
-    are its severities, so that one set is one file to fetch."""
-    configs = [{"config_name": "default", "data_files": [{"split": "test", "path": "data/*/*.parquet"}]}]
-    for corruption in corruptions:
-        files = [
-            {"split": severity_split(s), "path": set_file(corruption, s).replace("00000-of-00001", "*")}
-            for s in SEVERITIES
-        ]
-        configs.append({"config_name": corruption, "data_files": files})
-    return configs
-
-
-def hub_dataset_card(repo_id: str, corruptions: Sequence[str], images_per_set: int):
-    """The dataset card of CIFAR-C published as parquet: schema, configs, how to read it, the severities, the
-    citation."""
-    from huggingface_hub import DatasetCard, DatasetCardData
-
-    from .corruptions import SEVERITY_PARAMETERS
-
-    data = DatasetCardData(
-        license="cc-by-4.0",
-        pretty_name="CIFAR-100-C",
-        task_categories=["image-classification"],
-        size_categories=["100K<n<1M"] if images_per_set * 5 * len(corruptions) >= 100_000 else ["n<100K"],
-        source_datasets=["uoft-cs/cifar100"],
-        configs=hub_dataset_configs(corruptions),
-    )
-    table = "\n".join(f"| {name} | {SEVERITY_PARAMETERS[name]} |" for name in corruptions)
-    example = "fog" if "fog" in corruptions else corruptions[0]
-    body = f"""
-# CIFAR-100-C
-
-The CIFAR-100 test set under {len(corruptions)} common corruptions at 5 severities (Hendrycks & Dietterich,
-ICLR 2019), converted from the released arrays (Zenodo record 3555552) to parquet, one row per image:
-`image` (PNG, 32×32 RGB), `label` (CIFAR-100 fine label), `corruption`, `severity` (1–5);
-{images_per_set:,} images per corruption and severity, in the order of the CIFAR-100 test set.
-
-One config per corruption, one split per severity (`severity_1` … `severity_5`), each a file of its own; the
-`default` config holds every set in one split, `test`:
-
-```python
-from datasets import load_dataset
-
-# {images_per_set:,} images; `datasets` fetches the config's 5 files, one per severity
-{example}_3 = load_dataset("{repo_id}", "{example}", split="severity_3")
-# the same rows, reading that one file
-{example}_3 = load_dataset("{repo_id}", "{example}", split="severity_3", streaming=True)
-# all {len(corruptions) * 5 * images_per_set:,} images
-everything = load_dataset("{repo_id}", split="test")
-
-# evaluation by corruption and severity, reading only the sets it evaluates:
-from analysis.robustness import ParquetCorruptions, evaluate_corruptions
-evaluate_corruptions(model, ParquetCorruptions("{repo_id}"))
-```
-
-| corruption | CIFAR-C parameters, severities 1–5 |
-|---|---|
-{table}
-
-Published with `alternet-publish-cifar100c` of alternet-hf. Licence of the original arrays: CC BY 4.0.
-
-```bibtex
-{CIFAR_C_CITATION}
-```
-"""
-    return DatasetCard(f"---\n{data.to_yaml()}\n---\n{body}")
-
-
-def write_hub_dataset(
-    zenodo_dir: str | Path, folder: str | Path, repo_id: str, corruptions: Sequence[str] = CORRUPTIONS
-) -> Path:
-    """The Hub dataset repo of the Zenodo arrays in `zenodo_dir`, written into `folder`: one parquet file per
-    corruption and severity (image, label, corruption, severity) at `set_file`, and the card (`hub_dataset_card`)
-    as README.md."""
-    from tqdm import tqdm
-
-    folder = Path(folder)
-    source = ZenodoArrays(zenodo_dir)
-    missing = sorted(set(corruptions) - set(source.available()))
-    if missing:
-        raise FileNotFoundError(
-            f"{zenodo_dir} lacks {', '.join(f'{name}.npy' for name in missing)} (it has {source.available()}): "
-            f"CIFAR-100-C's arrays are Zenodo record 3555552 ({ZENODO_URL}); unpack CIFAR-100-C.tar there"
-        )
-    sets = [(corruption, severity) for corruption in corruptions for severity in SEVERITIES]
-    for corruption, severity in tqdm(sets, desc="parquet", unit="set"):
-        save_as_parquet(
-            source, folder / set_file(corruption, severity), corruptions=[corruption], severities=[severity]
-        )
-    hub_dataset_card(repo_id, corruptions, source.per_severity).save(folder / "README.md")
-    return folder
 
 
 def stratified_subset(labels: Sequence[int], per_class: int, *, seed: int = 0) -> np.ndarray:
@@ -518,7 +404,7 @@ def _classifier(model: nn.Module, mean: torch.Tensor, std: torch.Tensor, device,
 
     if not compile_mode:
         return classify
-    from alternet_hf.data import padded_to_first_batch
+    from alternet_hf.utils import padded_to_first_batch
 
     return padded_to_first_batch(torch.compile(classify, mode=compile_mode))
 
@@ -748,3 +634,63 @@ def plot_frequency_noise(results: FrequencyNoiseResult | dict[str, FrequencyNois
     if any(name is not None for name in results):
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return ax
+
+
+# --- as the analysis commands run them (analysis.registry) -----------------------------------------------------
+
+
+def corruption_analysis(model: nn.Module, inputs, settings, *, on_partial=None, **common) -> CorruptionResult:
+    return evaluate_corruptions(
+        model,
+        inputs.corruptions,
+        corruptions=settings.corruptions,
+        severities=settings.severities,
+        image_size=inputs.image_size,
+        image_mean=inputs.image_mean,
+        image_std=inputs.image_std,
+        **common,
+    )
+
+
+def corruption_summary(result: CorruptionResult) -> str:
+    accuracy = 100 * result.mean_accuracy
+    return f"robustness: mean accuracy {accuracy:.2f}%, NLL {result.mean_nll:.3f}, ECE {result.mean_ece:.3f}"
+
+
+def corruption_estimate(costs: dict, settings) -> tuple[float, str]:
+    sets = len(settings.corruptions) * len(settings.severities)
+    images = costs["corruption_images"] or costs["test_batches"] * costs["test_batch_size"]
+    seconds = 2.0 * sets * images / costs["test_batch_size"] * costs["test_forward"]  # generating costs a forward
+    return seconds, f"{sets} corruption sets × {images} images"
+
+
+def corruption_comparison(found: dict[str, CorruptionResult]):
+    ax = _common.new_axes(None, figsize=(6, 3.5))
+    for name, result in found.items():
+        ax.plot(result.severities, 100 * np.asarray(result.accuracy).mean(axis=0), marker="o", label=name)
+    counts = {(len(r.corruptions), len(r.severities)) for r in found.values()}
+    shown = ", ".join(f"{c} corruptions × {s} severit{'y' if s == 1 else 'ies'}" for c, s in sorted(counts))
+    sources = sorted({r.source for r in found.values() if r.source})
+    ax.set(xlabel="severity", ylabel="mean accuracy over corruptions (%)")
+    ax.set_title(f"Corruption robustness: {', '.join(sources) or 'CIFAR-C'}\n({shown})", fontsize=9)
+    ax.set_xticks(sorted({s for r in found.values() for s in r.severities}))
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return ax.figure
+
+
+def frequency_noise_analysis(model: nn.Module, inputs, settings, *, on_partial=None, **common) -> FrequencyNoiseResult:
+    return frequency_noise(model, inputs.test, max_batches=settings.max_batches, seed=settings.seed, **common)
+
+
+def frequency_noise_summary(result: FrequencyNoiseResult) -> str:
+    deltas = " ".join(f"{100 * d:+.1f}" for d in result.delta_accuracy)
+    band = f"{result.frequencies.min():.1f}…{result.frequencies.max():.1f}π"
+    return f"frequency-noise: Δaccuracy (%) at {band}: {deltas}"
+
+
+def frequency_noise_estimate(costs: dict, settings) -> tuple[float, str]:
+    return _common.passes(costs, 10)
+
+
+def frequency_noise_comparison(found: dict[str, FrequencyNoiseResult]):
+    return plot_frequency_noise(found).figure

@@ -1,85 +1,171 @@
-"""The analyses of models from disk or the Hub on a dataset, as `alternet-analyze` and `alternet-compare` run them.
+"""The analyses of a model, as `alternet-analyze`, `alternet-compare` and the release run them.
 
-`analyse_model` writes each result of one model (JSON + the paper-style PNG) as soon as it is done, the Hessian
-spectrum also after every minibatch, and says how long each analysis will take before it starts; `compare_models`
-does so for several models and writes their comparison (`analysis.report`); `compare_stored` writes it from results
-already written (`read_results`). Each split is read once whatever the number of models, and the Hessian and
-landscape batches are augmented as the model was trained (`DataOptions.augmentation`).
+`analyse` runs analyses of the registry (`analysis.registry`) on one model in memory, the per-block ones (Fourier,
+variance, CKA, the clean accuracy) in one pass of feature maps. `analyse_model` does so for a model from disk or the
+Hub on a dataset (`analysis.inputs`), writing each result (JSON + the paper-style PNG) as soon as it is done, the
+Hessian spectrum also after every minibatch, and saying how long each analysis will take before it starts;
+`compare_models` does so for several models and writes their comparison (`analysis.report`); `compare_stored`
+writes it from results already written (`read_results`). Each split is read once whatever the number of models.
 """
 
 import contextlib
 import dataclasses
+import functools
 import json
-import os
+import time
 import typing
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 
-from alternet_hf.augmentation import BatchMixer, eval_transform, mix_batch, train_transform
-from alternet_hf.data import (
-    SAMPLE_SHUFFLE_BUFFER,
-    SeededAugmentation,
-    class_names_of,
-    collate_images,
-    load_image_classification,
-    load_image_sample,
-    with_transform,
-)
 from alternet_hf.run_lock import hold_folder
+from alternet_hf.utils import format_duration, write_json
 
-from . import robustness
-from ._common import count_batches, iterate_batches
-from .blocks import describe_blocks
+from . import _common
+from ._common import AnalysisResult, count_batches, finite, iterate_batches
+from .blocks import BlockAdapter, accumulate, describe_blocks
 from .claims import COMPETENCE
-from .compare import RESULT_TYPES, Settings, analyse, estimate_seconds, figure_of, finite, measure_costs, summary_of
+from .hessian import HessianOperator
+from .inputs import DataCache, DataOptions, Inputs, prepare_data
 from .models import load_model
+from .registry import ANALYSES, RESULTS, Settings
 from .report import write_comparison
 
-AUGMENTATIONS = ("model", "paper", "none")  # or the path of a training_config.json
-# The fields of a training config that say how its batches were augmented (`alternet_hf.recipe.TrainingConfig`).
-AUGMENTATION_FIELDS = (
-    "random_crop_padding",
-    "horizontal_flip",
-    "rand_augment",
-    "mixup_alpha",
-    "cutmix_alpha",
-    "label_smoothing",
-)
+
+def _ignore(*_) -> None:
+    """The callback of `analyse` that is not given."""
 
 
-@dataclass
-class DataOptions:
-    """Where the analyses' images come from and how they are batched.
+def analyse(
+    model: nn.Module,
+    analyses: Sequence[str] = tuple(ANALYSES),
+    *,
+    test_data,
+    train_data: Callable[[], object] | None = None,
+    corruption_source=None,
+    settings: Settings | None = None,
+    adapter: BlockAdapter | None = None,
+    image_size: int | None = None,
+    image_mean: Sequence[float] | None = None,
+    image_std: Sequence[float] | None = None,
+    device: str | torch.device | None = None,
+    progress: bool = False,
+    on_partial: Callable[[str, AnalysisResult], None] = _ignore,
+    on_start: Callable[[str], None] = _ignore,
+    on_result: Callable[[str, AnalysisResult], None] = _ignore,
+) -> dict[str, AnalysisResult]:
+    """Run `analyses` on `model`; returns {name: result}, plus "accuracy" when a per-block analysis ran.
 
-    `augmentation` of the Hessian and landscape batches: "model" (the model's `training_config.json`; the
-    paper's recipe where there is none), "paper", "none", or the path of a `training_config.json`. `cifar_c`:
-    a CIFAR-C source (Zenodo arrays folder, parquet dataset or Hub id); without one the corruptions are
-    generated from the test split.
-
-    A split of which the analyses read N images (`max_images`, else what their settings read: `images_used`) is a
-    seeded sample of N, streamed, so that the rest of a large split is never fetched; a split read whole is prepared
-    on disk.
+    `test_data`: clean, normalised test batches (a DataLoader). `train_data()`: a fresh iterable of the
+    augmented training batches (the Hessian and landscape each draw theirs from a new one, so they see
+    the same batches whatever ran before). `corruption_source`: CIFAR-C (`analysis.robustness`), its uint8
+    images resized to `image_size` and normalised with `image_mean` and `image_std`.
+    `on_partial(name, result)` receives the Hessian spectrum after each minibatch, `on_result(name,
+    result)` each result as soon as it is done (to write it before the next one starts); `on_start(name)`
+    is called before each analysis (for time estimates).
     """
+    settings = settings or Settings()
+    unknown = sorted(set(analyses) - set(ANALYSES))
+    if unknown:
+        raise ValueError(f"unknown analyses {unknown}; choose from {', '.join(ANALYSES)}")
+    entries = [ANALYSES[name] for name in ANALYSES if name in analyses]
+    if any(entry.training_batches for entry in entries) and train_data is None:
+        raise ValueError(f"the {' and '.join(e.name for e in entries if e.training_batches)} analyses need train_data")
+    if any(entry.corruptions for entry in entries) and corruption_source is None:
+        raise ValueError("the robustness analysis needs a corruption_source")
+    adapter = describe_blocks(model, adapter)
+    inputs = Inputs(test_data, train_data, corruption_source, image_size, image_mean, image_std, adapter)
+    common = dict(device=device, progress=progress)
+    results: dict[str, AnalysisResult] = {}
 
-    dataset: str = "digits"
-    image_column: str | None = None
-    label_column: str | None = None
-    train_split: str = "train"
-    test_split: str = "test"
-    batch_size: int = 256
-    augmentation: str = "model"
-    cifar_c: str | None = None
-    seed: int = 0
-    max_images: int | None = None
+    per_block = [entry for entry in entries if entry.per_block]
+    if per_block:
+        names = [entry.name for entry in per_block]
+        on_start(", ".join(names))
+        passed = [*per_block, RESULTS["accuracy"]]
+        computed = accumulate(
+            model,
+            test_data,
+            [entry.load(entry.run)() for entry in passed],
+            adapter=adapter,
+            max_batches=settings.max_batches,
+            desc="+".join(names),
+            **common,
+        )
+        results.update({entry.name: result for entry, result in zip(passed, computed) if result is not None})
+        for name in names:
+            on_result(name, results[name])
+
+    for entry in entries:
+        if not entry.per_block:
+            on_start(entry.name)
+            partial = functools.partial(on_partial, entry.name)
+            results[entry.name] = entry.load(entry.run)(model, inputs, settings, on_partial=partial, **common)
+            on_result(entry.name, results[entry.name])
+    return results
 
 
-def choose_device(name: str | None = None) -> torch.device:
-    """`name`, else CUDA where there is one, else the CPU."""
-    return torch.device(name or ("cuda" if torch.cuda.is_available() else "cpu"))
+def _seconds(function, repeats: int = 1) -> float:
+    function()  # warm-up: first calls allocate
+    started = time.perf_counter()
+    for _ in range(repeats):
+        function()
+    return (time.perf_counter() - started) / repeats
+
+
+def _forward_seconds(model: nn.Module, inputs: torch.Tensor) -> float:
+    """Seconds for a forward pass of `inputs`, timed on a quarter of them and scaled: a warm-up and a timed pass of
+    the whole batch would cost as much as a one-pass analysis itself."""
+    part = inputs[: max(1, len(inputs) // 4)]
+    return _seconds(lambda: model(part)) * len(inputs) / len(part)
+
+
+def measure_costs(
+    model: nn.Module, *, test_batch, train_batch=None, hessian: Settings | None = None, device=None
+) -> dict[str, float]:
+    """Seconds per forward pass of a test and a training batch, and with `hessian` (the settings the Hessian will
+    run with) per Hessian-vector product on the training batch, measured on the batches given: what
+    `estimate_seconds` multiplies. A product is timed, not reckoned from forward passes: its double backward costs
+    a different multiple of a forward pass for every architecture."""
+    device = _common.resolve_device(model, device)
+    costs = {}
+    with _common.analysis_mode(model, device=device), torch.no_grad():
+        inputs = test_batch[0].to(device)
+        costs["test_forward"] = _forward_seconds(model, inputs)
+        costs["test_batch_size"] = len(inputs)
+        if train_batch is not None:
+            costs["train_forward"] = _forward_seconds(model, train_batch[0].to(device))
+    if hessian is not None and train_batch is not None:
+        batch = [(train_batch[0].to(device), train_batch[1].to(device))]
+        with _common.analysis_mode(model, batchnorm=hessian.batchnorm or "train", device=device):
+            operator = HessianOperator(model, batch, weight_decay=hessian.weight_decay, penalty=hessian.penalty)
+            vector = operator.random_vector(torch.Generator(device=device).manual_seed(0))
+            costs["hvp"] = _seconds(lambda: operator(vector))
+    return costs
+
+
+def estimate_seconds(
+    analyses: Sequence[str], costs: dict[str, float], settings: Settings
+) -> dict[str, tuple[float, str]]:
+    """{analysis: (seconds, how that was reckoned)} from measured `costs` (`measure_costs`, with `test_batches`,
+    `num_branches` and `corruption_images`): each analysis's own estimate (`analysis.registry`); the per-block
+    analyses share one entry, as they share one pass."""
+    estimates = {}
+    per_block = [name for name in ANALYSES if name in analyses and ANALYSES[name].per_block]
+    if per_block:
+        batches = costs["test_batches"]
+        estimates[", ".join(per_block)] = (
+            1.3 * costs["test_forward"] * batches,
+            f"one pass over {batches} test batches",
+        )
+    for entry in [entry for name, entry in ANALYSES.items() if name in analyses and entry.estimate]:
+        estimate = entry.load(entry.estimate)(costs, settings)
+        if estimate is not None:
+            estimates[entry.name] = estimate
+    return estimates
 
 
 def analyse_model(
@@ -103,11 +189,11 @@ def analyse_model(
     parameters = sum(p.numel() for p in loaded.model.parameters())
     say(f"analysing {source} ({type(loaded.model).__name__}, {parameters:,} parameters) on {device}")
     meta = {"model": source, **_run_meta(data, device, scaled_down, say)}
-    batches = prepare_data(loaded, data, analyses, settings, DataCache(data), device=device)
-    if batches["augmentation"]:
-        say(f"Hessian/landscape batches augmented as: {batches['augmentation']['source']}")
+    inputs = prepare_data(loaded, data, analyses, settings, DataCache(data), device=device)
+    if inputs.augmentation:
+        say(f"Hessian/landscape batches augmented as: {inputs.augmentation['source']}")
     with hold_folder(out) if out is not None else contextlib.nullcontext():
-        return analyse_loaded(loaded, analyses, settings, batches, device=device, out=out, meta=meta, say=say)
+        return analyse_loaded(loaded, analyses, settings, inputs, device=device, out=out, meta=meta, say=say)
 
 
 def compare_models(
@@ -135,15 +221,15 @@ def compare_models(
         for name, source in specs:
             loaded = load_model(source, name=name, weights=(weights or {}).get(name), image_size=image_size)
             loaded.model.to(device)
-            batches = prepare_data(loaded, data, analyses, settings, cache, device=device)
-            augmentation = batches["augmentation"]
+            inputs = prepare_data(loaded, data, analyses, settings, cache, device=device)
+            augmentation = inputs.augmentation
             say(
                 f"{name}: {type(loaded.model).__name__} from {source}, {loaded.image_size}×{loaded.image_size} inputs"
                 + (f"; Hessian/landscape batches augmented as {augmentation['source']}" if augmentation else "")
             )
             meta = {"model": source, **run_meta}
             results[name] = analyse_loaded(
-                loaded, analyses, settings, batches, device=device, out=results_dir / name, meta=meta, say=say
+                loaded, analyses, settings, inputs, device=device, out=results_dir / name, meta=meta, say=say
             )
             summaries[name] = model_summary(loaded, source, augmentation)
             loaded.model.cpu()
@@ -172,7 +258,8 @@ def compare_stored(
         folder = results_dir / name
         results[name] = read_results(folder)
         loaded = load_model(source, name=name, image_size=image_size)
-        stored = [json.loads(p.read_text()) for a in ("hessian", "landscape") if (p := folder / f"{a}.json").is_file()]
+        trained = [name for name, entry in ANALYSES.items() if entry.training_batches]
+        stored = [json.loads(p.read_text()) for a in trained if (p := folder / f"{a}.json").is_file()]
         summaries[name] = model_summary(loaded, source, stored[0].get("augmentation") if stored else None)
     return write_comparison_of(
         results, summaries, data, settings, device, comparison_dir, scaled_down, competence, pending=pending
@@ -187,7 +274,7 @@ def _run_meta(data: DataOptions, device, scaled_down: Sequence[str], say) -> dic
 
 
 def model_summary(loaded, source: str, augmentation: dict | None) -> dict:
-    """What the report says of one model (`analysis.compare.summary_of` and where it came from)."""
+    """What the report says of one model (`summary_of` and where it came from)."""
     return {
         **summary_of(loaded.model),
         "source": source,
@@ -230,188 +317,36 @@ def write_comparison_of(
     return write_comparison(comparison_dir, results, summaries, meta=meta, notes=notes, competence=competence)
 
 
-def augmentation_of(choice: str, loaded) -> dict:
-    """The augmentation of the Hessian and landscape batches, with where it came from (`source`)."""
-    from alternet_hf.recipe import PAPER_RECIPE
-
-    if choice == "model" and loaded.training_config is not None:
-        fields, source = loaded.training_config, str(loaded.training_config_path)
-    elif choice == "model":
-        fields, source = PAPER_RECIPE, "the paper's recipe (the model has no training_config.json)"
-    elif choice == "paper":
-        fields, source = PAPER_RECIPE, "the paper's recipe"
-    elif choice == "none":
-        fields, source = {}, "none"
-    elif Path(choice).is_file():
-        fields, source = json.loads(Path(choice).read_text()), choice
-    else:
-        raise ValueError(
-            f"augmentation takes {', '.join(AUGMENTATIONS)} or a training_config.json file, not {choice!r}"
-        )
-    values = {name: fields.get(name) for name in AUGMENTATION_FIELDS}
-    return {"source": source} | {k: v if v or k == "rand_augment" else 0 for k, v in values.items()}
-
-
-class MixedBatches:
-    """The batches of `loader` mixed (Mixup/CutMix) and label-smoothed as in training (the engine's draws, seeded
-    per batch so every pass gives the same), as `(inputs, targets)`; targets stay class indices where the
-    training recipe had neither."""
-
-    def __init__(self, loader, augmentation: dict, num_labels: int, image_size: int, seed: int):
-        self.loader, self.num_labels = loader, num_labels
-        self.smoothing = augmentation["label_smoothing"] or 0.0
-        mixing = {key: augmentation[key] for key in ("mixup_alpha", "cutmix_alpha")}
-        self.mixer = BatchMixer(**mixing, image_size=image_size, seed=seed) if any(mixing.values()) else None
-
-    def __len__(self):
-        return len(self.loader)
-
-    def __iter__(self):
-        for index, batch in enumerate(self.loader):
-            inputs, targets = batch["pixel_values"], batch["labels"]
-            if self.mixer is not None:
-                inputs, targets = mix_batch(inputs, targets, self.mixer.parameters(0, index), self.num_labels)
-            if self.smoothing:
-                if not targets.is_floating_point():
-                    targets = torch.nn.functional.one_hot(targets, self.num_labels).float()
-                targets = targets * (1 - self.smoothing) + self.smoothing / self.num_labels
-            yield inputs, targets
-
-
-class DataCache:
-    """Each split of the dataset is read once, whatever the number of models."""
-
-    def __init__(self, options: DataOptions):
-        self.options, self.splits = options, {}
-
-    def split(self, name: str, class_names, num_images: int | None = None):
-        """The split `name`, or a seeded sample of `num_images` of it (`DataOptions`)."""
-        options, key = self.options, (name, tuple(class_names) if class_names else None, num_images)
-        if key not in self.splits:
-            load = load_image_classification if num_images is None else load_image_sample
-            sample = {} if num_images is None else dict(num_images=num_images, seed=options.seed)
-            columns = dict(image_column=options.image_column, label_column=options.label_column)
-            self.splits[key] = load(options.dataset, split=name, **sample, **columns, class_names=class_names)
-        return self.splits[key]
-
-
-def images_used(options: DataOptions, analyses, settings: Settings) -> dict[str, int | None]:
-    """How many images of the test and the training split `analyses` read (None: all of it)."""
-    if options.max_images is not None:
-        return {"test": options.max_images, "train": options.max_images}
-    test = [settings.max_batches * options.batch_size if settings.max_batches is not None else None]
-    if "robustness" in analyses and not options.cifar_c:  # the generated CIFAR-C corrupts test images
-        test.append(settings.corruption_images)
-    train = [settings.hessian_batches * ("hessian" in analyses), settings.landscape_batches * ("landscape" in analyses)]
-    return {
-        "test": None if None in test else max(test),
-        "train": settings.train_batch_size * max(train) if max(train) else None,
-    }
-
-
-def _loader(dataset, transform, batch_size: int, *, shuffle: bool, seed: int, drop_last: bool = False):
-    return torch.utils.data.DataLoader(
-        with_transform(dataset, transform),
-        batch_size=batch_size,
-        shuffle=shuffle,
-        drop_last=drop_last,
-        generator=torch.Generator().manual_seed(seed),
-        collate_fn=collate_images,
-    )
-
-
-def prepare_data(loaded, options: DataOptions, analyses, settings: Settings, cache: DataCache, *, device) -> dict:
-    """Test batches, a factory of augmented training batches, the CIFAR-C source and the augmentation
-    used, for one loaded model (`analysis.models.LoadedModel`)."""
-    size, mean, std = loaded.image_size, loaded.image_mean, loaded.image_std
-    names = class_names_of(getattr(loaded.model, "config", None))
-    used = images_used(options, analyses, settings)
-    test_set = cache.split(options.test_split, names, used["test"])
-    test = _loader(test_set, eval_transform(size, mean, std), options.batch_size, shuffle=False, seed=options.seed)
-    data = {"test": test, "train": None, "augmentation": None, "corruptions": None, "images": {"test": len(test_set)}}
-    if {"hessian", "landscape"} & set(analyses):
-        augmentation = augmentation_of(options.augmentation, loaded)
-        batch_size = settings.train_batch_size
-        if (augmentation["mixup_alpha"] or augmentation["cutmix_alpha"]) and batch_size % 2:
-            raise ValueError(
-                f"Mixup/CutMix pair images: the training batch size (--train-batch-size) must be even, not {batch_size}"
-            )
-        train_set = cache.split(options.train_split, names, used["train"])
-        data["images"]["train"] = len(train_set)
-        if len(train_set) < batch_size:
-            raise ValueError(
-                f"{len(train_set)} training images are fewer than the training batch size (--train-batch-size) "
-                f"{batch_size}"
-            )
-        transform = SeededAugmentation(
-            train_transform(
-                size,
-                mean,
-                std,
-                crop_padding=augmentation["random_crop_padding"],
-                horizontal_flip=augmentation["horizontal_flip"],
-                rand_augment=augmentation["rand_augment"] or None,
-            ),
-            options.seed,
-        )
-
-        def train():
-            # A fresh loader per analysis: each sees the same shuffled, augmented batches whatever ran before.
-            loader = _loader(train_set, transform, batch_size, shuffle=True, seed=options.seed, drop_last=True)
-            return MixedBatches(loader, augmentation, loaded.num_labels, size, options.seed)
-
-        data["train"], data["augmentation"] = train, augmentation
-    sampled = [split for split, count in used.items() if count is not None and split in data["images"]]
-    if sampled:  # what a result needs to say to be drawn again
-        data["images"]["sample"] = {"splits": sampled, "seed": options.seed, "shuffle_buffer": SAMPLE_SHUFFLE_BUFFER}
-    if "robustness" in analyses:
-        if options.cifar_c:
-            data["corruptions"] = robustness.load_corruption_source(options.cifar_c)
-        else:
-            clean = test_set
-            if settings.corruption_images is not None:
-                clean = test_set.select(range(min(len(test_set), settings.corruption_images)))
-            data["corruptions"] = robustness.GeneratedCorruptions.from_dataset(
-                clean,
-                seed=options.seed,
-                device=device,
-                name=f"the {options.test_split} split of {options.dataset}, corrupted by analysis.corruptions",
-            )
-    return data
-
-
 def analyse_loaded(
-    loaded, analyses, settings: Settings, data: dict, *, device, out: Path | None, meta: dict, say=print
+    loaded, analyses, settings: Settings, inputs: Inputs, *, device, out: Path | None, meta: dict, say=print
 ) -> dict:
     """Run `analyses` on one loaded model with time estimates; write each result (JSON + PNG) into `out`
     as soon as it is done, the Hessian spectrum also after every minibatch. Returns {analysis: result}."""
     import matplotlib.pyplot as plt
 
-    adapter = describe_blocks(loaded.model)
-    test_batch = next(iterate_batches(data["test"]))  # the loader's dict as (inputs, targets)
-    train_batch = next(iter(data["train"]())) if data["train"] else None
+    inputs.adapter = describe_blocks(loaded.model)
+    test_batch = next(iterate_batches(inputs.test))  # the loader's dict as (inputs, targets)
+    train_batch = next(iter(inputs.train())) if inputs.train else None
     hessian = settings if "hessian" in analyses else None
     costs = measure_costs(loaded.model, test_batch=test_batch, train_batch=train_batch, hessian=hessian, device=device)
-    estimates = estimate_seconds(
-        analyses,
-        costs,
-        settings,
-        test_batches=count_batches(data["test"], settings.max_batches),
-        num_branches=sum(b.residual_branch is not None for b in adapter.blocks),
-        corruption_images=len(data["corruptions"].images) if hasattr(data["corruptions"], "images") else None,
-    )
+    costs |= {
+        "test_batches": count_batches(inputs.test, settings.max_batches),
+        "num_branches": sum(b.residual_branch is not None for b in inputs.adapter.blocks),
+        "corruption_images": len(inputs.corruptions.images) if hasattr(inputs.corruptions, "images") else None,
+    }
+    estimates = estimate_seconds(analyses, costs, settings)
     total = sum(seconds for seconds, _ in estimates.values())
-    say(f"{loaded.name}: all analyses about {_duration(total)} on {device}")
+    say(f"{loaded.name}: all analyses about {format_duration(total)} on {device}")
 
     def on_start(name):
         if name in estimates:
             seconds, how = estimates[name]
-            say(f"{loaded.name}: {name}: about {_duration(seconds)} ({how})")
+            say(f"{loaded.name}: {name}: about {format_duration(seconds)} ({how})")
 
     def meta_of(name, partial=False):
-        extra = {"images": data["images"]}
-        if name in ("hessian", "landscape"):
-            extra |= {"augmentation": data["augmentation"], "train_batch_size": settings.train_batch_size}
+        extra = {"images": inputs.images}
+        if RESULTS[name].training_batches:
+            extra |= {"augmentation": inputs.augmentation, "train_batch_size": settings.train_batch_size}
         return {**meta, **extra, "settings": settings.to_dict(), "partial": partial}
 
     def on_partial(name, partial):
@@ -419,20 +354,21 @@ def analyse_loaded(
             write_result(out, name, partial, meta_of(name, partial=True))
 
     def on_result(name, result):
-        say(f"{loaded.name}: {summary_line(name, result)}")
+        entry = ANALYSES[name]
+        say(f"{loaded.name}: {entry.load(entry.summary)(result)}")
         if out is not None:
-            figure = figure_of(name, result)
+            figure = entry.load(entry.plot)(result)
             write_result(out, name, result, meta_of(name), figure)
-            plt.close(figure)
+            plt.close(getattr(figure, "figure", figure))
 
     results = analyse(
         loaded.model,
         analyses,
-        test_data=data["test"],
-        train_data=data["train"],
-        corruption_source=data["corruptions"],
+        test_data=inputs.test,
+        train_data=inputs.train,
+        corruption_source=inputs.corruptions,
         settings=settings,
-        adapter=adapter,
+        adapter=inputs.adapter,
         image_size=loaded.image_size,
         image_mean=loaded.image_mean,
         image_std=loaded.image_std,
@@ -447,15 +383,15 @@ def analyse_loaded(
     return results
 
 
-def write_result(out: Path, name: str, result, meta: dict, figure=None) -> None:
-    """`<out>/<name>.json` ({..meta, "analysis", "result"}) written atomically, and `<name>.png`."""
-    out.mkdir(parents=True, exist_ok=True)
+def write_result(out: Path, name: str, result, meta: dict, figure=None, *, stem: str | None = None) -> Path:
+    """`<out>/<stem>.json` ({..meta, "analysis": name, "result"}; `stem`: the analysis's name unless given) written
+    atomically, and `<stem>.png` (`figure`: a Figure or an Axes of one). `read_result` reads it back."""
     payload = {**meta, "analysis": name, "result": finite(result.to_dict())}
-    partial = out / f".{name}.json.partial"
-    partial.write_text(json.dumps(payload, indent=2))
-    os.replace(partial, out / f"{name}.json")
+    path = write_json(Path(out) / f"{stem or name}.json", payload)
     if figure is not None:
-        figure.savefig(out / f"{name}.png", dpi=130)
+        figure = getattr(figure, "figure", figure)  # an Axes draws into its Figure
+        figure.savefig(path.with_suffix(".png"), dpi=130)
+    return path
 
 
 def read_result(path: Path):
@@ -464,7 +400,8 @@ def read_result(path: Path):
     payload = json.loads(Path(path).read_text())
     if payload.get("partial"):
         raise ValueError(f"{path} holds a partial result (the analysis was interrupted): run the analysis again")
-    kind = RESULT_TYPES[payload["analysis"]]
+    entry = RESULTS[payload["analysis"]]
+    kind = entry.load(entry.result)
     hints, values = typing.get_type_hints(kind), payload["result"]
     fields = {}
     for f in [f for f in dataclasses.fields(kind) if f.name in values]:
@@ -483,49 +420,18 @@ def read_result(path: Path):
 
 def read_results(folder: Path) -> dict:
     """Every complete result in `folder` (`<analysis>.json`), by analysis."""
-    return {path.stem: read_result(path) for path in sorted(Path(folder).glob("*.json")) if path.stem in RESULT_TYPES}
+    return {path.stem: read_result(path) for path in sorted(Path(folder).glob("*.json")) if path.stem in RESULTS}
 
 
-def _duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
-
-
-def summary_line(name: str, result) -> str:
-    """One line per analysis for the terminal."""
-
-    def last(values) -> tuple[float, str]:
-        """The last block with a feature map (PiT's head is its class token alone: no map, NaN)."""
-        values = np.asarray(values, dtype=float)
-        index = max(i for i in range(len(values)) if np.isfinite(values[i]) or i == 1)
-        return values[index], result.kinds[index]
-
-    if name == "fourier":
-        value, kind = last(result.high_frequency)
-        start = result.high_frequency[1]
-        return f"fourier: ΔlogA at π from {start:.2f} (stem) to {value:.2f} ({kind}, the last with a map)"
-    if name == "variance":
-        value, kind = last(result.variance)
-        return f"variance: {result.variance[1]:.3g} (stem) to {value:.3g} ({kind}, the last with a map)"
-    if name == "hessian":
-        top = np.median(result.eigenvalues[:, 0])
-        text = f"hessian: top eigenvalue per minibatch {top:.4g} (median of {len(result.eigenvalues)})"
-        if np.size(result.smallest_eigenvalues):
-            text += f", most negative {np.median(result.smallest_eigenvalues[:, 0]):.4g}"
-        return text + ("" if result.complete else " (stopped at the time limit)")
-    if name == "landscape":
-        centre = result.loss[(len(result.coordinates) // 2,) * result.loss.ndim]
-        return (
-            f"landscape ({result.protocol} protocol): loss {centre:.4f} at the trained weights, "
-            f"max {result.loss.max():.4f} on the grid"
-        )
-    if name == "robustness":
-        accuracy = 100 * result.mean_accuracy
-        return f"robustness: mean accuracy {accuracy:.2f}%, NLL {result.mean_nll:.3f}, ECE {result.mean_ece:.3f}"
-    if name == "frequency-noise":
-        deltas = " ".join(f"{100 * d:+.1f}" for d in result.delta_accuracy)
-        band = f"{result.frequencies.min():.1f}…{result.frequencies.max():.1f}π"
-        return f"frequency-noise: Δaccuracy (%) at {band}: {deltas}"
-    if name == "lesion":
-        drop = 100 * np.nanmax(result.accuracy_drop)
-        return f"lesion: baseline accuracy {100 * result.baseline_accuracy:.2f}%, largest drop {drop:.2f} points"
-    return f"cka: {result.similarity.shape[0]}×{result.similarity.shape[1]} similarity matrix"
+def summary_of(model: nn.Module, adapter: BlockAdapter | None = None) -> dict:
+    """Parameters and blocks of a model, for reports."""
+    adapter = describe_blocks(model, adapter)
+    kinds = adapter.kinds
+    config = getattr(model, "config", None)
+    return {
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "num_labels": getattr(config, "num_labels", None) or getattr(model, "num_classes", None),
+        "kinds": kinds,
+        "names": adapter.names,
+        "block_counts": {kind: kinds.count(kind) for kind in dict.fromkeys(kinds)},
+    }

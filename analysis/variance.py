@@ -104,3 +104,22 @@ def plot_variance(result: VarianceResult, ax=None):
     )
     ax.set_yscale("log")
     return ax
+
+
+# --- as the analysis commands run it (analysis.registry) -------------------------------------------------------
+
+
+def variance_summary(result: VarianceResult) -> str:
+    value, kind = _common.last_with_map(result.variance, result.kinds)
+    return f"variance: {result.variance[1]:.3g} (stem) to {value:.3g} ({kind}, the last with a map)"
+
+
+def variance_by_depth(found: dict[str, VarianceResult]):
+    return _common.by_depth_figure(
+        {name: (r.variance, r.kinds) for name, r in found.items()},
+        ylabel="feature-map variance",
+        title="Feature-map variance by depth (Fig. 9)",
+        log=True,
+        extra={n: r.reference_variance for n, r in found.items() if r.reference_variance is not None},
+        extra_label="reference notebook's definition",
+    )

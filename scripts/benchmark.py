@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> None:
         ]
         report = tables.feature_maps_table(rows)
     elif args.corruptions:
-        from analysis.corruptions import CORRUPTIONS
+        from analysis.cifar_c import CORRUPTIONS
 
         rows = benchmark.corruption_speed(
             num_images=args.num_images,

@@ -233,7 +233,7 @@ def run_evaluation(sizes: Sizes, record: Recorder) -> None:
 
 
 def run_analyses(sizes: Sizes, record: Recorder) -> None:
-    from analysis.corruptions import CORRUPTIONS
+    from analysis.cifar_c import CORRUPTIONS
     from zoo_benchmark.analyses import corruption_speed, hessian_convergence, per_block_speed
     from zoo_benchmark.device import chosen_device
 
@@ -355,10 +355,9 @@ def run_check(args, sizes: Sizes, out: Path) -> dict:
 
 
 def write_results(results: dict, out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    partial = out / "device_check.json.partial"
-    partial.write_text(json.dumps(results, indent=2))
-    partial.replace(out / "device_check.json")
+    from alternet_hf.utils import write_json
+
+    write_json(out / "device_check.json", results)
     (out / "device_check.md").write_text(summary(results))
 
 
@@ -487,6 +486,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
     sizes = REHEARSAL if args.cpu_rehearsal else Sizes()
+    sys.path.insert(0, str(REPO))  # a copy of the repository, not installed: its packages are imported from there
     if args.part:
         sys.path.insert(0, str(REPO / "scripts"))
         if args.cpu_rehearsal:

@@ -11,7 +11,8 @@ import torch
 from accelerate import PartialState
 from safetensors.torch import save_file
 
-from alternet_hf.data import SeededAugmentation, stream_image_classification
+from alternet_hf.augmentation import SeededAugmentation
+from alternet_hf.data import stream_image_classification
 from alternet_hf.recipe import TrainingConfig
 from alternet_hf.streaming import stream_loader
 from alternet_hf.training import train

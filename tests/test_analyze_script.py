@@ -11,10 +11,10 @@ from conftest import TINY, installed_command
 import alternet_hf
 from alternet_hf.cli.analyze import build_parser, settings_from_args
 from alternet_hf.recipe import TrainingConfig
-from analysis import compare, runner
+from analysis import registry
 from analysis.blocks import block_kinds
-from analysis.compare import ANALYSES
-from analysis.corruptions import CORRUPTIONS
+from analysis.cifar_c import CORRUPTIONS
+from analysis.registry import ANALYSES
 
 pytestmark = pytest.mark.commands  # runs installed commands (see CONTRIBUTING.md)
 
@@ -110,7 +110,7 @@ def test_unknown_analysis_is_refused(tmp_path):
 
 
 def test_every_setting_is_a_flag_of_its_own_name_that_reaches_the_analyses():
-    """Each field of `compare.Settings` is the flag of the same name; a value typed reaches the settings unchanged,
+    """Each field of `registry.Settings` is the flag of the same name; a value typed reaches the settings unchanged,
     one not typed is the paper's on a GPU and the CPU's amount on a CPU."""
     typed = dict(
         max_batches="3", train_batch_size="8", hessian_batches="4", top_k="2", bottom_k="1", lanczos_steps="9",
@@ -118,22 +118,22 @@ def test_every_setting_is_a_flag_of_its_own_name_that_reaches_the_analyses():
         penalty="squared", batchnorm="eval", landscape_points="5", landscape_batches="2", landscape_span="0.5",
         landscape_protocol="reference", corruptions="fog,snow", severities="2,4", corruption_images="16", seed="7",
     )  # fmt: skip
-    assert set(typed) == {field.name for field in dataclasses.fields(compare.Settings)}
+    assert set(typed) == {field.name for field in dataclasses.fields(registry.Settings)}
     argv = ["--model", "alternet-18-cifar10", *(x for k, v in typed.items() for x in (f"--{k.replace('_', '-')}", v))]
     settings, notes = settings_from_args(build_parser().parse_args(argv), "cpu")
-    assert notes == [] and settings == compare.Settings(
+    assert notes == [] and settings == registry.Settings(
         max_batches=3, train_batch_size=8, hessian_batches=4, top_k=2, bottom_k=1, lanczos_steps=9, hessian_tol=0.5,
         hessian_time_limit=60.0, density_vectors=1, density_steps=7, weight_decay=0.1, penalty="squared",
         batchnorm="eval", landscape_points=5, landscape_batches=2, landscape_span=0.5, landscape_protocol="reference",
         corruptions=("fog", "snow"), severities=(2, 4), corruption_images=16, seed=7,
     )  # fmt: skip
     untyped = build_parser().parse_args(["--model", "alternet-18-cifar10"])
-    assert settings_from_args(untyped, "cuda")[0] == compare.Settings()
+    assert settings_from_args(untyped, "cuda")[0] == registry.Settings()
     on_cpu, notes = settings_from_args(untyped, "cpu")
-    assert on_cpu == compare.Settings(**compare.Settings.CPU_AMOUNTS) and len(notes) == len(
-        compare.Settings.CPU_AMOUNTS
+    assert on_cpu == registry.Settings(**registry.Settings.CPU_AMOUNTS) and len(notes) == len(
+        registry.Settings.CPU_AMOUNTS
     )
-    assert runner.AUGMENTATIONS == ("model", "paper", "none")
+    assert registry.AUGMENTATIONS == ("model", "paper", "none")
 
 
 def test_a_sample_of_n_images_is_analysed_whole_whatever_the_device_s_amounts():

@@ -14,14 +14,16 @@ from alternet_hf.augmentation import (
     LEVELS,
     BatchMixer,
     ImageAugmentation,
+    SeededAugmentation,
     check_rand_augment,
     eval_transform,
     level_arguments,
     mix_batch,
     train_transform,
 )
-from alternet_hf.data import SeededAugmentation, collate_images, to_rgb, with_transform
+from alternet_hf.data import collate_images, with_transform
 from alternet_hf.training import training_loss
+from alternet_hf.utils import to_rgb
 
 MEAN, STD = (0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761)
 FILL = tuple(round(255 * m) for m in MEAN)

@@ -1,7 +1,8 @@
 """The installed commands as a user types them: in a fresh folder, offline, with the inputs users get wrong.
 
 Each bad input must end in one clear message (exit status 2, no traceback) and leave what was there intact.
-Every installed command answers `--help` from a fresh interpreter; the others run as `commands.py` runs them.
+Every installed command answers `--help` from a fresh interpreter, without importing torch; the others run as
+`commands.py` runs them.
 The commands of a test run concurrently, one thread each.
 """
 
@@ -146,17 +147,30 @@ def test_a_forked_command_has_the_threads_of_its_cold_start(tmp_path):
     assert forked.stdout.strip() == cold.stdout.strip() and one.stdout.strip() == "1", (forked, cold, one)
 
 
-def test_every_command_answers_help(tmp_path):
-    """Each command's own entry point answers `--help`. The first one starts in a bare interpreter, as a user's
-    shell starts it; the others are forked from a warm one (tests/commands.py), which imports the same modules
-    (every command imports `alternet_hf`, then its own module) without paying seven CPU seconds of torch and
-    transformers each. The README's main job starts cold too (test_readme)."""
+# What `--help` and a wrong flag must answer without: the model stack a command imports once its arguments are good.
+HEAVY_PACKAGES = ("torch", "transformers", "timm", "accelerate", "datasets", "numpy", "matplotlib", "gradio")
+
+
+def test_every_command_answers_help_and_a_wrong_flag_without_importing_torch(tmp_path):
+    """Each command's own entry point, started cold as a user's shell starts it, answers `--help` and a mistyped flag
+    before importing torch or any other library of the model stack (Python's import log, `PYTHONPROFILEIMPORTTIME`,
+    lists what each imported): the package `__init__` is lazy and the parsers are built from the standard library."""
     names = command_names()
     assert len(names) >= 9
-    cold = run_all({names[0]: [names[0], "--help"]}, tmp_path, warm=False)
-    results = cold | run_all({name: [name, "--help"] for name in names[1:]}, tmp_path)
-    for name, result in results.items():
-        assert result.returncode == 0 and result.stdout.startswith("usage: " + name), (name, result.stderr[-2000:])
+    runs = {(name, "--help"): [name, "--help"] for name in names} | {
+        (name, "--no-such-flag"): [name, "--no-such-flag"] for name in names
+    }
+    results = run_all(runs, tmp_path, warm=False, PYTHONPROFILEIMPORTTIME="1")
+    for (name, flag), result in results.items():
+        if flag == "--help":
+            assert result.returncode == 0 and result.stdout.startswith("usage: " + name), (name, result.stderr[-2000:])
+        else:
+            assert result.returncode == 2 and f"{name}: error: " in result.stderr, result.stderr[-2000:]
+            assert "Traceback" not in result.stderr, result.stderr[-2000:]
+        imported = [line.rsplit("|", 1)[1].strip() for line in result.stderr.splitlines() if line.startswith("import")]
+        assert "alternet_hf.cli._common" in imported, (name, imported)  # the log is read
+        heavy = sorted({module for module in imported if module.split(".")[0] in HEAVY_PACKAGES})
+        assert not heavy, f"{name} {flag} imported {heavy[:5]}"
 
 
 def test_every_tool_answers_help(tmp_path):

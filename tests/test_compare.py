@@ -11,10 +11,10 @@ from conftest import BOX_BLUR, LAPLACIAN, TINY, Filter
 from torch import nn
 
 import alternet_hf
-from analysis import claims, compare
-from analysis.blocks import BlockAdapter
+from analysis import claims, registry, runner
+from analysis.blocks import AccuracyResult, BlockAdapter
 from analysis.fourier import FourierResult
-from analysis.report import write_comparison
+from analysis.report import comparison_figures, write_comparison
 
 matplotlib.use("Agg")
 
@@ -35,7 +35,7 @@ def chain_results(kinds: list[str], kernels) -> dict:
     model = Chain(*kernels)
     adapter = BlockAdapter(list(zip(kinds, model.blocks)))
     images = torch.rand(8, 3, 16, 16, generator=torch.Generator().manual_seed(0))
-    return compare.analyse(
+    return runner.analyse(
         model, ["fourier", "variance"], test_data=(images, torch.zeros(8, dtype=torch.long)), adapter=adapter
     )
 
@@ -92,7 +92,7 @@ def test_orderings_and_pairs_against_the_cnn():
         hessian = type("S", (), {"eigenvalues": np.array([[top]]), "smallest_eigenvalues": np.array([[smallest]])})
         frequency = type("F", (), {"frequencies": np.array([0.1, 0.9]), "delta_accuracy": np.array([0.0, noise])})
         return {
-            "accuracy": compare.AccuracyResult(accuracy, 0.1, 100_000),
+            "accuracy": AccuracyResult(accuracy, 0.1, 100_000),
             "hessian": hessian,
             "frequency-noise": frequency,
         }
@@ -112,7 +112,7 @@ def test_orderings_and_pairs_against_the_cnn():
     assert decided["msa-flat-hessian"].checks == {"vit < resnet": True, "alternet < resnet": True}
     assert decided["vit-negative-eigenvalues"].checks == {"vit > resnet": True}  # |−5|/10 > |−1|/50
     assert decided["msa-robust-high-frequency"].verdict == claims.HOLDS
-    results["vit"]["accuracy"] = compare.AccuracyResult(0.99, 0.1, 100_000)
+    results["vit"]["accuracy"] = AccuracyResult(0.99, 0.1, 100_000)
     assert claims.evaluate_claims(results, summaries)[-2].verdict == claims.MIXED
 
 
@@ -121,7 +121,7 @@ def test_a_difference_inside_the_noise_is_undecided_and_a_near_chance_model_is_n
     order two models, 10 points on 10,000 can; a model at 15% on 10 classes (below twice chance) is named."""
 
     def found(accuracy, images):
-        return {"accuracy": compare.AccuracyResult(accuracy, 0.1, images)}
+        return {"accuracy": AccuracyResult(accuracy, 0.1, images)}
 
     summaries = {
         "resnet": {"kinds": ["stem", "conv"], "num_labels": 10},
@@ -189,7 +189,7 @@ def test_per_block_analyses_share_one_pass_and_match_the_single_analyses():
     calls = []
     model.register_forward_hook(lambda module, args, output: calls.append(1))
     batches = [(torch.randn(6, 3, 16, 16), torch.randint(0, 5, (6,))) for _ in range(2)]
-    results = compare.analyse(model, ["fourier", "variance", "cka"], test_data=batches)
+    results = runner.analyse(model, ["fourier", "variance", "cka"], test_data=batches)
     assert len(calls) == 2  # one forward pass per batch for all three, and the accuracy
     assert results["accuracy"].num_samples == 12
     np.testing.assert_allclose(
@@ -207,14 +207,14 @@ def test_per_block_analyses_share_one_pass_and_match_the_single_analyses():
 
 
 def test_settings_scale_down_on_a_cpu_and_say_so():
-    settings, notes = compare.Settings.for_device("cpu", hessian_batches=7)
-    assert settings.hessian_batches == 7 and settings.lanczos_steps == compare.Settings.CPU_AMOUNTS["lanczos_steps"]
+    settings, notes = registry.Settings.for_device("cpu", hessian_batches=7)
+    assert settings.hessian_batches == 7 and settings.lanczos_steps == registry.Settings.CPU_AMOUNTS["lanczos_steps"]
     assert any(note.startswith("lanczos-steps 30 (paper: 100)") for note in notes)
     assert not any("hessian-batches" in note for note in notes)
-    gpu, gpu_notes = compare.Settings.for_device("cuda")
-    assert gpu == compare.Settings() and gpu_notes == []
+    gpu, gpu_notes = registry.Settings.for_device("cuda")
+    assert gpu == registry.Settings() and gpu_notes == []
     with pytest.raises(ValueError, match="unknown settings"):
-        compare.Settings.for_device("cpu", hessian_batch=3)
+        registry.Settings.for_device("cpu", hessian_batch=3)
 
 
 def test_the_hessian_estimate_multiplies_a_timed_product_and_leaves_the_model_as_it_was():
@@ -223,13 +223,14 @@ def test_the_hessian_estimate_multiplies_a_timed_product_and_leaves_the_model_as
     model.train()
     before = {name: value.clone() for name, value in model.state_dict().items()}
     images, labels = torch.randn(8, 3, 16, 16), torch.arange(8) % 4
-    settings = compare.Settings(hessian_batches=3, lanczos_steps=7, density_vectors=0)
-    costs = compare.measure_costs(model, test_batch=(images, labels), train_batch=(images, labels), hessian=settings)
+    settings = registry.Settings(hessian_batches=3, lanczos_steps=7, density_vectors=0)
+    costs = runner.measure_costs(model, test_batch=(images, labels), train_batch=(images, labels), hessian=settings)
     assert costs["hvp"] > 0 and costs["test_forward"] > 0 and costs["test_batch_size"] == 8
-    seconds, how = compare.estimate_seconds(["hessian"], costs, settings, test_batches=1, num_branches=0)["hessian"]
+    costs |= {"test_batches": 1, "num_branches": 0, "corruption_images": None}
+    seconds, how = runner.estimate_seconds(["hessian"], costs, settings)["hessian"]
     assert seconds == pytest.approx(3 * 7 * costs["hvp"]) and "3 minibatches × 7 Lanczos steps" in how
     assert model.training and all(torch.equal(before[k], v) for k, v in model.state_dict().items())
-    assert "hvp" not in compare.measure_costs(model, test_batch=(images, labels), train_batch=(images, labels))
+    assert "hvp" not in runner.measure_costs(model, test_batch=(images, labels), train_batch=(images, labels))
 
 
 def test_comparison_of_two_zoo_models_writes_every_figure_json_and_report(tmp_path):
@@ -240,7 +241,7 @@ def test_comparison_of_two_zoo_models_writes_every_figure_json_and_report(tmp_pa
     generator = torch.Generator().manual_seed(0)
     test = [(torch.randn(8, 3, 16, 16, generator=generator), torch.randint(0, 4, (8,), generator=generator))]
     train = [(torch.randn(8, 3, 16, 16, generator=generator), torch.randint(0, 4, (8,), generator=generator))]
-    settings = compare.Settings(
+    settings = registry.Settings(
         hessian_batches=1,
         top_k=1,
         bottom_k=1,
@@ -255,9 +256,9 @@ def test_comparison_of_two_zoo_models_writes_every_figure_json_and_report(tmp_pa
     for name, model in models.items():
         short = name.split("-")[0]
         # Hessian-vector products of AlterNet's tiny convolutions are slow on a CPU: its spectrum is left out.
-        analyses = [a for a in compare.ANALYSES if a != "robustness" and (a != "hessian" or short != "alternet")]
-        results[short] = compare.analyse(model, analyses, test_data=test, train_data=lambda: train, settings=settings)
-        summaries[short] = {**compare.summary_of(model), "source": name}
+        analyses = [a for a in registry.ANALYSES if a != "robustness" and (a != "hessian" or short != "alternet")]
+        results[short] = runner.analyse(model, analyses, test_data=test, train_data=lambda: train, settings=settings)
+        summaries[short] = {**runner.summary_of(model), "source": name}
     written = write_comparison(tmp_path, results, summaries, meta={"dataset": "random"}, notes=["a note"])
     figures = {
         "fourier_by_depth",
@@ -279,21 +280,22 @@ def test_comparison_of_two_zoo_models_writes_every_figure_json_and_report(tmp_pa
     report = written["report"].read_text()
     assert report.count("\n| ") >= 3 + 11 + 2 and "![fourier_by_depth](fourier_by_depth.png)" in report
     assert "the metric" in report and "a note" in report
-    by_depth = compare.comparison_figures({k: {"fourier": v["fourier"]} for k, v in results.items()})
+    by_depth = comparison_figures({k: {"fourier": v["fourier"]} for k, v in results.items()})
     assert len(by_depth["fourier_by_depth"].axes) == 1 + 3  # the curves, and one block strip per model
 
 
 def test_a_comparison_from_stored_results_equals_the_one_computed(tmp_path):
     """Every analysis written by `compare_models` reads back (`runner.read_results`) into the same comparison:
     what a resumed release builds after analysing each model in its own step."""
-    from analysis.runner import DataOptions, compare_models, compare_stored
+    from analysis.inputs import DataOptions
+    from analysis.runner import compare_models, compare_stored
 
     specs = []
     for preset in ("alternet-50-cifar100", "resnet-50-cifar100"):
         folder = tmp_path / preset
         alternet_hf.create_model(preset, **{**TINY[preset], "num_labels": 10}).save_pretrained(folder)
         specs.append((preset.split("-")[0], str(folder)))
-    settings = compare.Settings(
+    settings = registry.Settings(
         max_batches=1,
         train_batch_size=8,
         hessian_batches=1,
@@ -310,7 +312,7 @@ def test_a_comparison_from_stored_results_equals_the_one_computed(tmp_path):
     common = dict(data=DataOptions(batch_size=16), settings=settings, device=torch.device("cpu"), image_size=32)
     computed = compare_models(
         specs,
-        compare.ANALYSES,
+        registry.ANALYSES,
         results_dir=tmp_path / "results",
         comparison_dir=tmp_path / "computed",
         say=lambda line: None,

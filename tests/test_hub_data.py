@@ -196,11 +196,11 @@ def test_the_robustness_analysis_fetches_only_the_cifar_c_sets_it_evaluates(hub,
     severities fetch those four sets' files, and the clean images come from the validation split alone."""
     from readme_data import zenodo_arrays
 
-    from analysis import robustness
+    from alternet_hf.hub import set_file, write_hub_dataset
 
     repo = hub.root / "mirrors" / "datasets" / "org" / "digits-c"
     arrays = zenodo_arrays(tmp_path / "arrays", images=40)  # CIFAR-C of the first 40 test digits
-    robustness.write_hub_dataset(arrays, repo, "org/digits-c")
+    write_hub_dataset(arrays, repo, "org/digits-c")
     git("init", "-q", "-b", "main", cwd=repo)
     git("add", "-A", cwd=repo)
     git("commit", "-q", "-m", "digits-c", cwd=repo)
@@ -209,7 +209,7 @@ def test_the_robustness_analysis_fetches_only_the_cifar_c_sets_it_evaluates(hub,
     result, fetched = fetch(hub, [*argv, "--severities", "1,3", "--out", "results"], tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     data = sorted({name.split()[0].removeprefix("datasets/org/digits-c/") for name in fetched if ".parquet" in name})
-    sets = [robustness.set_file(c, s) for c in ("fog", "snow") for s in (1, 3)]
+    sets = [set_file(c, s) for c in ("fog", "snow") for s in (1, 3)]
     assert data == sorted([*sets, "data/validation-00000-of-00001.parquet"]), fetched
     analysed = json.loads((tmp_path / "results" / "robustness.json").read_text())
     assert analysed["result"]["corruptions"] == ["fog", "snow"] and analysed["result"]["severities"] == [1, 3]

@@ -6,9 +6,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("alternet_hf", "analysis")
-# The applications inside alternet_hf: they may use the analyses (the commands, the Space, the mini-zoo). The
-# maintainer's tools (scripts/: the release, the benchmarks) are not installed and may use anything.
-APPLICATIONS = ("alternet_hf.cli", "alternet_hf.space", "alternet_hf.minizoo", "alternet_hf.buildup")
+# The applications inside alternet_hf: they may use the analyses (the commands, the Space, the mini-zoo, what goes to
+# the Hub: CIFAR-100-C too). The maintainer's tools (scripts/: the release, the benchmarks) are not installed and may
+# use anything.
+APPLICATIONS = ("alternet_hf.cli", "alternet_hf.space", "alternet_hf.minizoo", "alternet_hf.buildup", "alternet_hf.hub")
 TRAINING = ("alternet_hf.training", "alternet_hf.finetuning")
 
 

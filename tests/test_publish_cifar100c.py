@@ -9,6 +9,7 @@ from commands import run_command
 from conftest import installed_command
 from huggingface_hub import DatasetCard
 
+from alternet_hf import hub
 from analysis import robustness
 
 pytestmark = pytest.mark.commands  # runs installed commands (see CONTRIBUTING.md)
@@ -37,7 +38,7 @@ def test_dry_run_round_trip(tmp_path):
     completed = run_command(command, cwd=tmp_path, timeout=300)
     assert completed.returncode == 0, completed.stderr[-3000:]
     files = sorted(str(p.relative_to(out)) for p in (out / "data").rglob("*.parquet"))
-    assert files == [robustness.set_file(c, s) for c in SOME for s in range(1, 6)]  # one file per set
+    assert files == [hub.set_file(c, s) for c in SOME for s in range(1, 6)]  # one file per set
 
     card = DatasetCard.load(out / "README.md")
     assert card.data.license == "cc-by-4.0"
@@ -72,7 +73,7 @@ def test_a_set_is_read_from_its_own_file(tmp_path, monkeypatch):
     """ParquetCorruptions opens the one file of the set it evaluates (a Hub repo: fetches that file alone)."""
     generated = robustness.GeneratedCorruptions(torch.zeros(4, 3, 32, 32, dtype=torch.uint8), torch.arange(4))
     zenodo = robustness.save_as_arrays(generated, tmp_path / "c", corruptions=SOME)
-    out = robustness.write_hub_dataset(zenodo, tmp_path / "repo", "someone/c", corruptions=SOME)
+    out = hub.write_hub_dataset(zenodo, tmp_path / "repo", "someone/c", corruptions=SOME)
     opened, load_dataset = [], datasets.load_dataset
 
     def recording(path, *args, data_files=None, **kwargs):
@@ -82,7 +83,7 @@ def test_a_set_is_read_from_its_own_file(tmp_path, monkeypatch):
     monkeypatch.setattr(datasets, "load_dataset", recording)
     source = robustness.ParquetCorruptions(out)
     assert list(source.set_labels("pixelate", 2)) == [0, 1, 2, 3]
-    assert opened == [[str(out / robustness.set_file("pixelate", 2))]]
+    assert opened == [[str(out / hub.set_file("pixelate", 2))]]
 
 
 def test_missing_arrays_are_named(tmp_path):

@@ -29,7 +29,7 @@ import alternet_hf
 import zoo_release as release
 from alternet_hf.presets import display_name
 from alternet_hf.reference import REFERENCE_FILES
-from analysis.corruptions import CORRUPTIONS
+from analysis.cifar_c import CORRUPTIONS
 from zoo_release import rehearsal
 from zoo_release.checks import COLUMN_NAMES
 
@@ -679,7 +679,8 @@ def test_a_release_with_nothing_to_train_in_time_stops_before_publishing(tmp_pat
 def test_cifar100c_is_evaluated_whole_without_a_budget_and_on_a_subset_within_one(tmp_path):
     """`write_robustness`: every image of every set where there is no budget (a GPU), else the same seeded,
     class-stratified subset of each set, sized by the measured speed, with its standard error."""
-    from analysis.robustness import GeneratedCorruptions, save_as_arrays, write_hub_dataset
+    from alternet_hf.hub import write_hub_dataset
+    from analysis.robustness import GeneratedCorruptions, save_as_arrays
 
     images = torch.randint(0, 256, (20, 3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     arrays = save_as_arrays(

@@ -8,7 +8,7 @@ from torch import nn
 
 import alternet_hf
 from analysis import robustness
-from analysis.corruptions import CORRUPTIONS, SEVERITIES
+from analysis.cifar_c import CORRUPTIONS, SEVERITIES
 
 SOME = ("gaussian_noise", "glass_blur", "fog", "jpeg_compression")
 

@@ -1,6 +1,5 @@
 """The Gradio Space: every control through gradio_client, and both tabs clicked through in headless Chromium."""
 
-import json
 import os
 import shutil
 import socket
@@ -19,6 +18,7 @@ from PIL import Image
 import alternet_hf
 from alternet_hf import space as app
 from analysis import robustness
+from analysis.runner import write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -40,8 +40,7 @@ def space_url(tmp_path_factory):
     images = torch.randint(0, 256, (8, 3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     source = robustness.GeneratedCorruptions(images, torch.arange(8) % 5)
     result = robustness.evaluate_corruptions(model, source, corruptions=["fog", "contrast"])
-    (folder / "results" / "AlterNet").mkdir(parents=True)
-    (folder / "results" / "AlterNet" / "robustness.json").write_text(json.dumps({"result": result.to_dict()}))
+    write_result(folder / "results" / "AlterNet", "robustness", result, {})  # as alternet-analyze writes it
 
     spec = f"AlterNet={folder / 'alternet-50-cifar100'},ViT={folder / 'vit-ti-cifar100'},Gone={folder / 'missing'}"
     space = app.Space(app.load_models(spec), folder / "results")
@@ -160,11 +159,25 @@ def test_models_that_know_only_digits_get_digit_examples_and_say_so(tmp_path):
     assert not app.knows_only_digits(photos.ready) and "handwritten digits" not in photos.status()
 
 
-def test_sixteen_bit_images_are_scaled_not_white():
-    pixels = (np.arange(64 * 64, dtype=np.uint16).reshape(64, 64) * 16).astype(np.uint16)  # 0…65520
-    converted = np.asarray(app.to_8bit_rgb(Image.fromarray(pixels, mode="I;16")))
-    assert converted.shape == (64, 64, 3) and converted.min() == 0 and 250 <= converted.max() <= 255
-    assert 100 < converted.mean() < 155  # a ramp over the whole range, not a white image
+def test_the_space_and_training_read_an_image_file_alike(tmp_path):
+    """One rule makes any image 8-bit RGB (`alternet_hf.utils.to_rgb`): a 16-bit PNG, a float TIFF and a palette GIF
+    read the same to the Space's upload and to the training data's rows, greys scaled over their range, none white."""
+    from alternet_hf.data import decode_image
+
+    ramp = np.linspace(0.0, 1.0, 64 * 64).reshape(64, 64)
+    palette = Image.fromarray(np.stack([ramp * 255, 255 - ramp * 255, ramp * 128], -1).astype(np.uint8)).quantize(16)
+    files = {
+        "ramp.png": Image.fromarray((ramp * 65535).astype(np.uint16)),  # I;16
+        "ramp.tiff": Image.fromarray(ramp.astype(np.float32), mode="F"),  # floats in 0…1
+        "palette.gif": palette,
+    }
+    for name, image in files.items():
+        image.save(tmp_path / name)
+        uploaded = np.asarray(app.open_image(str(tmp_path / name)))
+        trained = np.asarray(decode_image({"path": str(tmp_path / name), "bytes": None}, source="test", row=0))
+        assert uploaded.shape == (64, 64, 3) and np.array_equal(uploaded, trained), name
+        expected = np.asarray(palette.convert("RGB")) if name.endswith(".gif") else np.rint(ramp * 255)[..., None]
+        assert np.abs(uploaded.astype(int) - expected).max() <= 1, name
 
 
 def test_the_severity_control_applies_to_corruptions_and_the_frequency_to_noise():

@@ -42,7 +42,7 @@ def any_model(text: str) -> str:
 
 def augmentation_source(text: str) -> str:
     """argparse type of `--augmentation`: checked before any model is loaded."""
-    from analysis.runner import AUGMENTATIONS
+    from analysis.registry import AUGMENTATIONS
 
     if text not in AUGMENTATIONS and not Path(text).is_file():
         raise argparse.ArgumentTypeError(
@@ -71,7 +71,7 @@ def named_list(text: str) -> list[tuple[str | None, str]]:
 
 def analyses_list(text: str) -> list[str]:
     """argparse type of `--analyses`: known names, comma-separated."""
-    from analysis.compare import ANALYSES
+    from analysis.registry import ANALYSES
 
     requested = comma_list(text)
     unknown = sorted(set(requested) - set(ANALYSES))
@@ -102,9 +102,9 @@ def _flag_type(annotation):
 
 def add_analysis_arguments(parser: argparse.ArgumentParser, **defaults) -> None:
     """The options of the analyses themselves, shared by alternet-analyze, -compare and -reproduce: the data, and
-    one flag per field of `analysis.compare.Settings` (its name, type and help), left unset unless given so that
+    one flag per field of `analysis.registry.Settings` (its name, type and help), left unset unless given so that
     `Settings.for_device` can scale what was not given to the device; `defaults` are a command's own."""
-    from analysis.compare import ANALYSES, Settings
+    from analysis.registry import ANALYSES, Settings
 
     parser.add_argument("--dataset", default="digits", help="'digits', a Hub id, or a local folder/parquet file")
     parser.add_argument("--image-column")
@@ -162,8 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def settings_from_args(args, device):
-    """`analysis.compare.Settings` for `device` from the flags given; and the notes on what was scaled."""
-    from analysis.compare import Settings
+    """`analysis.registry.Settings` for `device` from the flags given; and the notes on what was scaled."""
+    from analysis.registry import Settings
 
     given = {field.name: getattr(args, field.name) for field in dataclasses.fields(Settings)}
     if args.max_images is not None and args.max_batches is None:  # every image of the sample is read
@@ -176,8 +176,8 @@ def settings_from_args(args, device):
 
 
 def data_options(args, settings):
-    """`analysis.runner.DataOptions` from the flags of the same names (the seed: the settings')."""
-    from analysis.runner import DataOptions
+    """`analysis.inputs.DataOptions` from the flags of the same names (the seed: the settings')."""
+    from analysis.inputs import DataOptions
 
     flags = {field.name: getattr(args, field.name) for field in dataclasses.fields(DataOptions)}
     return DataOptions(**{**flags, "seed": settings.seed})
@@ -189,7 +189,7 @@ def run_options(args) -> dict:
     import matplotlib
 
     matplotlib.use("Agg")
-    from analysis.runner import choose_device
+    from analysis.inputs import choose_device
 
     device = choose_device(args.device)
     settings, notes = settings_from_args(args, device)

@@ -28,8 +28,8 @@ def build_parser():
 @command
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    from analysis.corruptions import CORRUPTIONS
-    from analysis.robustness import write_hub_dataset
+    from alternet_hf.hub import write_hub_dataset
+    from analysis.cifar_c import CORRUPTIONS
 
     corruptions = [c for c in args.corruptions.split(",") if c] if args.corruptions else list(CORRUPTIONS)
 

@@ -24,7 +24,7 @@ from alternet_hf.cli.analyze import add_analysis_arguments, comma_list, run_opti
 
 # The same names as alternet_hf.minizoo's (a test keeps them equal), read before the analyses load.
 FAMILIES = ("resnet", "vit", "alternet")
-# --quick: the data batch of the smallest analyses (their amounts are analysis.compare.Settings.QUICK_AMOUNTS).
+# --quick: the data batch of the smallest analyses (their amounts are analysis.registry.Settings.QUICK_AMOUNTS).
 QUICK_BATCH_SIZE = 64
 
 
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _apply_quick(args, argv) -> None:
     """--quick sets the smallest analyses for every analysis flag not typed."""
-    from analysis.compare import Settings
+    from analysis.registry import Settings
 
     quick = {"batch_size": QUICK_BATCH_SIZE, **Settings.QUICK_AMOUNTS}
     typed = {token.split("=")[0] for token in (sys.argv[1:] if argv is None else argv) if token.startswith("--")}

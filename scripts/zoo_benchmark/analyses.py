@@ -9,7 +9,8 @@ from unittest import mock
 import numpy as np
 import torch
 
-from analysis.corruptions import CORRUPTIONS, corrupt
+from analysis.cifar_c import CORRUPTIONS
+from analysis.corruptions import corrupt
 
 from .device import timed
 

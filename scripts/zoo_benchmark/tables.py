@@ -1,14 +1,6 @@
 """The benchmark results as text: the Markdown tables `scripts/benchmark.py` prints (and the README quotes)."""
 
-import os
-import platform
-
-
-def machine() -> str:
-    """The processor, its cores and torch's version: the context every figure needs."""
-    import torch
-
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
+from alternet_hf.utils import machine
 
 
 def _table(header: str, rows, title: str | None = None) -> str:

@@ -3,7 +3,7 @@
 - `checks`: the options, and every refusal that comes before anything is written;
 - `run`: the manifest (`<out>/release.json`, which makes the run resumable) and the steps (`Release`);
 - `outputs`: the CIFAR-100-C evaluation within a time budget, the Space repo with its packages pinned;
-- `estimates`: durations, the H100 estimate, a CPU's training time;
+- `estimates`: the durations people write, the H100 estimate, a CPU's training time;
 - `verify`: each repo as a user loads it against its card, and the Space against the model;
 - `rehearsal`: the stand-ins, built offline in the real schemas and file formats.
 """
@@ -20,7 +20,7 @@ from .checks import (
     inductor_available,
     preflight,
 )
-from .estimates import format_duration, parse_duration
+from .estimates import parse_duration
 from .outputs import round_down, write_robustness
 from .run import RUNNING_ADVICE, Release, file_hash
 
@@ -36,7 +36,6 @@ __all__ = [
     "check_out_dir",
     "check_reference_files",
     "file_hash",
-    "format_duration",
     "inductor_available",
     "parse_duration",
     "preflight",

@@ -14,8 +14,9 @@ from alternet_hf.data import KNOWN_COLUMNS
 from alternet_hf.presets import PAPER_MODELS
 from alternet_hf.reference import REFERENCE_FILES
 from alternet_hf.run_lock import LOCK_FILE
+from alternet_hf.utils import format_duration
 
-from .estimates import format_duration, h100_estimate
+from .estimates import h100_estimate
 
 DATASET = "uoft-cs/cifar100"
 COLUMNS = KNOWN_COLUMNS[DATASET]
@@ -127,8 +128,7 @@ def check_options(options: ReleaseOptions) -> None:
 
 
 def check_cifar100c_dir(folder: Path | None) -> None:
-    from analysis.corruptions import CORRUPTIONS
-    from analysis.robustness import ZENODO_URL
+    from analysis.cifar_c import CORRUPTIONS, ZENODO_URL
 
     where = (
         f"download CIFAR-100-C.tar from Zenodo record 3555552 ({ZENODO_URL}), unpack it and pass the folder as "
@@ -151,7 +151,7 @@ def check_cifar100c_labels(folder: Path, test_labels, dataset: str) -> None:
     from another dataset, or shuffled, are refused, naming the first row that differs."""
     import numpy as np
 
-    from analysis.corruptions import SEVERITIES
+    from analysis.cifar_c import SEVERITIES
 
     labels, expected = np.load(Path(folder) / "labels.npy", mmap_mode="r"), np.asarray(test_labels)
     if len(labels) != len(SEVERITIES) * len(expected):

@@ -27,16 +27,6 @@ def parse_duration(text: str) -> float:
     return value
 
 
-def format_duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 48 * 3600:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
-
-
 def training_flops_per_image(preset: str, **overrides) -> float:
     """FLOPs of one training image (forward + backward) of the preset (full size unless `overrides` say otherwise) at
     its input size, counted by torch's FlopCounterMode on the meta device (shapes only: instant, no memory)."""

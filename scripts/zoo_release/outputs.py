@@ -6,8 +6,9 @@ import shutil
 import sys
 from pathlib import Path
 
+from alternet_hf.utils import format_duration
+
 from .checks import SUBSET_SEED, ReleaseError, evaluation_batch
-from .estimates import format_duration
 
 
 def write_robustness(
@@ -15,7 +16,7 @@ def write_robustness(
 ) -> list[Path]:
     """Mean accuracy over CIFAR-100-C's corruptions and severities (and the per-corruption table) of the model in
     `model_dir`, read from the dataset repo `repo_id` as written into `dataset_repo`: `robustness_cifar100-c.json`
-    and its figure.
+    and its figure, as `alternet-analyze` writes the robustness analysis (`analysis.runner.write_result`).
 
     Compiled where inductor runs, at the batch the machine does fastest. Where every set would take longer than
     `budget` seconds at the speed measured here (None: no limit, as on a GPU), each set is evaluated on the same
@@ -25,8 +26,7 @@ def write_robustness(
     import matplotlib.pyplot as plt
 
     from alternet_hf.presets import create_model
-    from analysis.compare import finite
-    from analysis.corruptions import SEVERITIES
+    from analysis.cifar_c import SEVERITIES
     from analysis.robustness import (
         ParquetCorruptions,
         evaluate_corruptions,
@@ -34,6 +34,7 @@ def write_robustness(
         plot_corruptions,
         stratified_subset,
     )
+    from analysis.runner import write_result
 
     model, source = create_model(str(model_dir)).eval(), ParquetCorruptions(dataset_repo)
     source.name = f"CIFAR-100-C ({repo_id})"  # read from the local copy of that repo
@@ -66,11 +67,9 @@ def write_robustness(
         device=device,
         progress=True,
     )
-    payload = {"dataset": repo_id, "read_from": str(dataset_repo), "plan": plan, **finite(result.to_dict())}
-    path = model_dir / "robustness_cifar100-c.json"
-    path.write_text(json.dumps(payload, indent=2))
+    meta = {"model": str(model_dir), "dataset": repo_id, "read_from": str(dataset_repo), "plan": plan}
     ax = plot_corruptions(result)
-    ax.figure.savefig(path.with_suffix(".png"), dpi=120, bbox_inches="tight")
+    path = write_result(model_dir, "robustness", result, meta, ax, stem="robustness_cifar100-c")
     plt.close(ax.figure)
     error = result.mean_accuracy_standard_error
     shown = f" ± {100 * error:.2f} (standard error of the subset)" if error is not None else ""

@@ -20,6 +20,7 @@ from alternet_hf.presets import display_name
 from alternet_hf.recipe import recipe_config
 from alternet_hf.reference import PAPER_RESULTS, REFERENCE_FILES
 from alternet_hf.run_lock import hold_folder
+from alternet_hf.utils import format_duration, machine, write_json
 
 from . import rehearsal
 from .checks import (
@@ -35,7 +36,7 @@ from .checks import (
     evaluation_batch,
     inductor_available,
 )
-from .estimates import CIFAR_TRAIN_IMAGES, format_duration, h100_estimate, seconds_per_training_image
+from .estimates import CIFAR_TRAIN_IMAGES, h100_estimate, seconds_per_training_image
 from .outputs import write_robustness, write_space_repo
 from .verify import UserSession, verify_repo
 
@@ -71,12 +72,6 @@ def emptied(folder: Path) -> Path:
     return folder
 
 
-def write_json(path: Path, data) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2))
-    return path
-
-
 class Manifest:
     """`release.json`: the release's identity and, per step, its settings, output hashes and wall time."""
 
@@ -107,10 +102,7 @@ class Manifest:
         self.save()
 
     def save(self) -> None:
-        self.out.mkdir(parents=True, exist_ok=True)
-        partial = self.path.with_suffix(".json.partial")
-        partial.write_text(json.dumps(self.data, indent=2))
-        os.replace(partial, self.path)
+        write_json(self.path, self.data)
 
     def portable(self, settings: dict):
         """`settings` as JSON, with paths inside the release folder written from `<out>`: a moved or copied release
@@ -320,7 +312,7 @@ class Release:
     def write_dataset(self) -> list[Path]:
         """CIFAR-100-C as the Hub dataset, once its labels are checked against the clean test split's."""
         from alternet_hf.data import load_image_classification
-        from analysis.robustness import write_hub_dataset
+        from alternet_hf.hub import write_hub_dataset
 
         test = load_image_classification(self.source, split="test", **COLUMN_NAMES)
         check_cifar100c_labels(self.cifar100c_arrays, test["label"], self.dataset_name)
@@ -523,8 +515,8 @@ class Release:
         ran on (the paper's on a GPU, smaller on a CPU: kept, so that every model of one comparison is analysed
         alike), or the rehearsal's smallest. Robustness is not among them: the evaluation step measured it on the
         published CIFAR-100-C (`analyze` files that result with the others)."""
-        from analysis.compare import ANALYSES, Settings
-        from analysis.runner import DataOptions
+        from analysis.inputs import DataOptions
+        from analysis.registry import ANALYSES, Settings
 
         if self.options.rehearsal:
             settings, notes = Settings(**Settings.QUICK_AMOUNTS), ["the rehearsal's smallest amounts"]
@@ -563,8 +555,8 @@ class Release:
             say=self.say,
         )
         evaluated = self.model_dir(preset) / "robustness_cifar100-c.json"
-        if evaluated.is_file():
-            file_robustness(evaluated, out, model=str(self.model_dir(preset)), dataset=self.source)
+        for suffix in (".json", ".png") if evaluated.is_file() else ():  # the evaluation's format is the analysis's
+            shutil.copyfile(evaluated.with_suffix(suffix), out / f"robustness{suffix}")
         return tree_files(out)
 
     def compare(self) -> list[Path]:
@@ -630,8 +622,6 @@ class Release:
     def device_name(self) -> str:
         if self.device.type == "cuda":
             return torch.cuda.get_device_name(self.device)
-        from zoo_benchmark.tables import machine
-
         return f"a CPU ({machine()})"
 
     # --- g. the Space -------------------------------------------------------------------------------------
@@ -680,7 +670,7 @@ class Release:
             folder = self.model_dir(preset)
             clean = json.loads(next(folder.glob("eval_*_test.json")).read_text())["metrics"]
             robustness = folder / "robustness_cifar100-c.json"
-            mean_c = json.loads(robustness.read_text())["mean_accuracy"] if robustness.is_file() else None
+            mean_c = json.loads(robustness.read_text())["result"]["mean_accuracy"] if robustness.is_file() else None
             models[preset] = {
                 "repo_id": self.repo_id(preset),
                 "top1": clean["accuracy"],
@@ -698,21 +688,3 @@ class Release:
             "steps_run": self.ran,
             "steps_skipped": self.skipped,
         }
-
-
-def file_robustness(evaluation: Path, out: Path, *, model: str, dataset: str) -> None:
-    """The CIFAR-100-C evaluation in `evaluation` (`outputs.write_robustness`) written into the results folder `out`
-    as the robustness analysis's result and figure, as `alternet-analyze` writes them."""
-    import matplotlib.pyplot as plt
-
-    from analysis.robustness import CorruptionResult, plot_corruptions
-    from analysis.runner import read_result
-
-    payload = json.loads(evaluation.read_text())
-    fields = {f.name for f in dataclasses.fields(CorruptionResult)}
-    result = {key: value for key, value in payload.items() if key in fields}
-    meta = {"model": model, "dataset": dataset, "corruptions_from": payload["dataset"], "plan": payload["plan"]}
-    path = write_json(out / "robustness.json", {**meta, "analysis": "robustness", "result": result})
-    ax = plot_corruptions(read_result(path))
-    ax.figure.savefig(out / "robustness.png", dpi=130)
-    plt.close(ax.figure)
