@@ -635,11 +635,13 @@ class TrainingSession:
             self.evaluate_into(record)
         else:
             accelerator.print(f"epoch {state.epoch + 1}: train loss {record['train_loss']:.4f}")
+        # The record is whole before the checkpoint that holds it (a run resumed from there has every field); the
+        # checkpoint's own writing is not counted in it.
+        record.update(checkpoint_seconds=self.timing["checkpoint"], seconds=time.perf_counter() - started)
         state.history.append(record)
         state.epoch, state.step_in_epoch = state.epoch + 1, 0
         if last_epoch or state.epoch % config.save_every_epochs == 0 or self.time_to_save():
             self.save_checkpoint()
-        record.update(checkpoint_seconds=self.timing["checkpoint"], seconds=time.perf_counter() - started)
 
     def train_batches(self, loader, progress: tqdm) -> None:
         """Train on `loader` (already advanced past `state.step_in_epoch` batches), `after_batch` after every batch;
