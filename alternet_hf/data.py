@@ -18,7 +18,7 @@ import torch
 from PIL import Image
 
 from .augmentation import SeededAugmentation
-from .utils import quiet_progress_bars, to_rgb
+from .utils import FORBIDDEN, GATED, NOT_FOUND, UNAUTHENTICATED, hub_failure, quiet_progress_bars, to_rgb
 
 DIGITS = "digits"
 
@@ -197,8 +197,12 @@ def holdout_indices(labels: list[int], fraction: float, seed: int) -> list[int]:
     return sorted(int(i) for i in held_out)
 
 
-class DatasetUnavailableError(ConnectionError):
-    """A Hub dataset that could not be loaded (offline, no network, no such repo)."""
+class DatasetUnavailableError(OSError):
+    """A Hub dataset that could not be loaded, and why (`alternet_hf.utils.hub_failure`), with what to do."""
+
+    def __init__(self, message: str, failure: str | None = None):
+        super().__init__(message)
+        self.hub_failure = failure
 
 
 def _load_hub(name: str, split: str | None) -> datasets.Dataset:
@@ -231,24 +235,35 @@ def _from_hub(source: str, what: str | None = None, *, local: bool = False):
 
 
 def _unavailable(source: str, what: str, error: BaseException) -> DatasetUnavailableError:
-    from huggingface_hub import constants
-    from huggingface_hub.errors import GatedRepoError
+    from huggingface_hub import HfApi, constants
 
-    causes, cause = [], error
-    while cause is not None and len(causes) < 10:
-        causes.append(cause)
-        cause = cause.__cause__ or cause.__context__
-    # huggingface_hub's error, or datasets' wording of it (datasets re-raises its own error without the cause)
-    if any(isinstance(c, GatedRepoError) or "is a gated dataset" in str(c) for c in causes):
+    failure = hub_failure(error)
+    if failure is None:  # datasets raises its own error, without the Hub's answer: ask the Hub itself
+        try:
+            HfApi().dataset_info(source)
+        except Exception as answer:
+            failure = hub_failure(answer)
+    page = f"{constants.ENDPOINT}/datasets/{source}"
+    if failure == GATED:
         return DatasetUnavailableError(
-            f"{source!r} is a gated dataset on the Hugging Face Hub: ask for access on its page "
-            f"({constants.ENDPOINT}/datasets/{source}), log in (`hf auth login`, or set HF_TOKEN) with the account "
-            "that was granted it, and run the command again"
+            f"{source!r} is a gated dataset on the Hugging Face Hub: ask for access on its page ({page}), log in "
+            "(`hf auth login`, or set HF_TOKEN) with the account that was granted it, and run the command again",
+            failure,
+        )
+    if failure in (UNAUTHENTICATED, FORBIDDEN, NOT_FOUND):
+        answer = {UNAUTHENTICATED: "refused the token (401)", FORBIDDEN: "refused access (403)"}.get(failure)
+        return DatasetUnavailableError(
+            f"could not load {what}: the Hugging Face Hub ({constants.ENDPOINT}) "
+            + (answer or "has no such dataset, or it is private (404)")
+            + ". Check the name, log in with an account that may read it (`hf auth login`, or set HF_TOKEN), or use "
+            f"a local copy: a folder written by `Dataset.save_to_disk`, parquet, an image folder, or {DIGITS!r}.",
+            failure,
         )
     return DatasetUnavailableError(
         f"could not load {what} from the Hugging Face Hub ({type(error).__name__}: {error}). Offline, use a local "
         f"copy instead: a folder written by `Dataset.save_to_disk`, a folder or file of parquet, an image folder "
-        f"(one sub-folder per class), or the embedded {DIGITS!r} dataset."
+        f"(one sub-folder per class), or the embedded {DIGITS!r} dataset.",
+        failure,
     )
 
 

@@ -26,7 +26,7 @@ from PIL import Image, UnidentifiedImageError
 from transformers import AutoModelForImageClassification
 
 import alternet_hf  # noqa: F401  (registers the zoo's classes: no remote code is ever run)
-from alternet_hf.utils import hub_unreachable, to_rgb, write_atomically
+from alternet_hf.utils import UNREACHABLE, hub_failure, to_rgb, write_atomically
 from analysis.blocks import as_feature_map, run_blocks
 from analysis.cifar_c import CORRUPTIONS, SEVERITIES
 from analysis.corruptions import corrupt
@@ -87,13 +87,13 @@ def load_models(spec: str) -> list[LoadedModel]:
             model = AutoModelForImageClassification.from_pretrained(source, trust_remote_code=False).eval()
             loaded.append(LoadedModel(name, source, model))
         except Exception as error:  # offline, missing folder, foreign architecture: say so in the page
-            hub_down = hub_down or (not local and hub_unreachable(error))
+            hub_down = hub_down or (not local and hub_failure(error) == UNREACHABLE)
             loaded.append(LoadedModel(name, source, None, _short_reason(error, source, local)))
     return loaded
 
 
 def _short_reason(error: Exception, source: str, local: bool) -> str:
-    if not local and hub_unreachable(error):
+    if not local and hub_failure(error) == UNREACHABLE:
         return "the Hugging Face Hub is unreachable (offline or no network)"
     if not local and "/" in source and not source.startswith((".", "/", "~")):
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

@@ -74,19 +74,49 @@ def half_imported(name: str) -> bool:
     return name in _IMPORTING
 
 
-def hub_unreachable(error: BaseException) -> bool:
-    """Whether `error` (or an error it was raised from) says the Hub could not be reached: offline or no network."""
-    names = {"OfflineModeIsEnabled", "LocalEntryNotFoundError", "ConnectionError", "ConnectTimeout", "ConnectError"}
-    texts = ("couldn't connect", "offline mode", "hf_hub_offline", "connection refused", "failed to resolve")
-    return any(
-        type(e).__name__ in names or any(text in str(e).lower() for text in texts) for e in _errors_in_chain(error)
-    )
+# What a failed call to the Hub met (`hub_failure`).
+UNREACHABLE, UNAUTHENTICATED, GATED, FORBIDDEN, NOT_FOUND = (
+    "unreachable",
+    "unauthenticated",
+    "gated",
+    "forbidden",
+    "not found",
+)
+_STATUS = {401: UNAUTHENTICATED, 403: FORBIDDEN, 404: NOT_FOUND}
+# Connection failures as the HTTP libraries under huggingface_hub, datasets and fsspec raise them: (module, class).
+_TRANSPORT_ERRORS = (
+    ("httpx", "TransportError"),
+    ("httpx2", "TransportError"),
+    ("requests", "ConnectionError"),
+    ("requests", "Timeout"),
+    ("aiohttp", "ClientConnectionError"),
+)
 
 
-def hub_unauthenticated(error: BaseException) -> bool:
-    """Whether `error` (or one in its chain) says the Hub refused for want of a valid token."""
-    names = {"LocalTokenNotFoundError", "GatedRepoError"}
-    return any(type(e).__name__ in names or "401" in str(e) for e in _errors_in_chain(error))
+def hub_failure(error: BaseException) -> str | None:
+    """What a failed call to the Hub met, read from huggingface_hub's exception types and the HTTP status of the
+    Hub's answer among the errors `error` was raised from, the Hub's own answer first: `GATED` (a gated repo without
+    access), `UNAUTHENTICATED` (401, or no token saved), `FORBIDDEN` (403), `NOT_FOUND` (404: no such repo, revision
+    or file), else `UNREACHABLE` (offline mode, no connection, a refused or timed-out one, and nothing cached), or
+    None (not a failure of the Hub). An error that carries a `hub_failure` of its own says it."""
+    from huggingface_hub import errors
+
+    chain = list(_errors_in_chain(error))
+    for cause in chain:
+        if getattr(cause, "hub_failure", None):  # an error of the zoo's that asked the Hub itself
+            return cause.hub_failure
+        if isinstance(cause, errors.GatedRepoError):
+            return GATED
+        if isinstance(cause, errors.LocalTokenNotFoundError):
+            return UNAUTHENTICATED
+        if isinstance(cause, (errors.RepositoryNotFoundError, errors.RevisionNotFoundError, errors.EntryNotFoundError)):
+            if not isinstance(cause, errors.LocalEntryNotFoundError):  # a file neither cached nor fetched: below
+                return NOT_FOUND
+        if isinstance(cause, errors.HfHubHTTPError) and getattr(cause.response, "status_code", None) in _STATUS:
+            return _STATUS[cause.response.status_code]
+    transport = tuple(getattr(sys.modules[module], name) for module, name in _TRANSPORT_ERRORS if module in sys.modules)
+    unreachable = (errors.OfflineModeIsEnabled, errors.LocalEntryNotFoundError, ConnectionError, TimeoutError)
+    return UNREACHABLE if any(isinstance(cause, (*unreachable, *transport)) for cause in chain) else None
 
 
 def _errors_in_chain(error: BaseException):

@@ -1,8 +1,10 @@
 """A Hub-compatible HTTP server for the tests: olah serving local git repositories as Hub repos, offline, at
 `HF_ENDPOINT=http://127.0.0.1:<port>`. Some answers are made the Hub's for repos that exist only here: a file the
 repo lacks is a 404 with `X-Error-Code: EntryNotFound` (olah answers 500); `/api/<type>/<org>/<repo>` without a
-revision is the head of `main`; a repo whose folder holds an (uncommitted) file `.gated` answers every request as
-the Hub answers one without access to a gated repo (401, `X-Error-Code: GatedRepo`); a GET with a `Range` (what a
+revision is the head of `main`; a repo whose folder holds an (uncommitted) file `.status`, say `401 GatedRepo`,
+answers every request with that HTTP status and `X-Error-Code`, as the Hub answers without access to a gated repo
+(401 GatedRepo), to a wrong token (401), without permission (403) or for no such repo (404 RepoNotFound), and so
+does a repo that is not there at all with `.status` where its folder would be; a GET with a `Range` (what a
 stream reads: a parquet file's footer, then its row groups) is answered with those bytes (206), where olah would send
 the whole file. Each file served (GET of `/resolve/`, whole or a range) is appended to --log, one path per line,
 so that a test counts what a command fetched.
@@ -19,12 +21,14 @@ TYPES = {"models", "datasets", "spaces"}
 
 
 def repo_of(path: str) -> Path | None:
-    """The repo folder (relative to the mirrors) a Hub API or file path is about (datasets and spaces, whose paths
-    name their type; the tests serve no model)."""
+    """The repo folder (relative to the mirrors) a Hub API or file path is about: `<type>/<org>/<name>`; a model's
+    files are at `<org>/<name>/resolve/...`, without the type."""
     parts = path.strip("/").split("/")
     parts = parts[1:] if parts[0] == "api" else parts
     if len(parts) >= 3 and parts[0] in TYPES:
         return Path(*parts[:3])
+    if len(parts) >= 3 and parts[2] == "resolve":
+        return Path("models", *parts[:2])
     return None
 
 
@@ -71,9 +75,10 @@ def main() -> None:
     async def as_the_hub_answers(request, call_next):
         parts = request.url.path.strip("/").split("/")
         repo = repo_of(request.url.path)
-        if repo is not None and (args.mirrors / repo / ".gated").exists():
-            headers = {"X-Error-Code": "GatedRepo", "X-Error-Message": f"Access to {repo} is restricted."}
-            return Response(status_code=401, headers=headers)
+        if repo is not None and (args.mirrors / repo / ".status").exists():
+            status, _, code = (args.mirrors / repo / ".status").read_text().strip().partition(" ")
+            headers = {"X-Error-Message": f"{repo}: {status} {code}".strip()} | ({"X-Error-Code": code} if code else {})
+            return Response(status_code=int(status), headers=headers)
         if len(parts) == 4 and parts[0] == "api" and parts[1] in TYPES:
             request.scope["path"] = request.url.path.rstrip("/") + "/revision/main"
         found = repo_and_file(request.url.path)

@@ -217,14 +217,67 @@ def test_the_robustness_analysis_fetches_only_the_cifar_c_sets_it_evaluates(hub,
     assert analysed["images"] == {"test": 360, "sample": {"splits": ["test"], "seed": 0, "shuffle_buffer": 1000}}
 
 
-def test_a_gated_dataset_without_access_is_one_line_saying_how_to_get_it(hub, tmp_path):
-    gated = hub.root / "mirrors" / "datasets" / "org" / "gated"
-    shutil.copytree(hub.repo, gated)
-    (gated / ".gated").touch()
-    argv = ["alternet-evaluate", "--model", str(hub.model), "--dataset", "org/gated", "--split", "validation"]
-    result, fetched = fetch(hub, argv, tmp_path)
-    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
-    (line,) = [line for line in result.stderr.splitlines() if "error" in line.lower()]
-    assert "'org/gated' is a gated dataset" in line and f"{hub.endpoint}/datasets/org/gated" in line, line
-    assert "hf auth login" in line and "Offline" not in line
-    assert not fetched
+# How the Hub answers a repo it will not serve (`hub_server.py`'s `.status`), by what the repo is called here.
+HUB_ANSWERS = {"gated": "401 GatedRepo", "wrong-token": "401", "forbidden": "403", "missing": "404 RepoNotFound"}
+
+
+@pytest.fixture(scope="module")
+def refusing_repos(hub):
+    """A model and a dataset repo answering each of `HUB_ANSWERS`."""
+    for name, answer in HUB_ANSWERS.items():
+        for kind in ("models", "datasets"):
+            folder = hub.root / "mirrors" / kind / "org" / name
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / ".status").write_text(answer)
+
+
+FAILURES_OF = """
+import json, sys
+import alternet_hf
+from alternet_hf.data import load_raw_dataset
+from alternet_hf.utils import hub_failure
+from huggingface_hub import HfApi, hf_hub_download
+calls = {"file": lambda repo: hf_hub_download(repo, "config.json"), "model": alternet_hf.create_model}
+calls |= {"dataset": lambda repo: load_raw_dataset(repo, split="test")}
+if sys.argv[1] == "refused":  # the API's calls: files are retried for half a minute first
+    calls = {"model info": HfApi().model_info, "whoami": lambda repo: HfApi(token="hf_x").whoami()}
+found = {}
+for name in sys.argv[2].split(","):
+    for what, call in calls.items():
+        try:
+            call(f"org/{name}")
+        except Exception as error:
+            found[f"{name} {what}"] = hub_failure(error)
+print(json.dumps(found))
+"""
+
+
+def test_hub_failures_are_told_apart_by_the_hubs_answer(hub, refusing_repos, tmp_path):
+    """`utils.hub_failure` reads huggingface_hub's exception types and the HTTP status the Hub answered, for a file,
+    a model (transformers) and a dataset (datasets, which keeps no cause: the zoo asks the Hub), whatever wraps them;
+    a refused connection is the Hub out of reach."""
+    expected = {"gated": "gated", "wrong-token": "unauthenticated", "forbidden": "forbidden", "missing": "not found"}
+    result, _ = fetch(hub, [sys.executable, "-c", FAILURES_OF, "served", ",".join(HUB_ANSWERS)], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.splitlines()[-1])
+    assert found == {f"{name} {what}": expected[name] for name in HUB_ANSWERS for what in ("file", "model", "dataset")}
+    closed = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}", "HF_HUB_OFFLINE": "0"}
+    refused = run_command([sys.executable, "-c", FAILURES_OF, "refused", "x"], cwd=tmp_path, env=closed)
+    assert json.loads(refused.stdout.splitlines()[-1]) == {"x model info": "unreachable", "x whoami": "unreachable"}
+
+
+def test_a_dataset_the_hub_will_not_serve_is_one_line_saying_what_to_do(hub, refusing_repos, tmp_path):
+    """Gated: ask for access and log in; refused or not found: the Hub's answer, then what to check."""
+    wanted = {
+        "gated": ("'org/gated' is a gated dataset", f"{hub.endpoint}/datasets/org/gated", "hf auth login"),
+        "wrong-token": ("refused the token (401)", "hf auth login"),
+        "forbidden": ("refused access (403)", "hf auth login"),
+        "missing": ("has no such dataset, or it is private (404)", "Check the name"),
+    }
+    for name, fragments in wanted.items():
+        argv = ["alternet-evaluate", "--model", str(hub.model), "--dataset", f"org/{name}", "--split", "validation"]
+        result, fetched = fetch(hub, argv, tmp_path)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+        (line,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+        assert all(fragment in line for fragment in fragments) and "Offline" not in line, line
+        assert not fetched

@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from alternet_hf.utils import hub_unauthenticated, hub_unreachable
+from alternet_hf.utils import FORBIDDEN, GATED, UNAUTHENTICATED, UNREACHABLE, hub_failure
 
 DEBUG_VARIABLE = "ALTERNET_DEBUG"
 # Where the zoo's own code lives: warnings raised from files under these read as one line.
@@ -68,9 +68,11 @@ def _show_warning(message, category, filename, lineno, file=None, line=None, *, 
 
 
 def describe(error: BaseException) -> str:
-    """The message of `error`, with what to do when it says the Hub could not be reached."""
+    """The message of `error`, with what to do when it says what the Hub answered (`utils.hub_failure`); the zoo's
+    own errors about the Hub say it already."""
     message = str(error) or type(error).__name__
-    if hub_unreachable(error):
+    failure = None if getattr(error, "hub_failure", None) else hub_failure(error)
+    if failure == UNREACHABLE:
         if "hugging face hub" not in message.splitlines()[0].lower():  # transformers' text: a URL and a docs link
             message = (
                 "the Hugging Face Hub cannot be reached from here (offline, HF_HUB_OFFLINE=1, or no network) and what "
@@ -80,8 +82,9 @@ def describe(error: BaseException) -> str:
             "\nUse local files instead: a model folder for --model, a local dataset (a folder written by "
             "`Dataset.save_to_disk`, parquet, an image folder, or 'digits') for --dataset."
         )
-    elif hub_unauthenticated(error):
-        message += "\nLog in first (`hf auth login`, or set HF_TOKEN), or write the files locally with --dry-run DIR."
+    elif failure in (UNAUTHENTICATED, GATED, FORBIDDEN):
+        gated = " and ask for access on the repo's page" if failure == GATED else ""
+        message += f"\nLog in first (`hf auth login`, or set HF_TOKEN) with an account that may read it{gated}."
     return message
 
 
@@ -111,10 +114,11 @@ def publish(
                 repo_id=args.repo_id, repo_type=repo_type, folder_path=folder, commit_message=commit_message
             )
         except Exception as error:
-            if not (hub_unreachable(error) or hub_unauthenticated(error) or isinstance(error, OSError)):
+            failure = hub_failure(error)
+            if failure is None and not isinstance(error, OSError):
                 raise
             unreachable = "the Hub cannot be reached (offline, HF_HUB_OFFLINE=1, or no network)"
-            reason = unreachable if hub_unreachable(error) else error
+            reason = unreachable if failure == UNREACHABLE else error
             raise CommandError(
                 f"could not upload {what} to the Hub: {reason}. Log in with `hf auth login` (or set HF_TOKEN) where "
                 "the Hub is reachable; with --dry-run DIR the files are written to DIR and nothing is uploaded."

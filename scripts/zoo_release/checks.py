@@ -195,7 +195,7 @@ def check_hub(options: ReleaseOptions) -> str:
     """The user the token belongs to, or one clear error (no token, or the Hub unreachable) before any training."""
     from huggingface_hub import HfApi, get_token
 
-    from alternet_hf.utils import hub_unauthenticated, hub_unreachable
+    from alternet_hf.utils import UNREACHABLE, hub_failure
 
     if get_token() is None:
         raise ReleaseError(
@@ -205,12 +205,13 @@ def check_hub(options: ReleaseOptions) -> str:
     try:
         return HfApi().whoami()["name"]
     except Exception as error:
-        if hub_unreachable(error):
+        failure = hub_failure(error)
+        if failure == UNREACHABLE:
             raise ReleaseError(
                 "the Hugging Face Hub cannot be reached (offline, HF_HUB_OFFLINE=1, or no network): nothing was "
                 "trained. Run where the Hub is reachable, or write the repositories locally with --dry-run DIR"
             ) from error
-        if hub_unauthenticated(error):
+        if failure is not None:
             raise ReleaseError(f"the Hub refused the token ({error}): log in again with `hf auth login`") from error
         raise
 
