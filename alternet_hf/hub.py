@@ -267,7 +267,11 @@ def write_release(
         model.save_pretrained(output_dir)
     robustness_payload = None
     if robustness is not None:
-        robustness_payload = json.loads(Path(robustness).read_text()) | {"repo_id": cifar100c_repo or "cifar100-c"}
+        evaluated = json.loads(Path(robustness).read_text())  # as the robustness analysis writes its result
+        robustness_payload = evaluated["result"] | {
+            "plan": evaluated.get("plan", {}),
+            "repo_id": cifar100c_repo or "cifar100-c",
+        }
     shown = {}
     for title, path in (figures or {}).items():
         (output_dir / "figures").mkdir(exist_ok=True)

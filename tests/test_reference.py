@@ -6,12 +6,12 @@ import hashlib
 import http.server
 import json
 import threading
-from pathlib import Path
 
 import pytest
 
 import zoo_release as release
 from alternet_hf import reference
+from alternet_hf.utils import format_duration
 
 DATA = bytes(range(256)) * 4096  # 1 MiB
 
@@ -159,4 +159,5 @@ def test_durations_read_as_people_write_them():
         with pytest.raises(ValueError, match="is not a duration"):
             release.parse_duration(wrong)
     assert release.round_down(0.3) == 1 and release.round_down(27.9) == 20 and release.round_down(60) == 50
-    assert Path(release.format_duration(3 * 3600)) == Path("3.0 h")
+    shown = [format_duration(seconds) for seconds in (45, 150, 45 * 60, 3 * 3600, 3 * 86400)]
+    assert shown == ["45 s", "2.5 min", "45 min", "3.0 h", "3.0 days"]
