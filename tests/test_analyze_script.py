@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -224,3 +225,10 @@ def test_augmented_analyses_are_reproducible_whatever_ran_before(tmp_path):
         assert completed.returncode == 0, completed.stderr[-3000:]
         eigenvalues.append(json.loads((out / "hessian.json").read_text())["result"]["eigenvalues"])
     assert eigenvalues[0] == eigenvalues[1]
+
+
+def test_contributing_shows_the_lesion_entry_as_the_registry_has_it():
+    """CONTRIBUTING.md's example of adding an analysis is the registry's own entry, not a copy that drifts."""
+    text = (Path(__file__).resolve().parents[1] / "CONTRIBUTING.md").read_text()
+    (example,) = re.findall(r"```python\n(Analysis\(\n.*?\n\))\n```", text, re.S)
+    assert eval(example, {"Analysis": registry.Analysis}) == registry.ANALYSES["lesion"]
