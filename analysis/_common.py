@@ -49,10 +49,8 @@ def _as_batch(batch) -> Batch:
 
 
 def iterate_batches(data, *, max_batches: int | None = None) -> Iterator[Batch]:
-    """Yield `(inputs, targets)` from one batch or from an iterable of batches (a DataLoader).
-
-    One batch is `(inputs, targets)` with tensors (or a dict with `pixel_values` and `labels`).
-    """
+    """Yield `(inputs, targets)` from one batch (two tensors, or a dict with `pixel_values` and `labels`) or from an
+    iterable of batches (a DataLoader)."""
     batches: Iterable = [data] if _is_single_batch(data) else data
     for index, batch in enumerate(batches):
         if max_batches is not None and index >= max_batches:
@@ -76,8 +74,7 @@ def _is_single_batch(data) -> bool:
 
 
 def materialize(data, *, max_batches: int | None = None, device: torch.device | None = None) -> list[Batch]:
-    """The batches, drawn once and kept: repeated evaluations (Lanczos steps, landscape points) then see
-    the same augmented images, as the math assumes, instead of fresh augmentations each time."""
+    """The batches, drawn once and kept: every Lanczos step or landscape point sees the same augmented images."""
     batches = [(x.to(device), y.to(device)) for x, y in iterate_batches(data, max_batches=max_batches)]
     if not batches:
         raise ValueError("the data gave no batches")
@@ -118,11 +115,8 @@ L2_PENALTIES = ("reference", "squared")
 
 
 def l2_term(parameters, penalty: str = "reference") -> torch.Tensor:
-    """The L2 term of `parameters` (differentiable: the Hessian analyses take its second derivative).
-
-    ‖p‖ has no derivative at p = 0 (autograd's second derivative there is NaN): an all-zero tensor, such
-    as a bias never trained away from its initialisation, adds 0 and is left out of the derivatives.
-    """
+    """The L2 term of `parameters`, differentiable twice for the Hessian: ‖p‖ has no derivative at p = 0 (autograd
+    gives NaN), so an all-zero tensor, such as a bias never trained away from zero, is left out."""
     parameters = list(parameters)
     if penalty == "reference":
         return sum(p.norm() for p in parameters if p.detach().any())
@@ -136,12 +130,8 @@ BATCHNORM_MODES = ("eval", "train")
 
 @contextlib.contextmanager
 def analysis_mode(model: nn.Module, *, batchnorm: str = "eval", device: torch.device | None = None):
-    """Run analyses in eval mode (no dropout or stochastic depth), BatchNorm as asked, then restore.
-
-    `batchnorm="train"` normalises with each batch's own statistics, as the network does during
-    training; the running statistics it would update are restored afterwards, as are every module's
-    training flag and the model's device.
-    """
+    """Eval mode (no dropout or stochastic depth) on `device`, BatchNorm with each batch's own statistics where
+    `batchnorm="train"`; afterwards the running statistics, every module's training flag and the device restored."""
     if batchnorm not in BATCHNORM_MODES:
         raise ValueError(f"batchnorm must be one of {BATCHNORM_MODES}, not {batchnorm!r}")
     flags = {module: module.training for module in model.modules()}
@@ -200,7 +190,8 @@ def progress(iterable, *, enabled: bool, **kwargs):
 
 
 # Background of the blocks the paper's figures shade: MSAs grey, downsampling ("subsampling") blue.
-SHADES = {"msa": ("0.85", "MSA"), "pool": ("#c6dbef", "downsampling")}
+SHADES = {"msa": "0.85", "pool": "#c6dbef"}
+KIND_LABELS = {"msa": "MSA", "pool": "downsampling", "mlp": "MLP", "conv": "Conv"}
 
 
 def shade_blocks(ax, kinds: list[str], positions=None) -> list:
@@ -210,13 +201,12 @@ def shade_blocks(ax, kinds: list[str], positions=None) -> list:
     positions = range(len(kinds)) if positions is None else positions
     for position, kind in zip(positions, kinds):
         if kind in SHADES:
-            ax.axvspan(position - 0.5, position + 0.5, color=SHADES[kind][0], zorder=0, linewidth=0)
-    return [Patch(color=SHADES[kind][0], label=SHADES[kind][1]) for kind in SHADES if kind in kinds]
+            ax.axvspan(position - 0.5, position + 0.5, color=SHADES[kind], zorder=0, linewidth=0)
+    return [Patch(color=SHADES[kind], label=KIND_LABELS[kind]) for kind in SHADES if kind in kinds]
 
 
 def plot_by_depth(values, kinds: list[str], ax=None, *, ylabel: str, title: str, color: str):
-    """One value per state (0 = input) against depth, MSA and downsampling blocks shaded: the paper's
-    by-depth figures."""
+    """One value per state (0 = input) against depth, MSA and downsampling blocks shaded: the paper's figures."""
     ax = new_axes(ax)
     depth = np.arange(len(kinds))
     handles = shade_blocks(ax, kinds, depth)
@@ -307,14 +297,15 @@ def by_depth_figure(
         ax.set_yscale("log")
     ax.set(ylabel=ylabel, title=title, xlim=(-0.02, 1.02))
     ax.tick_params(labelbottom=False)
-    kinds_present = sorted({k for _, kinds in series.values() for k in kinds} & {"msa", "pool", "conv", "mlp"})
+    kinds_present = sorted({k for _, kinds in series.values() for k in kinds} & set(KIND_LABELS))
     handles = [Line2D([], [], color=colours[n], label=n) for n in names]
     handles += [Line2D([], [], linestyle="", marker=KIND_MARKERS[k], color="0.3", label=k) for k in kinds_present]
     if extra:
         handles.append(Line2D([], [], color="0.3", linestyle="--", label=extra_label))
     # the strips' colours too: one legend, off the data
-    swatches = (("msa", "MSA"), ("pool", "downsampling"), ("mlp", "MLP"), ("conv", "Conv"))
-    handles += [Patch(facecolor=STRIP_COLOURS[k], edgecolor="0.5", label=f"strip: {label}") for k, label in swatches]
+    handles += [
+        Patch(facecolor=STRIP_COLOURS[k], edgecolor="0.5", label=f"strip: {KIND_LABELS[k]}") for k in KIND_LABELS
+    ]
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     for row, name in enumerate(names, start=1):
         strip = figure.add_subplot(grid[row], sharex=ax)
@@ -364,8 +355,7 @@ def finite(value):
 
 
 def last_with_map(values, kinds: list[str]) -> tuple[float, str]:
-    """The value and kind of the last state with a feature map, for a summary line (PiT's head is its class token
-    alone: no map, NaN)."""
+    """The value and kind of the last state with a feature map (PiT's head, its class token alone, has none: NaN)."""
     values = np.asarray(values, dtype=float)
     index = max(i for i in range(len(values)) if np.isfinite(values[i]) or i == 1)
     return values[index], kinds[index]

@@ -1,17 +1,9 @@
-"""Any model as the paper's sequence of tagged blocks (docs/paper.md §6): stem, conv or MLP, MSA, pool, head.
+"""Any model as the paper's chain of tagged blocks (docs/paper.md §6): stem, conv or MLP, MSA, pool, head.
 
-Zoo models know their blocks (`alternet_hf.block_kinds`, `block_states`, `residual_branches`); `discover_blocks`
-finds those of the families most analysed besides them (`KNOWN_FAMILIES`, also inside transformers'
-`TimmWrapperForImageClassification`). Any other model is described by a `BlockAdapter` naming the modules whose
-outputs (or inputs) are the block states; an unknown model gets an error that shows the adapter to write.
-
-A block that lowers the resolution (a strided convolution or pooling inside it, a patch merging) is
-tagged `pool` whatever it computes besides, as the reference notebooks shade them ("subsampling"): they
-cause most of the rises of high-frequency ΔlogA and drops of variance, which would be counted as the convs'.
-
-`block_batches` runs a model once per batch and hands every per-block analysis the same states and
-feature maps (token states lose their prefix tokens and become square maps): `accumulate` feeds
-several analyses (Fourier, variance, CKA, accuracy) from one pass.
+Zoo models know their blocks, `discover_blocks` finds those of `KNOWN_FAMILIES`, and any other model is described by a
+`BlockAdapter`. A block that lowers the resolution is tagged `pool` whatever else it computes, as the reference
+notebooks shade them ("subsampling"): such blocks cause most rises of high-frequency ΔlogA and drops of variance,
+which would otherwise be counted as the convs'. `accumulate` feeds several per-block analyses from one pass.
 """
 
 import math
@@ -30,8 +22,7 @@ from ._common import AnalysisResult, analysis_mode, logits_of, resolve_device
 
 
 class UndescribedModelError(TypeError, ValueError):
-    """A model whose blocks are not known: a TypeError for Python callers, a ValueError (a user error,
-    one message) for the commands."""
+    """Unknown blocks: a TypeError for Python callers, a ValueError (a user error) for the commands."""
 
 
 @dataclass
@@ -45,12 +36,8 @@ class BlockRun:
     channels_last: bool = False
 
 
-# --- the zoo ---------------------------------------------------------------------------------------
-
-
 def _zoo_adapter(model: nn.Module) -> BlockAdapter | None:
-    """The zoo's own description (alternet_hf.blocks), with each block's module found from its branch; None for a
-    model outside the zoo."""
+    """The zoo's own blocks (alternet_hf.blocks), each module found from its branch; None outside the zoo."""
     try:
         kinds = alternet_hf.block_kinds(model)
     except TypeError:
@@ -119,8 +106,7 @@ def _timm_vit(model) -> BlockAdapter:
 
 
 def _timm_cut(model, family: str) -> BlockAdapter:
-    """timm's PiT and Swin, cut as the reference cuts them (`alternet_hf.blocks.timm_cut`, the zoo's PiT and Swin
-    being these modules)."""
+    """timm's PiT and Swin (the zoo's too), cut as the reference cuts them (`alternet_hf.blocks.timm_cut`)."""
     try:
         return timm_cut(model)
     except AttributeError as error:
@@ -286,8 +272,7 @@ def reduces_resolution(module: nn.Module) -> bool:
 
 
 def describe_blocks(model: nn.Module, adapter: BlockAdapter | None = None) -> BlockAdapter:
-    """The adapter to analyse `model` with (the one given, else discovered), resolution-lowering blocks
-    tagged `pool` (see the module docstring)."""
+    """The adapter to analyse `model` with (given, else discovered), resolution-lowering blocks tagged `pool`."""
     adapter = adapter if adapter is not None else discover_blocks(model)
     blocks = [
         replace(block, kind="pool")
@@ -308,10 +293,10 @@ def run_blocks(model: nn.Module, inputs: torch.Tensor, adapter: BlockAdapter | N
     adapter = describe_blocks(model, adapter)
     if adapter.states_of is not None:
         states, logits = adapter.states_of(model, inputs)
-        return BlockRun(list(states), adapter.kinds, logits, adapter.num_prefix_tokens, adapter.channels_last)
-
-    states, outputs = hooked_states(model, inputs, adapter.blocks)
-    return BlockRun(states, adapter.kinds, logits_of(outputs), adapter.num_prefix_tokens, adapter.channels_last)
+    else:
+        states, outputs = hooked_states(model, inputs, adapter.blocks)
+        logits = logits_of(outputs)
+    return BlockRun(list(states), adapter.kinds, logits, adapter.num_prefix_tokens, adapter.channels_last)
 
 
 def residual_branches(model: nn.Module, adapter: BlockAdapter | None = None) -> list[nn.Module | None]:
@@ -325,10 +310,8 @@ def residual_branches(model: nn.Module, adapter: BlockAdapter | None = None) -> 
 def as_feature_map(
     state: torch.Tensor, num_prefix_tokens: int = 1, *, channels_last: bool = False
 ) -> torch.Tensor | None:
-    """A block state as a (batch, channels, height, width) map, or None if it has no spatial layout.
-
-    Token states (batch, tokens, dim) drop their prefix tokens; the rest must form a square grid.
-    """
+    """A block state as a (batch, channels, height, width) map, None without spatial layout; token states (batch,
+    tokens, dim) drop their prefix tokens, and the rest must form a square grid."""
     if state.ndim == 4:
         return state.permute(0, 3, 1, 2) if channels_last else state
     if state.ndim != 3:
@@ -388,8 +371,7 @@ def block_batches(
 
 
 def accumulate(model: nn.Module, data, accumulators: Sequence, **options) -> list:
-    """Feed every accumulator (`update(batch)` then `result()`) from one pass of `block_batches`; return
-    their results in order. `options` go to `block_batches`."""
+    """The results of the accumulators (`update(batch)`, then `result()`) fed by one pass of `block_batches`."""
     batch = None
     for batch in block_batches(model, data, **options):
         for accumulator in accumulators:
@@ -409,15 +391,18 @@ class AccuracyResult(AnalysisResult):
 
 
 class AccuracyAccumulator:
-    """The clean accuracy of the batches the per-block pass reads (what the claims weigh)."""
+    """The clean accuracy of the batches the per-block pass reads (what the claims weigh); `add` takes any others."""
 
     def __init__(self):
         self.correct, self.nll, self.count = 0, 0.0, 0
 
     def update(self, batch) -> None:
-        if batch.targets is None:
-            return
-        logits, targets = logits_of(batch.logits).double(), batch.targets.to(batch.logits.device)
+        if batch.targets is not None:
+            self.add(batch.logits, batch.targets)
+
+    def add(self, outputs, targets: torch.Tensor) -> None:
+        logits = logits_of(outputs).double()
+        targets = targets.to(logits.device)
         self.correct += (logits.argmax(-1) == targets).sum().item()
         self.nll += F.cross_entropy(logits, targets, reduction="sum").item()
         self.count += len(targets)

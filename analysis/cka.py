@@ -1,18 +1,11 @@
 """Minibatch CKA between blocks (Kornblith et al. 2019; Nguyen, Raghu & Kornblith 2021; docs/paper.md §6).
 
-Linear-kernel CKA with the unbiased HSIC estimator of Song et al. (2012), summed over minibatches:
-
-    CKA(i, j) = Σ_b HSIC₁(K_i, L_j) / √(Σ_b HSIC₁(K_i, K_i) · Σ_b HSIC₁(L_j, L_j))
-
-so memory depends on the batch size, not on the number of samples, and the per-batch estimates carry
-no small-sample bias. What differs from the common PyTorch package: everything is float64 (in float32
-the Gram matrices of large activations overflow, and the result is NaN), features are centred before
-their Gram matrix (which HSIC₁ does not notice, but a large mean otherwise cancels away the digits
-that matter), and every layer pair of a batch comes from one matrix product of U-centred Gram
-matrices instead of a double loop.
+CKA(i, j) = Σ_b HSIC₁(K_i, L_j) / √(Σ_b HSIC₁(K_i, K_i) · Σ_b HSIC₁(L_j, L_j)) with linear kernels and the unbiased
+HSIC₁ of Song et al. (2012) summed over minibatches, so memory depends on the batch size, not the number of samples.
+Unlike the usual PyTorch package: float64 throughout (in float32 the Gram matrices of large activations overflow to
+NaN), features centred first (`linear_gram`), and every layer pair of a batch from one matrix product (`u_centre`).
 """
 
-import contextlib
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,11 +27,8 @@ def _float64_device(tensor: torch.Tensor) -> torch.device:
 
 
 def linear_gram(features: torch.Tensor) -> torch.Tensor:
-    """X Xᵀ of the features flattened per sample and centred over the batch, in float64.
-
-    Centring leaves HSIC₁ unchanged (U-centring removes it anyway) but keeps a large mean from swamping
-    the spread: with a feature offset of 100, the uncentred formula already loses six digits in float64.
-    """
+    """X Xᵀ of the features flattened per sample, in float64, centred over the batch: HSIC₁ does not notice, but a
+    large mean would swamp the spread's digits."""
     flat = features.reshape(features.shape[0], -1).to(_float64_device(features), torch.float64)
     flat = flat - flat.mean(dim=0)
     return flat @ flat.T
@@ -56,11 +46,8 @@ def _check_grams(*grams: torch.Tensor) -> int:
 
 
 def unbiased_hsic(gram_x: torch.Tensor, gram_y: torch.Tensor) -> torch.Tensor:
-    """HSIC₁ of two n×n Gram matrices (Song et al. 2012), in float64.
-
-    HSIC₁ = [tr(K̃L̃) + 1ᵀK̃1 · 1ᵀL̃1 / ((n−1)(n−2)) − 2/(n−2) · 1ᵀK̃L̃1] / (n(n−3)), K̃ = K with a zero diagonal:
-    the diagonal (each sample with itself) is what biases the plain estimator.
-    """
+    """HSIC₁ of two n×n Gram matrices (Song et al. 2012), in float64: [tr(K̃L̃) + 1ᵀK̃1 · 1ᵀL̃1 / ((n−1)(n−2))
+    − 2/(n−2) · 1ᵀK̃L̃1] / (n(n−3)), K̃ = K without its diagonal, which biases the plain estimator."""
     n = _check_grams(gram_x, gram_y)
     k = gram_x.to(torch.float64).clone().fill_diagonal_(0)
     l = gram_y.to(k.device, torch.float64).clone().fill_diagonal_(0)  # noqa: E741
@@ -70,10 +57,8 @@ def unbiased_hsic(gram_x: torch.Tensor, gram_y: torch.Tensor) -> torch.Tensor:
 
 
 def u_centre(gram: torch.Tensor) -> torch.Tensor:
-    """The U-centred Gram matrix (Székely & Rizzo 2014), scaled so that HSIC₁(K, L) = ⟨U(K), U(L)⟩.
-
-    One inner product per layer pair is what lets a single matrix product give all pairs of a batch.
-    """
+    """The U-centred Gram matrix (Székely & Rizzo 2014), scaled so that HSIC₁(K, L) = ⟨U(K), U(L)⟩: one matrix
+    product then gives every layer pair of a batch."""
     n = _check_grams(gram)
     k = gram.to(torch.float64).clone().fill_diagonal_(0)
     row_sums = k.sum(dim=1)
@@ -82,11 +67,8 @@ def u_centre(gram: torch.Tensor) -> torch.Tensor:
 
 
 class MinibatchCKA:
-    """Sums HSIC₁ between every pair of layers of two representations (or of one with itself) over batches.
-
-    `update` takes one batch's features, one tensor per layer with the samples on dimension 0; the
-    layers may have any shapes, but the number of layers stays the same from batch to batch.
-    """
+    """Sums HSIC₁ between every pair of layers of two representations (or of one with itself) over batches, each
+    batch one tensor per layer (any shape, samples on dimension 0), as many layers in every batch."""
 
     def __init__(self):
         self.cross: torch.Tensor | None = None  # Σ_b HSIC₁(K_i, L_j)
@@ -147,9 +129,7 @@ class CKAResult(AnalysisResult):
 
 
 class CKAAccumulator:
-    """CKA of a model's blocks with each other, fed by the batches of `analysis.blocks.block_batches`
-    (batches under `MIN_BATCH_SIZE` samples are skipped and counted in `skipped`); `cka` also feeds its
-    `minibatch` the blocks of two models."""
+    """CKA of a model's blocks with each other, fed by `block_batches`; `cka` also feeds its `minibatch` two models'."""
 
     def __init__(self, kinds: list[str] | None = None):
         self.minibatch, self.kinds, self.skipped = MinibatchCKA(), kinds, 0
@@ -187,13 +167,8 @@ def cka(
     device: str | torch.device | None = None,
     progress: bool = False,
 ) -> CKAResult:
-    """Block × block minibatch CKA of `model` with itself, or with `other` on the same inputs.
-
-    `data` is inputs (B, C, H, W), one batch `(inputs, targets)` or a DataLoader; targets are unused.
-    The unbiased HSIC needs at least 4 samples per batch: smaller batches (a DataLoader's last one)
-    are skipped with a warning. Of one model with itself, this is a `CKAAccumulator` on one pass of
-    `analysis.blocks.block_batches`, which other per-block analyses can share.
-    """
+    """Block × block minibatch CKA of `model` with itself, or with `other` on the same `data` (inputs, a batch or a
+    DataLoader); batches under `MIN_BATCH_SIZE` samples (a DataLoader's last) are skipped with a warning."""
     if other is None:
         options = dict(adapter=adapter, max_batches=max_batches, device=device, progress=progress)
         return accumulate(model, data, [CKAAccumulator()], desc="CKA", **options)[0]
@@ -203,9 +178,7 @@ def cka(
     batches = _common.batches(
         data, max_batches=max_batches, enabled=progress, desc="CKA", iterate=_common.iterate_inputs_and_targets
     )
-    with contextlib.ExitStack() as modes:
-        modes.enter_context(analysis_mode(model, device=device))
-        modes.enter_context(analysis_mode(other, device=device))
+    with analysis_mode(model, device=device), analysis_mode(other, device=device):
         for inputs, _ in batches:
             if not accumulator.too_small(len(inputs)):
                 inputs = inputs.to(device)

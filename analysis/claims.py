@@ -1,20 +1,9 @@
-"""The paper's claims (docs/paper.md, Park & Kim 2022), decided on the models of a comparison, with the numbers
-that decide them.
+"""The paper's claims (docs/paper.md), decided on the models of a comparison, with the numbers that decide them.
 
-Each claim is checked on every model (or pair of models) it speaks about and reads `holds`, `does not
-hold`, `mixed` (some checks hold, some do not), `undecided — the difference is within the noise` or
-`not decidable` (an analysis or a kind of model it needs is missing). A check is decided only when its
-difference exceeds twice its standard error (`NOISE_MULTIPLE`): for the per-block statistics the larger of the
-spread over blocks and over test images (`larger_error`; one block has only the latter), over minibatches for the
-Hessian, over images (binomial) for accuracies and lesions, over noise bands and corruptions for robustness; the
-loss landscape is one surface, with no spread to judge by. A single minibatch has no spread either: its check is
-decided by sign, and the evidence says so. A model whose accuracy is below
-`competence` × chance (default twice chance) is named with every verdict that rests on it.
-
-A model's role comes from its block kinds: MSAs and convs (AlterNet) is `hybrid`, MSAs without convs (ViT)
-`transformer`, convs without MSAs (ResNet) `cnn`. Blocks tagged `pool`
-(downsampling) are left out of the conv statistics and reported apart: they cause most of the rises
-of high-frequency amplitude and drops of variance, which are not what the claims are about.
+A check counts only where its difference exceeds `NOISE_MULTIPLE` standard errors (each claim's `rule` says of what
+spread), else the claim reads `WITHIN_NOISE`; one whose analysis or kind of model is missing is not decidable. A
+model's `role` comes from its block kinds; downsampling blocks (`pool`) are reported apart from the convs, and a model
+below `competence` × chance accuracy is named with every verdict that rests on it.
 """
 
 from dataclasses import asdict, dataclass, field
@@ -138,8 +127,8 @@ def below_competence(results: dict[str, dict], summaries: dict[str, dict], compe
 def evaluate_claims(
     results: dict[str, dict], summaries: dict[str, dict] | None = None, *, competence: float = COMPETENCE
 ) -> list[Claim]:
-    """Decide every claim on `results` ({model: {analysis: result}}, as `analysis.compare.analyse` returns
-    them); `summaries` ({model: {"kinds": ..., "num_labels": ...}}) default to the kinds the results carry.
+    """Decide every claim on `results` ({model: {analysis: result}}, each model's as `analysis.runner.analyse`
+    returns it); `summaries` ({model: {"kinds": ..., "num_labels": ...}}) default to the kinds the results carry.
     Each claim names the models it rests on whose accuracy is below `competence` × chance."""
     summaries = summaries or {name: {"kinds": _kinds_of(found)} for name, found in results.items()}
     roles = {name: role(summary["kinds"]) for name, summary in summaries.items()}

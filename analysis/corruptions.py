@@ -1,56 +1,11 @@
 """The 15 CIFAR-C corruptions (Hendrycks & Dietterich, "Benchmarking Neural Network Robustness to Common
-Corruptions and Perturbations", ICLR 2019) on batched torch tensors, on any device.
+Corruptions and Perturbations", ICLR 2019) on batched torch tensors, on any device: `corrupt`.
 
-The parameters are those of CIFAR-10-C / CIFAR-100-C (`make_cifar_c.py` in hendrycks/robustness), which
-differ from ImageNet-C's (the `imagecorruptions` package); all of them are in one table,
-`SEVERITY_PARAMETERS`. Every corruption works on a whole batch on the images' device and draws its
-randomness from one `torch.Generator` on that device, so a seed gives the same result bit for bit (on one
-device and torch version). `corrupt` is the entry point. Devices: CPU and CUDA (some steps need float64,
-which MPS lacks).
-
-Each corruption computes what the reference computes, with the same random distributions; where its
-randomness can be shared or there is none, the tests check it against the reference's own building blocks:
-defocus blur (the disk with cv2's 3×3 anti-aliasing, mirrored borders), zoom blur and snow's zoom (the
-reference's `clipped_zoom`: a ceil-sized centre crop and scipy's corner-aligned linear zoom, so at 32 px
-zooms below 1.04 change nothing), fog's diamond-square plasma (its wibble² quirk included), brightness in
-HSV, elastic_transform (cv2.warpAffine, then scipy's map_coordinates, each with its own border rule),
-pixelate (Pillow's BOX filter, which averages the pixels whose centres fall in an output pixel and scales
-up by nearest neighbour) and JPEG (libjpeg: the bytes of the reference's Pillow round trip).
-
-Where it differs, and why:
-- glass_blur runs without the reference's per-pixel Python loop (a second per image). Its "swap"
-  (`x[h, w], x[h', w'] = x[h', w'], x[h, w]` on numpy views) copies the neighbour instead of swapping,
-  and for δ = 1 (every CIFAR severity) that neighbour is read before the loop reaches it, so an iteration
-  is exactly one gather from a random offset in [−δ, δ)². For δ > 1 the reference would sometimes read
-  an already moved pixel; the gather reads the original.
-- motion_blur and snow's streaks: the reference calls ImageMagick's MotionBlurImage. Its kernel is
-  rebuilt here (2⌈radius⌉+1 one-sided taps along the angle, rounded to whole pixels, Gaussian weights,
-  edge pixels repeated; taps weighing < 1e-6 are dropped) per image, applied with one grouped convolution.
-- frost: the reference blends crops of photographs (frost1.png … frost5.jpg of hendrycks/robustness, which
-  `pip install imagecorruptions` also installs) whose licence is unclear, so none is shipped. Given their
-  folder (`frost_dir=`, or $ALTERNET_FROST_DIR), frost blends them as the reference does. Without it,
-  `frost_textures` makes procedural layers with the photographs' statistics (`FROST_PROFILES`: channel
-  means, spread of crop means, within-crop stds and roughness per photograph; overall mean 162 and
-  within-crop std 29 on the 0–255 scale, where this project's earlier textures had 71 and 41). They match
-  the photographs in these statistics, not in look.
-
-uint8 images (CIFAR-C as released) take the reference's 8-bit steps: the final `np.uint8(...)` truncates
-(half a level darker than rounding), glass blur shuffles a truncated uint8 image, snow's layer makes two
-8-bit round trips (its PNG, ImageMagick's output), and pixelate is Pillow's fixed-point 8-bit resize bit
-for bit. Float images stay float throughout, with no 8-bit step.
-
-Measured against the reference itself (make_cifar_c.py with ImageMagick 6.9.11, on 150 CIFAR-like
-photographs, tests/cifar_c_reference.py): the deterministic corruptions, and motion blur and elastic
-transform given the same random draws, give its bytes but for one-level differences where a value lies
-within float error of a level (≤ 1% of the pixels; 3.5% in defocus blur at severity 4 and brightness 4;
-none in pixelate and JPEG); and every corruption's statistics per severity
-(`corruption_statistics`: mean, contrast, change, roughness, colour) match the reference's within sampling
-noise, frost's procedural layers included (tests/test_corruptions.py).
-
-Other image sizes: any H, W ≥ 8 works. Pixel-sized parameters (blur radii, glass δ, elastic α/σ/shift)
-keep their 32-pixel values; the reference's elastic parameters are `IMSIZE × fraction` and ImageNet-C's
-fog map is larger, so CIFAR-C at another size would scale those. Fog's plasma map is the next power of
-two ≥ max(H, W) (32 for CIFAR); zooms and pixelation scale with the image by construction.
+The parameters are CIFAR-10-C / CIFAR-100-C's (`make_cifar_c.py` in hendrycks/robustness; `SEVERITY_PARAMETERS`),
+not ImageNet-C's. Each corruption computes what the reference computes, with its random distributions drawn from one
+`torch.Generator` on the images' device, so a seed gives the same result bit for bit; where one departs from the
+reference, its function says how and why. uint8 images take the reference's 8-bit steps, float images none.
+`tests/cifar_c_reference.py` runs the reference itself for the tests to compare with.
 """
 
 import collections
@@ -68,8 +23,6 @@ import torch
 import torch.nn.functional as F
 
 from .cifar_c import CORRUPTIONS, SEVERITIES, SEVERITY_PARAMETERS
-
-# --- random numbers: always from the caller's generator (or torch's global one) on the images' device ---
 
 
 def _uniform(shape, low, high, generator, device, dtype=torch.float32):
@@ -110,9 +63,8 @@ def _gaussian_kernel1d(sigma: float, truncate: float) -> torch.Tensor:
 
 @functools.lru_cache(maxsize=256)
 def _gaussian_matrix(size: int, sigma: float, truncate: float, mode: str) -> torch.Tensor:
-    """(size, size) matrix of a 1-D Gaussian filter with the border rule `mode` folded in, built on the CPU.
-    On small images a separable filter is fastest as two batched matrix products (CPU convolutions with a
-    handful of taps are not), and no padding is needed whatever the kernel's width."""
+    """(size, size) matrix of a 1-D Gaussian filter with the border rule `mode` folded in: on small images two
+    batched matrix products beat CPU convolutions of a handful of taps, and need no padding."""
     kernel = _gaussian_kernel1d(sigma, truncate)
     radius = len(kernel) // 2
     sources = _pad_index(size, radius, radius, mode, "cpu")[torch.arange(size)[:, None] + torch.arange(len(kernel))]
@@ -171,8 +123,7 @@ def _motion_blur(x: torch.Tensor, radius: float, sigma: float, angles: torch.Ten
 
 
 def _zoom_geometry(size: int, zoom: float) -> tuple[int, int]:
-    """The reference's clipped_zoom along one axis: it crops the centre ⌈n/zoom⌉ pixels and scipy zooms
-    them to round(⌈n/zoom⌉·zoom) pixels."""
+    """The reference's clipped_zoom along one axis: ⌈n/zoom⌉ centre pixels, zoomed to round(⌈n/zoom⌉·zoom)."""
     crop = math.ceil(size / zoom)
     return crop, round(crop * zoom)
 
@@ -272,7 +223,8 @@ def glass_blur(x, parameters, generator, eight_bit=False):
     batch, channels, height, width = x.shape
     # The reference loops over rows and columns H − δ … δ + 1 (descending) and "swaps" each pixel with the
     # one at a random offset in [−δ, δ)². Its swap assigns numpy views, so it copies the neighbour instead,
-    # and for δ = 1 that neighbour comes later in the loop, still unchanged: one gather per iteration.
+    # and for δ = 1 that neighbour comes later in the loop, still unchanged: one gather per iteration (for δ > 1
+    # the reference may read a pixel already moved; this reads the original), without its per-pixel Python loop.
     rows = torch.arange(height, device=x.device).view(height, 1)
     cols = torch.arange(width, device=x.device).view(1, width)
     inside = (rows > delta) & (rows <= height - delta) & (cols > delta) & (cols <= width - delta)
@@ -405,10 +357,8 @@ def frost_profiles(folder: str) -> list[dict[str, tuple[float, ...] | float]]:
     return profiles
 
 
-# The reference's frost layers, per photograph of FROST_FILES (0–255 scale, `frost_profiles` on frost1.png …
-# frost5.jpg, rounded): channel means, spread of crop means, within-crop channel stds, roughness; and `speckle`,
-# the share of white noise in the procedural texture's variance that gives it that roughness (fitted, see
-# `frost_textures`). frost2.png and frost3.png are two near-identical copies of one photograph.
+# `frost_profiles` of the reference's photographs, rounded, and `speckle`: the share of white noise in the procedural
+# texture's variance that gives it that roughness (fitted). frost2.png and frost3.png are near-identical copies.
 FROST_PROFILES = (
     dict(mean=(76.7, 148.1, 164.7), spread=10.8, std=(21.6, 13.2, 12.7), roughness=0.72, speckle=0.0),
     dict(mean=(198.5, 202.9, 212.2), spread=8.9, std=(17.9, 18.3, 18.9), roughness=0.82, speckle=0.17),
@@ -444,18 +394,16 @@ def _ice_pattern(batch: int, height: int, width: int, speckle: torch.Tensor, gen
 def frost_textures(
     batch: int, height: int, width: int, *, generator: torch.Generator | None = None, device=None
 ) -> torch.Tensor:
-    """Procedural frost layers (B, 3, H, W) in [0, 1], standing in for the reference's photographs, with their
-    statistics: per image a profile of `FROST_PROFILES` drawn uniformly (as the reference draws a photograph),
-    then the profile's channel means, shifted by a normal crop offset of its spread, plus an ice pattern scaled
-    to its within-crop channel stds and roughness. It matches the photographs' frost layers in mean, within-crop
-    and across-crop variation, colour and roughness; it does not look like them (no photographic crystals).
-    Made by this project; no photographs are shipped."""
+    """Procedural frost layers (B, 3, H, W) in [0, 1] for when the reference's photographs (not shipped: their licence
+    is unclear) are not given: per image a profile of `FROST_PROFILES` drawn uniformly, its channel means shifted by a
+    normal crop offset of its spread, plus an ice pattern scaled to its within-crop stds. They match the photographs'
+    statistics, not their look."""
     device = torch.device(device or "cpu")
-    table = {key: torch.tensor([p[key] for p in FROST_PROFILES], device=device) for key in ("mean", "spread", "std")}
-    speckle = torch.tensor([p["speckle"] for p in FROST_PROFILES], device=device)
+    keys = ("mean", "spread", "std", "speckle")
+    table = {key: torch.tensor([p[key] for p in FROST_PROFILES], device=device) for key in keys}
     choice = torch.randint(len(FROST_PROFILES), (batch,), generator=generator, device=device)
     offset = torch.randn((batch, 1, 1, 1), generator=generator, device=device)
-    pattern = _ice_pattern(batch, height, width, speckle[choice], generator, device)
+    pattern = _ice_pattern(batch, height, width, table["speckle"][choice], generator, device)
     mean = table["mean"][choice].view(batch, 3, 1, 1) + table["spread"][choice].view(batch, 1, 1, 1) * offset
     return ((mean + table["std"][choice].view(batch, 3, 1, 1) * pattern) / 255).clamp(0, 1)
 
@@ -587,9 +535,7 @@ def pixelate(x, factor, generator, eight_bit=False):
 
 def _jpeg_round_trip(images: torch.Tensor, quality: int) -> torch.Tensor:
     """Encode and decode uint8 (B, 3, H, W) CPU images with libjpeg's defaults (4:2:0, baseline): through
-    torchvision.io when it has its codecs (about twice Pillow's speed on small images), else Pillow, which
-    the reference uses; both give the same bytes. torchvision 0.29 deprecates its codecs in favour of
-    torchcodec, hence the fallback and the silenced warning."""
+    torchvision.io where it has its (deprecated) codecs, the faster, else Pillow, as the reference; the same bytes."""
     try:
         from torchvision.io import decode_jpeg, encode_jpeg
     except ImportError:
@@ -620,8 +566,7 @@ def corruption_statistics(clean: torch.Tensor, corrupted: torch.Tensor) -> dict[
     divided by 255): `mean`, the pixel mean; `contrast`, the mean within-image standard deviation (per
     channel); `change`, the mean |corrupted − clean|; `roughness`, the mean |difference| of horizontally and
     vertically adjacent pixels (blur lowers it, noise raises it); `chroma`, the mean spread max − min over
-    the channels (colour). The statistics tests compare ours with the reference's; any source of corrupted
-    images (the released arrays, `analysis.robustness`) can be summarised the same way."""
+    the channels (colour)."""
     if clean.shape != corrupted.shape:
         raise ValueError(f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} images differ in shape")
     clean, corrupted = (t.double() / 255 if t.dtype == torch.uint8 else t.double() for t in (clean, corrupted))
@@ -648,20 +593,11 @@ def corrupt(
     generator: torch.Generator | None = None,
     frost_dir: str | os.PathLike | None = None,
 ) -> torch.Tensor:
-    """Apply one CIFAR-C corruption at a severity (1…5) to a batch.
+    """Apply one CIFAR-C corruption at a severity (1…5) to a batch of (B, 3, H, W) images, H, W ≥ 8: float in [0, 1]
+    (float64 computed in float64, other floats in float32) or uint8; the result has their shape, dtype and device.
 
-    `images`: (B, 3, H, W) with H, W ≥ 8, float in [0, 1] (any float dtype: float64 is computed in
-    float64, the others in float32) or uint8 in [0, 255]. The result has the same shape, dtype and device,
-    clamped to the range (uint8: rounded).
-
-    `generator`: a torch.Generator on the images' device; the same seed gives the same result bit for bit.
-    None draws from torch's global RNG for that device. A generator on another device type (a CPU
-    generator with CUDA images) is refused rather than used: drawing on one device and copying would be
-    slower and give other numbers than a generator on the images' device.
-
-    `frost_dir`: a folder with the reference's frost photographs (`FROST_FILES`), which frost then blends as
-    the reference does; None reads $ALTERNET_FROST_DIR, and without either (or with `frost_dir=""`) frost uses
-    the procedural `frost_textures`.
+    `generator`: on the images' device (one elsewhere is refused: drawing there and copying would be slower and give
+    other numbers); None draws from torch's global RNG. `frost_dir`: as `resolve_frost_dir` takes it.
     """
     if not isinstance(images, torch.Tensor):
         raise TypeError(f"images must be a torch.Tensor (batch, 3, height, width), got {type(images).__name__}")
@@ -696,8 +632,7 @@ def corrupt(
     out = _FUNCTIONS[corruption](x, SEVERITY_PARAMETERS[corruption][severity - 1], generator, **options)
     if images.dtype == torch.uint8:
         out = out.clamp(0, 1).mul_(255)
-        # np.uint8's truncation, as the reference ends (the cast truncates); results already on 8-bit levels
-        # only lose the error of /255
+        # the reference ends in np.uint8, which truncates; results already on 8-bit levels only lose the error of /255
         out = out.round_() if corruption in _EIGHT_BIT_RESULTS else out.add_(_TRUNCATION_EPSILON)
         return out.to(torch.uint8, memory_format=torch.contiguous_format)
     return out.clamp(0, 1).to(images.dtype, memory_format=torch.contiguous_format)

@@ -1,15 +1,9 @@
-"""Relative log amplitude of Fourier-transformed feature maps (Park & Kim 2022, Fig. 2; docs/paper.md §6).
+"""Relative log amplitude of Fourier-transformed feature maps, ΔlogA (Park & Kim 2022, Fig. 2; docs/paper.md §6).
 
-For every feature map: log(|fft2| + 1e-6), zero frequency shifted to the centre, averaged over batch
-and channels, read along the half-diagonal from frequency 0 to π, minus the value at 0. MSAs lower the
-high-frequency value (low-pass), convolutions and MLPs raise it (high-pass).
-
-Differs from the reference notebook on purpose: it reads the half-diagonal from the centre up to
-index H-1, which stops one step short of π (3π/4 on an 8×8 map) while labelling that point π; here the
-corner of the shifted spectrum, the Nyquist frequency π itself, ends every curve (a map of odd side n
-has no Nyquist bin: its last sample, at (n-1)/n·π, is held out to π). Curves of maps of different
-sizes are put on one frequency grid by linear interpolation, and each block's own effect is reported
-as the change from its input state (`delta_log_amplitude`), so an identity block reads 0.
+Unlike the reference notebook, which reads the half-diagonal up to index H−1, one step short of π (3π/4 on an 8×8
+map), while labelling that point π, every curve here ends at the corner of the shifted spectrum, the Nyquist frequency
+π itself. Maps of different sizes share one frequency grid by linear interpolation, and each block's own change is
+reported (`delta_log_amplitude`), so an identity block reads 0.
 """
 
 from dataclasses import dataclass, field
@@ -44,10 +38,8 @@ class FourierResult(AnalysisResult):
 
 
 def half_log_amplitude(feature_map: torch.Tensor) -> torch.Tensor:
-    """log(|fft2| + 1e-6) of every image and channel over the non-negative column frequencies: (B, C, H, W//2 + 1).
-
-    A real map's spectrum is conjugate-symmetric (|F(k)| = |F(-k)|), so `rfft2`'s half holds every amplitude in half
-    the work of `fft2`; `full_plane` rebuilds the whole plane."""
+    """log(|fft2| + 1e-6) of every image and channel over the non-negative column frequencies, (B, C, H, W//2 + 1):
+    a real map's spectrum is conjugate-symmetric, so `rfft2`'s half holds every amplitude in half the work."""
     return torch.log(torch.fft.rfft2(feature_map.double()).abs() + 1e-6)
 
 
@@ -65,9 +57,8 @@ def mean_log_amplitude(feature_map: torch.Tensor) -> torch.Tensor:
 
 
 def half_diagonal(log_amplitude: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-    """Frequencies (units of π) and values along the diagonal from the centre of a shifted spectrum
-    to its corner; for an even side the last point is the corner, frequency π exactly, for an odd side
-    n it is (n-1)/n·π."""
+    """Frequencies (units of π) and values along the diagonal from the centre of a shifted spectrum to its corner:
+    π exactly for an even side, (n-1)/n·π for an odd side n."""
     side = log_amplitude.shape[-1]
     if log_amplitude.shape[-2] != side:
         raise ValueError(f"Fourier ΔlogA needs square feature maps, got {tuple(log_amplitude.shape)}")
@@ -81,8 +72,7 @@ def half_diagonal(log_amplitude: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
 
 
 def high_frequency_per_image(feature_map: torch.Tensor) -> torch.Tensor:
-    """Each image's ΔlogA at π (the last point of `half_diagonal`, channels averaged): (B,). Their mean over the
-    batch is the batch's ΔlogA at π."""
+    """Each image's ΔlogA at π (the last point of `half_diagonal`, channels averaged): (B,)."""
     return high_frequency_of(half_log_amplitude(feature_map))
 
 
@@ -167,12 +157,9 @@ def fourier_log_amplitude(
     device: str | torch.device | None = None,
     progress: bool = False,
 ) -> FourierResult:
-    """ΔlogA by frequency for the input and every block output of `model` on `images`.
-
-    `images`: model inputs (B, C, H, W) already normalised, a batch `(inputs, targets)` or a DataLoader.
-    `num_frequencies` points on [0, π] (default: those of the largest map). To compute it together
-    with other per-block analyses in one pass, give a `FourierAccumulator` to `analysis.blocks.accumulate`.
-    """
+    """ΔlogA by frequency of the input and every block output of `model` on `images` (normalised inputs, a batch or a
+    DataLoader), on `num_frequencies` points of [0, π] (default: the largest map's). A `FourierAccumulator` given to
+    `analysis.blocks.accumulate` computes it in one pass with other per-block analyses."""
     options = dict(adapter=adapter, max_batches=max_batches, device=device, progress=progress)
     return accumulate(model, images, [FourierAccumulator(num_frequencies)], desc="fourier", **options)[0]
 

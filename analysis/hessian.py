@@ -1,17 +1,11 @@
-"""The Hessian of the training loss: top eigenvalues, trace, spectral density, and the paper's
-max-eigenvalue spectra (Park & Kim 2022, Fig. 1 and 4; docs/paper.md §6), all from Hessian-vector products.
+"""The Hessian of the training loss from Hessian-vector products (Park & Kim 2022, Fig. 1 and 4; docs/paper.md §6):
+extreme eigenvalues by Lanczos, the trace by Hutchinson, the density by stochastic Lanczos quadrature, and the paper's
+max-eigenvalue spectra.
 
-Eigenvalues come from Lanczos with full re-orthogonalisation (not PyHessian's power iteration: docs/analyses.md):
-the algebraically largest (and most negative) ones, sorted and signed, stopping when the residual bound |β_m s_mi|
-of every requested Ritz value is below `tol` relative to it (for the most negative, relative to |λ|max, since they
-may lie near zero: the paper's negative eigenvalues of ViTs live at that end).
-
-The loss is the mean over every given sample (batches are weighted by size: Hessian-vector products are
-averaged, not summed) plus weight_decay times the L2 term `analysis._common.l2_term`, the same as the loss
-landscape's: the reference's Σ_p ‖p‖ by default, or ½·‖w‖² (`penalty="squared"`, whose Hessian is
-weight_decay·I). Batches are drawn once and reused, so every product is of one fixed function. BatchNorm
-mode is explicit: "train" (batch statistics, the loss the optimiser sees; the paper's setting) or "eval"
-(running statistics, PyHessian's); dropout and stochastic depth are always off so the function is deterministic.
+The loss is the mean over every sample given plus weight_decay times `analysis._common.l2_term`, the landscape's,
+on batches drawn once, so that every product is of one fixed function. BatchNorm is in "train" mode (batch
+statistics, the loss the optimiser sees; the paper's) or "eval" (running statistics, PyHessian's); dropout and
+stochastic depth are off.
 """
 
 import contextlib
@@ -40,10 +34,8 @@ def cross_entropy_loss(outputs, targets: torch.Tensor) -> torch.Tensor:
 
 
 class HessianOperator:
-    """v ↦ H v for the mean loss of `model` over fixed `batches` plus weight_decay times the L2 term.
-
-    Vectors are flat, in the order of the trainable parameters. Counts its products in `num_hvps`.
-    """
+    """v ↦ H v of the mean loss of `model` over fixed `batches` plus weight_decay times the L2 term, on flat vectors
+    in the order of the trainable parameters; `num_hvps` counts the products."""
 
     def __init__(
         self,
@@ -154,10 +146,9 @@ def _hessian_of(
     max_batches: int | None = None,
     device: str | torch.device | None = None,
 ) -> Iterator[HessianOperator]:
-    """The setup every entry point but the spectrum shares, whose keywords they take as `**setup`: the operator of
-    `loss_fn` (default: cross-entropy on the logits) + `weight_decay` × the `penalty` L2 term on `data`'s first
-    `max_batches` batches (one batch `(inputs, targets)` or a DataLoader; drawn once, on `device`, else the
-    model's), with the model in the analysis mode (BatchNorm in `batchnorm` mode) for the length of the block."""
+    """The operator of `loss_fn` (default: cross-entropy) + `weight_decay` × the `penalty` L2 term on `data`'s first
+    `max_batches` batches (a batch or a DataLoader, drawn once, on `device`), the model in the analysis mode (BatchNorm
+    in `batchnorm` mode) for the block: the `**setup` every entry point but the spectrum takes."""
     device = resolve_device(model, device)
     batches = materialize(data, max_batches=max_batches, device=device)
     with analysis_mode(model, batchnorm=batchnorm, device=device):
@@ -178,8 +169,9 @@ def _lanczos_extremes(
     seed: int,
     deadline: float | None = None,
 ) -> EigenvalueResult:
-    """The `top_k` largest and `bottom_k` smallest eigenvalues from one Lanczos run (see the module
-    docstring for the tolerances); stops at `deadline` (a `time.monotonic()` value) if given."""
+    """The `top_k` largest and `bottom_k` smallest eigenvalues from one Lanczos run, stopped once the residual bound
+    |β_m s_mi| of each is below `tol` relative to it (for the bottom ones, which may lie near zero, relative to
+    |λ|max), or at `deadline` (a `time.monotonic()` value)."""
     wanted = top_k + bottom_k
     if top_k < 1 or bottom_k < 0 or wanted > operator.dimension:
         raise ValueError(
@@ -223,12 +215,8 @@ def _lanczos_extremes(
 
 
 def top_eigenvalues(model: nn.Module, data, *, top_k: int = 1, **options) -> EigenvalueResult:
-    """The `top_k` largest eigenvalues of the Hessian of the mean loss on `data`, by Lanczos: `extreme_eigenvalues`
-    without the bottom end, with the same `options`.
-
-    Memory: the Lanczos basis holds up to `lanczos_steps` float64 vectors of the parameter count (33 M for
-    AlterNet-50: 264 MB each).
-    """
+    """`extreme_eigenvalues` without the bottom end. The Lanczos basis holds up to `lanczos_steps` float64 vectors of
+    the parameter count (AlterNet-50: 264 MB each)."""
     return extreme_eigenvalues(model, data, top_k=top_k, bottom_k=0, **options)
 
 
@@ -243,9 +231,8 @@ def extreme_eigenvalues(
     seed: int = 0,
     **setup,
 ) -> EigenvalueResult:
-    """The `top_k` largest and the `bottom_k` smallest (most negative) eigenvalues of the Hessian of the
-    mean loss on `data`, from one Lanczos run (`smallest` ascending). `setup`: the loss, BatchNorm mode, batches
-    and device, as `_hessian_of` takes them."""
+    """The `top_k` largest and `bottom_k` most negative eigenvalues (`smallest`, ascending) of the Hessian of the mean
+    loss on `data`, from one Lanczos run. `setup`: as `_hessian_of` takes it."""
     with _hessian_of(model, data, **setup) as operator:
         return _lanczos_extremes(operator, top_k=top_k, bottom_k=bottom_k, tol=tol, steps=lanczos_steps, seed=seed)
 
@@ -253,9 +240,8 @@ def extreme_eigenvalues(
 def power_iteration(
     model: nn.Module, data, *, tol: float = 1e-3, max_steps: int = 100, seed: int = 0, **setup
 ) -> EigenvalueResult:
-    """The largest-*magnitude* eigenvalue by power iteration, PyHessian's method, stopped when the
-    Rayleigh quotient changes by less than `tol` relative. Here as the baseline Lanczos is measured
-    against; prefer `top_eigenvalues`. `setup`: as `extreme_eigenvalues` takes it."""
+    """The largest-*magnitude* eigenvalue by PyHessian's power iteration, stopped when the Rayleigh quotient changes
+    by less than `tol` relative: the baseline Lanczos is measured against. `setup`: as `_hessian_of` takes it."""
     with _hessian_of(model, data, **setup) as operator:
         vector, history, converged = operator.random_vector(_generator(seed)), [], False
         for _ in range(max_steps):
@@ -293,8 +279,8 @@ def hessian_trace(
     **setup,
 ) -> TraceResult:
     """Hutchinson's trace estimate with Rademacher vectors, run until the 95% confidence half-width
-    1.96·s/√n is at most `rtol`·|estimate| (and at least `min_samples` were drawn). `setup`: as
-    `extreme_eigenvalues` takes it."""
+    1.96·s/√n is at most `rtol`·|estimate| (and at least `min_samples` were drawn). `setup`: as `_hessian_of`
+    takes it."""
     generator, samples, converged, error = _generator(seed), [], False, float("inf")
     with _hessian_of(model, data, **setup) as operator:
         for _ in _common.progress(range(max_samples), enabled=progress, desc="trace", unit="hvp"):
@@ -334,7 +320,7 @@ def spectral_density(
 ) -> DensityResult:
     """Eigenvalue density by stochastic Lanczos quadrature (Ghorbani et al. 2019): `num_vectors` Lanczos runs of
     `num_steps` from Rademacher starts, each Ritz value a Gaussian of width `sigma` (default: 1% of the spectrum's
-    span) weighted by its squared first Ritz-vector component. `setup`: as `extreme_eigenvalues` takes it."""
+    span) weighted by its squared first Ritz-vector component. `setup`: as `_hessian_of` takes it."""
     with _hessian_of(model, data, **setup) as operator:
         return _slq(operator, _generator(seed), num_vectors, num_steps, num_points, sigma, progress=progress)
 
@@ -363,10 +349,8 @@ class SpectrumResult(AnalysisResult):
     """Per minibatch b: the top-k eigenvalues `eigenvalues[b]` (descending, Lanczos error bounds
     `residuals[b]`) and, where asked for, the most negative `smallest_eigenvalues[b]` (ascending),
     `converged[b]` when both ends met the tolerance; every eigenvalue found pooled into a histogram
-    (`counts` over `bin_edges`). `complete` is False when a time limit ended the run early: the
-    minibatches finished by then are all there is. `density`: the SLQ spectral density of the first
-    minibatch's Hessian, where asked for. The loss is NLL + `weight_decay`·(`penalty` L2 term), with
-    BatchNorm in `batchnorm` mode."""
+    (`counts` over `bin_edges`). `complete` is False when a time limit ended the run early. `density`: the SLQ
+    spectral density of the first minibatch's Hessian, where asked for."""
 
     eigenvalues: np.ndarray
     residuals: np.ndarray
@@ -406,15 +390,10 @@ def max_eigenvalue_spectrum(
     device: str | torch.device | None = None,
     progress: bool = False,
 ) -> SpectrumResult:
-    """The paper's Hessian max-eigenvalue spectrum: for every (augmented training) minibatch of `data`,
-    the top-k (and, `bottom_k > 0`, the bottom-k) eigenvalues of the Hessian of its loss + L2 term,
-    pooled into a histogram.
-
-    `on_batch(result)` is called with the spectrum so far after every minibatch (to write partial
-    results); after `time_limit` seconds the minibatch in progress stops (kept if it found its
-    eigenvalues, marked unconverged) and so does the run (`complete=False`). `density_vectors > 0`
-    adds the SLQ density of the first minibatch (`density_steps` Lanczos steps per vector).
-    """
+    """The paper's max-eigenvalue spectrum: the top-k (and bottom-k) Hessian eigenvalues of every (augmented training)
+    minibatch of `data`, pooled into a histogram. `on_batch(result)` gets the spectrum so far after every minibatch;
+    after `time_limit` seconds the minibatch in progress stops (kept if it found its eigenvalues, unconverged) and so
+    does the run (`complete=False`). `density_vectors > 0` adds the SLQ density of the first minibatch."""
     device = resolve_device(model, device)
     deadline = None if time_limit is None else time.monotonic() + time_limit
     total = _common.count_batches(data, max_batches)
@@ -509,8 +488,7 @@ def plot_spectrum(result: SpectrumResult, ax=None, *, label: str | None = None, 
 
 
 def plot_density(result: DensityResult, ax=None, *, label: str | None = None, color=None):
-    """The spectral density on a log axis (floored so empty regions stay visible); `label` and `color` tell
-    several models' densities apart on one axis."""
+    """The spectral density on a log axis, floored so that empty regions stay visible."""
     ax = new_axes(ax)
     ax.plot(result.grid, np.maximum(result.density, 1e-12 * result.density.max()), label=label, color=color)
     ax.set_yscale("log")

@@ -1,26 +1,14 @@
-"""Loss landscapes along random normalised directions (Li et al. 2018; Park & Kim 2022, Fig. 1;
-docs/paper.md §6), under one of two named protocols:
+"""Loss landscapes along random normalised directions (Li et al. 2018; Park & Kim 2022, Fig. 1; docs/paper.md §6).
 
-- `"filter"` (Li et al.): each direction is Gaussian, rescaled filter by filter (each slice along
-  dim 0) to the norm of the weights it perturbs; biases, normalisation parameters and position
-  embeddings (every parameter of one dimension, and those named like position tables or class tokens)
-  stay fixed; BatchNorm normalises with batch statistics, as in training.
-- `"reference"` (the paper's code, `ops/loss_landscapes.py` of how-do-vits-work, which made Fig. 1):
-  BatchNorm in eval mode (running statistics); each direction normalised over dim 0 (for every
-  input position of a filter, the norm across output channels matches the weights'); every parameter
-  of two or more dimensions is perturbed (class tokens too) except position tables ("pos_embed",
-  "relative_position", and transformers' "position_embeddings").
+The loss is NLL + the L2 term (`analysis._common.l2_term`, the Hessian's) on batches drawn once, on an odd grid whose
+centre is the trained weights exactly, under one of two protocols:
 
-The grid is symmetric with an odd number of points, so its centre is the trained weights exactly. The
-loss is NLL + an L2 term on the data given — augmented training batches in `alternet-analyze` — because
-clean data without the L2 term gives a different and misleading picture (the reference README's
-warning). Batches are drawn once, so every grid point sees the same images.
-
-The L2 term (`analysis._common.l2_term`, shared with `analysis.hessian`) is the reference's by
-default, weight_decay·Σ_p ‖p‖ (the norm of every parameter tensor, not squared, summed) with the
-optimiser's weight decay (0.05 for the CIFAR AdamW recipe), so surfaces are comparable with the paper's
-Fig. 1. `penalty="squared"` uses ½·weight_decay·‖w‖² instead, the penalty whose gradient is weight
-decay; it grows with the square of the weights and can dominate the NLL across the grid.
+- `"filter"` (Li et al.): each direction Gaussian, rescaled filter by filter (each slice along dim 0) to the norm of
+  the weights it perturbs; parameters of one dimension, position tables and class tokens fixed; BatchNorm in train
+  mode.
+- `"reference"` (the paper's code, `ops/loss_landscapes.py` of how-do-vits-work, which made Fig. 1): each direction
+  normalised over dim 0; every parameter of two or more dimensions perturbed but position tables; BatchNorm in eval
+  mode.
 """
 
 import itertools
@@ -44,9 +32,8 @@ PROTOCOLS = {"filter": "train", "reference": "eval"}
 
 @dataclass
 class LandscapeResult(AnalysisResult):
-    """`loss[i]` (1-D) or `loss[i, j]` (2-D) at weights w + coordinates[i]·d1 (+ coordinates[j]·d2);
-    `loss` = `nll` + the `penalty` L2 term with `weight_decay`, under `protocol` with BatchNorm in
-    `batchnorm` mode (see the module docstring)."""
+    """`loss[i]` (1-D) or `loss[i, j]` (2-D) at weights w + coordinates[i]·d1 (+ coordinates[j]·d2): `nll` +
+    `weight_decay` × the `penalty` L2 term, under `protocol` with BatchNorm in `batchnorm` mode."""
 
     coordinates: np.ndarray
     loss: np.ndarray
@@ -72,9 +59,7 @@ def filter_normalized_direction(model: nn.Module, generator: torch.Generator) ->
 def normalized_direction(
     model: nn.Module, generator: torch.Generator, *, protocol: str = "filter"
 ) -> dict[str, torch.Tensor]:
-    """A Gaussian direction over the parameters `protocol` perturbs, normalised as it prescribes: per
-    filter (the norm of each slice along dim 0) or, for "reference", over dim 0 (the norm across dim 0
-    at every other index)."""
+    """A Gaussian direction over the parameters `protocol` perturbs, normalised as it prescribes."""
     direction = {}
     for name, parameter in model.named_parameters():
         if not is_perturbed(name, parameter, protocol):
@@ -127,12 +112,8 @@ def loss_landscape(
     device: str | torch.device | None = None,
     progress: bool = False,
 ) -> LandscapeResult:
-    """The loss on a 1-D line or 2-D plane of weights through the trained ones.
-
-    `loss_fn(logits, targets)` is the mean NLL by default (cross-entropy; targets may be soft).
-    `protocol`: "filter" (Li et al.) or "reference" (the paper's code); `batchnorm` ("train": batch
-    statistics, "eval": running ones) overrides the protocol's own mode.
-    """
+    """The loss on a 1-D line or 2-D plane of weights through the trained ones. `loss_fn(logits, targets)`: default
+    the mean NLL (targets may be soft); `batchnorm` ("train" or "eval") overrides the `protocol`'s own mode."""
     if num_directions not in (1, 2):
         raise ValueError(f"num_directions must be 1 or 2, not {num_directions}")
     if protocol not in PROTOCOLS:
@@ -262,8 +243,7 @@ def landscape_estimate(costs: dict, settings) -> tuple[float, str] | None:
 
 
 def landscape_comparison(found: dict[str, LandscapeResult]):
-    """The loss along each direction through the trained weights (rise from the centre), every model on
-    one axis, and each model's contour map."""
+    """The loss's rise along each direction from the trained weights, every model on one axis, and each one's map."""
     figure, axes = _common.row_of_axes(1 + len(found), 4.2, 3.8)
     colours = _common.model_colours(list(found))
     ax = axes[0]

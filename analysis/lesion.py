@@ -1,22 +1,17 @@
-"""Lesion study (Park & Kim 2022, Fig. 11; docs/paper.md §6): the accuracy lost when one block's residual
-branch is removed, one block at a time.
-
-A forward hook zeroes the branch's output, so the block becomes its shortcut (the identity, or the
-projection where the shape changes) with nothing rebuilt, copied or re-loaded, and any model works
-whose branches can be named (zoo models know theirs; others give a `BlockAdapter`). The paper finds
-that MSAs at the end of a stage are the blocks a network relies on most.
+"""Lesion study (Park & Kim 2022, Fig. 11; docs/paper.md §6): the accuracy lost when one block's residual branch is
+removed. A forward hook zeroes the branch's output, leaving the block's shortcut, with nothing rebuilt or copied, on
+any model whose branches can be named (`analysis.blocks`).
 """
 
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from . import _common
-from ._common import AnalysisResult, analysis_mode, logits_of, materialize, new_axes, resolve_device
-from .blocks import BlockAdapter, describe_blocks, residual_branches
+from ._common import AnalysisResult, analysis_mode, materialize, new_axes, resolve_device
+from .blocks import AccuracyAccumulator, BlockAdapter, describe_blocks, residual_branches
 
 
 @dataclass
@@ -45,14 +40,11 @@ def zero_branch_output(module: nn.Module, args, output):
 
 
 def _accuracy_and_nll(model: nn.Module, batches: list[_common.Batch], device) -> tuple[float, float]:
-    correct, nll, count = 0, 0.0, 0
+    accumulator = AccuracyAccumulator()
     for inputs, targets in batches:
-        inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
-        logits = logits_of(model(inputs)).double()
-        correct += (logits.argmax(dim=-1) == targets).sum().item()
-        nll += F.cross_entropy(logits, targets, reduction="sum").item()
-        count += len(targets)
-    return correct / count, nll / count
+        accumulator.add(model(inputs.to(device, non_blocking=True)), targets)
+    result = accumulator.result()
+    return result.accuracy, result.nll
 
 
 @torch.no_grad()
@@ -65,12 +57,9 @@ def lesion_study(
     device: str | torch.device | None = None,
     progress: bool = False,
 ) -> LesionResult:
-    """Evaluate `model` (eval mode) on `data` intact, then once per residual block with its branch removed.
-
-    `data` is one batch `(inputs, targets)` or a DataLoader; its batches are drawn once and reused, so
-    every lesion sees the same images. They are kept where the loader made them (a test set may not
-    fit on the GPU) and moved to `device` one at a time.
-    """
+    """Accuracy and NLL of `model` on `data` intact, then once per residual block with its branch removed, on batches
+    drawn once (every lesion sees the same images) and kept where the loader made them (a test set may not fit on the
+    GPU), moved to `device` one at a time."""
     device = resolve_device(model, device)
     adapter = describe_blocks(model, adapter)
     kinds = adapter.kinds
@@ -100,11 +89,8 @@ BAR_COLOURS = {
 
 
 def plot_lesion(result: LesionResult, ax=None):
-    """Accuracy drop (percentage points) per removed block, as in the paper: MSA bars orange on grey bands.
-
-    Block i is drawn at depth i + 1, where its output is in the Fourier and variance plots (0 = input);
-    the legend names only the kinds present.
-    """
+    """Accuracy drop (points) per removed block, as in the paper: MSA bars orange on grey bands; block i at depth
+    i + 1, where its output is in the Fourier and variance plots (0 = input)."""
     from matplotlib.patches import Patch
 
     ax = new_axes(ax)

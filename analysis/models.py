@@ -1,12 +1,9 @@
-"""Any image classifier, loaded for the analyses with what they need to feed it.
+"""Any image classifier, loaded for the analyses with the input size and normalisation it expects.
 
-A source is a zoo preset or model folder, any transformers image classifier (folder or Hub id), or a
-timm model `timm:<name>`. timm models are created with `pretrained=False` and their weights read from
-a local file or folder (`weights=`: safetensors, a `.pth`/`.pth.tar`/`.bin` checkpoint read with
-`weights_only=True`, or a folder holding one), which works offline; without `weights` they come from
-the Hub (online). Alongside the model: the input size and normalisation it expects (its config, image
-processor or timm data config) and, for a folder written by `alternet-train`, the training settings
-(`training_config.json`), from which the Hessian and landscape analyses take the augmentation.
+A source is a zoo preset or folder, a transformers image classifier (folder or Hub id), or `timm:<name>`: created
+without weights and given `weights=` (a safetensors file, a checkpoint read with `weights_only=True`, or a folder
+holding one), offline; without them, from the Hub. A folder written by `alternet-train` also gives its
+`training_config.json`, whose augmentation the Hessian and landscape analyses take.
 """
 
 import difflib
@@ -116,8 +113,7 @@ def _from_image_processor(source: str, fields: dict) -> tuple[dict, str]:
 
 
 def training_config_path(source: str | Path) -> Path | None:
-    """The `training_config.json` that `alternet-train` writes next to its model (or one folder up, for
-    `<run>/best/`), or None."""
+    """The `training_config.json` `alternet-train` writes next to its model (or one up, for `<run>/best/`), or None."""
     folder = Path(source)
     for candidate in (folder / "training_config.json", folder.parent / "training_config.json"):
         if folder.is_dir() and candidate.is_file():

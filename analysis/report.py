@@ -45,13 +45,9 @@ def write_comparison(
     notes: list[str] | None = None,
     competence: float = COMPETENCE,
 ) -> dict[str, Path]:
-    """Write `comparison.json`, the figures and `report.md` into `out`; return their paths.
-
-    `results`: {model: {analysis: result}}; `summaries`: {model: {"kinds", "parameters", "source", ...}}
-    (`analysis.compare.summary_of` plus whatever describes the model); `meta`: settings and data of the
-    run, written to the JSON and the report; `notes`: lines the report lists under its settings; `competence`:
-    the multiple of chance accuracy below which a model is named as near chance with every verdict it sways.
-    """
+    """Write `comparison.json`, the figures and `report.md` into `out`; return their paths. `summaries`: {model:
+    {"kinds", "parameters", "source", ...}} (`analysis.runner.summary_of` and what describes the model); `meta`: the
+    run's settings and data; `notes`: lines listed under the report's settings; `competence`: as `evaluate_claims`."""
     import matplotlib.pyplot as plt
 
     out = Path(out)

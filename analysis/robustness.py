@@ -1,23 +1,11 @@
-"""Robustness: CIFAR-100-C from three sources behind one interface, and frequency-band noise
-(Hendrycks & Dietterich 2019; Park & Kim 2022, Fig. 2(b) and Table 1; docs/paper.md §6).
+"""Robustness (Park & Kim 2022, Fig. 2(b) and Table 1; docs/paper.md §6): accuracy on CIFAR-100-C (Hendrycks &
+Dietterich 2019) and under frequency-band noise (`frequency_noise`).
 
-A corruption source yields `(images, labels)` batches — uint8 (B, 3, H, W) and int64 (B,) tensors —
-for each corruption and severity:
-
-- `ZenodoArrays`: the released arrays (Zenodo record 3555552): one `<corruption>.npy` per type
-  (5·N × 32 × 32 × 3 uint8, severity s at rows N·(s−1) … N·s) and `labels.npy`, memory-mapped.
-- `ParquetCorruptions`: a parquet / `save_to_disk` dataset or Hub id with columns image, label,
-  corruption, severity — the schema `alternet-publish-cifar100c` writes, since the Hub copies that
-  exist are loading-script datasets current `datasets` refuses. Where the card declares one config per
-  corruption with one split per severity (as `write_hub_dataset` does), only the sets evaluated are read.
-- `GeneratedCorruptions`: any clean test set corrupted on the fly with `analysis.corruptions`, on the
-  evaluation device, seeded by (seed, corruption, severity, chunk): reproducible whatever the batch size.
-
-`write_hub_dataset` turns the Zenodo arrays into that parquet dataset with its card (`alternet-publish-cifar100c`).
-`evaluate_corruptions` reports accuracy, NLL and ECE per corruption × severity and their means, on every image of
-each set or on the same seeded, class-stratified subset of each (`stratified_subset`), with the standard error that
-subset leaves on the mean accuracy.
-`frequency_noise` measures Δaccuracy under noise restricted to one frequency band at a time.
+A corruption source gives each corruption and severity's set as `batches(corruption, severity, batch_size=, rows=)`,
+uint8 (B, 3, H, W) images and int64 (B,) labels, in order or only the positions `rows`, with `set_labels` its labels
+in that order: the released arrays (`ZenodoArrays`), a dataset in the parquet schema `write_hub_dataset` publishes
+(`ParquetCorruptions`: the Hub's copies are loading scripts that current `datasets` refuses), or clean images
+corrupted on the fly (`GeneratedCorruptions`). `evaluate_corruptions` reads any of them.
 """
 
 import tempfile
@@ -36,7 +24,7 @@ from alternet_hf.metrics import classification_metrics
 from alternet_hf.utils import quiet_progress_bars
 
 from . import _common
-from ._common import AnalysisResult, analysis_mode, iterate_batches, logits_of, model_normalization, resolve_device
+from ._common import AnalysisResult, analysis_mode, logits_of, model_normalization, resolve_device
 from .cifar_c import CORRUPTIONS, SEVERITIES, ZENODO_URL
 from .corruptions import corrupt, load_frost_photos, resolve_frost_dir
 
@@ -66,10 +54,8 @@ def _positions(count: int, rows: Sequence[int] | None) -> np.ndarray:
 
 
 def _images_to_tensor(images: np.ndarray) -> torch.Tensor:
-    """(B, H, W, 3) uint8 array -> (B, 3, H, W) uint8 tensor."""
-    return (
-        torch.from_numpy(np.array(images, dtype=np.uint8)).permute(0, 3, 1, 2).contiguous()
-    )  # a copy: mmaps are read-only
+    """(B, H, W, 3) uint8 array -> (B, 3, H, W) uint8 tensor, a copy (memory maps are read-only)."""
+    return torch.from_numpy(np.array(images, dtype=np.uint8)).permute(0, 3, 1, 2).contiguous()
 
 
 class ZenodoArrays:
@@ -93,7 +79,6 @@ class ZenodoArrays:
         return [c for c in CORRUPTIONS if (self.directory / f"{c}.npy").exists()]
 
     def set_labels(self, corruption: str, severity: int) -> np.ndarray:
-        """The labels of one set, in the order `batches` yields its images."""
         _check(corruption, severity)
         start = self.per_severity * (severity - 1)
         return np.array(self.labels_all[start : start + self.per_severity], dtype=np.int64)
@@ -101,7 +86,6 @@ class ZenodoArrays:
     def batches(
         self, corruption: str, severity: int, *, batch_size: int = 256, rows: Sequence[int] | None = None
     ) -> Batches:
-        """`rows`: positions within the set to read (default: all of it, in order)."""
         _check(corruption, severity)
         path = self.directory / f"{corruption}.npy"
         if not path.exists():
@@ -121,18 +105,14 @@ class ZenodoArrays:
 
 
 class ParquetCorruptions:
-    """A dataset with columns image, label, corruption, severity: a parquet file or folder, a
-    `save_to_disk` folder, or a Hub id.
-
-    Where the source's card declares a config per corruption with a split per severity (`write_hub_dataset`), each
-    set is read on its own when first asked for (a Hub repo: that set's file alone is fetched); otherwise the whole
-    `split` is loaded once and grouped by corruption and severity."""
+    """A dataset with columns image, label, corruption, severity: a parquet file or folder, a `save_to_disk` folder,
+    or a Hub id. Where its card declares a config per corruption with a split per severity (`write_hub_dataset`), each
+    set is read (from a Hub repo: fetched) only when asked for; otherwise the whole `split` (default: its only one) is
+    loaded once and grouped by corruption and severity."""
 
     COLUMNS = ("image", "label", "corruption", "severity")
 
     def __init__(self, source: str | Path, *, split: str | None = None):
-        """`split`: of a source without per-corruption configs; by default its only split (a single parquet file
-        has no split name)."""
         from alternet_hf.data import config_data_files, config_names, load_raw_dataset
 
         self.source = self.name = str(source)
@@ -178,14 +158,12 @@ class ParquetCorruptions:
         return dataset, np.arange(len(dataset))
 
     def set_labels(self, corruption: str, severity: int) -> np.ndarray:
-        """The labels of one set, in the order `batches` yields its images."""
         dataset, rows = self._rows_of(corruption, severity)
         return np.asarray(dataset.select_columns(["label"])[rows]["label"], dtype=np.int64)
 
     def batches(
         self, corruption: str, severity: int, *, batch_size: int = 256, rows: Sequence[int] | None = None
     ) -> Batches:
-        """`rows`: positions within the set to read (default: all of it, in order)."""
         dataset, set_rows = self._rows_of(corruption, severity)
         chosen = set_rows[_positions(len(set_rows), rows)]
         for offset in range(0, len(chosen), batch_size):
@@ -204,16 +182,10 @@ def _check_uint8_images(images: torch.Tensor) -> None:
 
 
 class GeneratedCorruptions:
-    """Corrupts clean images on the fly: `images` uint8 (N, 3, H, W), `labels` (N,).
-
-    Images are corrupted in chunks of `chunk_size`, each with its own generator seeded from (seed,
-    corruption, severity, chunk), so the result depends neither on the batch size asked for nor on
-    which sets were generated before.
-
-    Frost blends the reference's photographs from `frost_dir` (or $ALTERNET_FROST_DIR, read here once) when
-    given, else the procedural textures with the photographs' statistics (`analysis.corruptions.frost_textures`);
-    `frost_dir` says which was used (None: procedural).
-    """
+    """Corrupts clean uint8 (N, 3, H, W) `images` on the fly, on `device`, in chunks of `chunk_size`, each with its own
+    generator seeded from (seed, corruption, severity, chunk): the result depends neither on the batch size asked for
+    nor on the sets generated before. `frost_dir` is resolved here once (`analysis.corruptions.resolve_frost_dir`):
+    the attribute names the frost photographs used, None for the procedural frost."""
 
     def __init__(
         self,
@@ -253,8 +225,7 @@ class GeneratedCorruptions:
     def batches(
         self, corruption: str, severity: int, *, batch_size: int = 256, rows: Sequence[int] | None = None
     ) -> Batches:
-        """`rows`: the clean images to corrupt (default: all). The noise of a subset is drawn for the subset, so
-        its images are not those of the full set at the same positions."""
+        """The noise of a subset `rows` is drawn for the subset: its images are not the full set's at those rows."""
         _check(corruption, severity)
         positions = torch.from_numpy(_positions(len(self.images), rows))
         for chunk in range(0, len(positions), self.chunk_size):
@@ -344,14 +315,11 @@ def stratified_subset(labels: Sequence[int], per_class: int, *, seed: int = 0) -
 
 
 def subset_standard_error(correct: np.ndarray, subset_labels: Sequence[int], set_labels: Sequence[int]) -> float:
-    """Standard error of the mean accuracy over sets measured on one class-stratified subset of each.
-
-    `correct` is (sets, images of the subset): whether each subset image was classified right in each set. Every
-    set uses the same images, so their errors are not independent: the estimate is the stratified mean of each
-    image's accuracy over the sets, whose variance is Σ_h W_h² (1 − n_h/N_h) s_h² / n_h over classes h (weight
-    W_h = N_h/N of the full set, n_h of N_h images drawn, s_h² the variance of the per-image accuracies within
-    the class; a class with one image drawn takes the pooled within-class variance, or the spread over every drawn
-    image where no class has two)."""
+    """Standard error of the mean accuracy over sets each measured on the same class-stratified subset; `correct`:
+    (sets, subset images), right or wrong. The sets share their images, so the estimate is the stratified mean of each
+    image's accuracy over the sets, of variance Σ_h W_h² (1 − n_h/N_h) s_h² / n_h over classes h (W_h = N_h/N, n_h of
+    N_h images drawn, s_h² the within-class variance of the per-image accuracies; where one image is drawn, the pooled
+    within-class variance, or where no class has two, the spread over every drawn image)."""
     per_image = np.asarray(correct, dtype=np.float64).mean(axis=0)
     subset_labels, set_labels = np.asarray(subset_labels), np.asarray(set_labels)
     classes = np.unique(set_labels)
@@ -393,10 +361,9 @@ class CorruptionResult(AnalysisResult):
 
 
 def _classifier(model: nn.Module, mean: torch.Tensor, std: torch.Tensor, device, compile_mode: str | None):
-    """Images (uint8, or floats in 0…1) -> logits: normalisation and model as one function. Under `torch.compile`
-    (`compile_mode`) that is one graph, the training engine's evaluation step's (so a release compiles a model once
-    for its clean and its CIFAR-C evaluation), every batch padded to the size of the first: a set's smaller last
-    batch compiles no second graph."""
+    """Images (uint8, or floats in 0…1) -> logits, normalisation and model as one function: under `compile_mode`, one
+    graph, the training engine's evaluation step's (a release compiles a model once for its clean and CIFAR-C
+    evaluation), every batch padded to the first's size so that a set's smaller last batch compiles no other."""
     mean, std = (v.reshape(-1, 1, 1).to(device) for v in (mean, std))  # the engine's shape (`channel_statistics`)
 
     def classify(images: torch.Tensor) -> torch.Tensor:
@@ -471,16 +438,10 @@ def evaluate_corruptions(
     device: str | torch.device | None = None,
     progress: bool = False,
 ) -> CorruptionResult:
-    """Accuracy, NLL and ECE of `model` on every corruption × severity of `source` and their means.
-
-    Images are scaled to [0, 1], resized to `image_size` if they differ, and normalised with
-    `image_mean`/`image_std` (by default the model config's, as zoo models have them; a timm model
-    names its own). `clean`: optional uint8 (N, 3, H, W) images and labels to report too.
-
-    `rows`: evaluate these positions of every set only (e.g. `stratified_subset` of the set's labels); the result
-    then carries the standard error of its mean accuracy (`subset_standard_error`). `compile_mode` (e.g.
-    "default") runs the model under `torch.compile`.
-    """
+    """Accuracy, NLL and ECE of `model` on every corruption × severity of `source`, and their means. Images are scaled
+    to [0, 1], resized to `image_size` where they differ and normalised with `image_mean`/`image_std` (default: the
+    model config's); `clean`: uint8 images and labels to report too; `rows`: these positions of every set only
+    (`stratified_subset`), with the standard error they leave; `compile_mode`: run under `torch.compile`."""
     device = resolve_device(model, device)
     mean, std = model_normalization(model)
     if image_mean is not None:
@@ -591,21 +552,14 @@ def frequency_noise(
     device: str | torch.device | None = None,
     progress: bool = False,
 ) -> FrequencyNoiseResult:
-    """Δaccuracy of `model` when band-limited noise is added to its (normalised) inputs, per band.
-
-    The noise is drawn once per batch and band-passed for each frequency, so bands differ only in
-    where the noise energy lies. Following the reference generator, it is added in the model's input
-    space (after normalisation).
-    """
+    """Δaccuracy of `model` per band when band-limited noise is added to its inputs after normalisation, as the
+    reference's generator adds it; the noise is drawn once per batch, so bands differ only in where its energy lies."""
     device = resolve_device(model, device)
     frequencies = np.asarray(frequencies, dtype=float)
     correct, clean_correct, count = np.zeros(len(frequencies)), 0, 0
     with analysis_mode(model, device=device):
-        batches = iterate_batches(data, max_batches=max_batches)
-        total = _common.count_batches(data, max_batches)
-        for index, (inputs, targets) in enumerate(
-            _common.progress(batches, enabled=progress, total=total, desc="frequency noise", unit="batch")
-        ):
+        batches = _common.batches(data, max_batches=max_batches, enabled=progress, desc="frequency noise")
+        for index, (inputs, targets) in enumerate(batches):
             inputs, targets = inputs.to(device), targets.to(device)
             clean_correct += (logits_of(model(inputs)).argmax(-1) == targets).sum().item()
             for k, frequency in enumerate(frequencies):

@@ -1,14 +1,8 @@
 """Feature-map variance by depth (Park & Kim 2022, Fig. 9; docs/paper.md §6).
 
-The variance over spatial positions of each sample and channel, averaged over samples and channels,
-for the input and every block output. MSAs reduce it (they ensemble and smooth feature maps);
-convolutions and MLPs increase it. Token states lose their prefix tokens first.
-
-Differs from the reference notebook on purpose: it uses torch's default sample variance (divided by
-H·W − 1), which inflates small maps more than large ones (by 1.07 on 4×4, 1.001 on 32×32) and so puts
-a step into the curve at every stage change. A feature map is the whole population of its positions:
-here the variance is divided by H·W. The notebook's number (float32, H·W − 1) is computed from the same
-maps alongside (`reference_variance`), so the two definitions can be compared (`alternet-compare`).
+Unlike the reference notebook, whose `latent.var(dim=[-1, -2])` divides by H·W − 1 and so inflates small maps more
+than large ones, putting a step into the curve at every stage change, a map here is the whole population of its
+positions (divided by H·W, in float64). The notebook's number on the same maps comes beside it (`reference_variance`).
 """
 
 from dataclasses import dataclass, field
@@ -37,10 +31,8 @@ class VarianceResult(AnalysisResult):
 
 
 def spatial_variance(feature_map: torch.Tensor, definition: str = "population") -> torch.Tensor:
-    """Variance over positions per sample and channel, summed over the batch, averaged over channels.
-
-    `definition="reference"`: the notebook's `latent.var(dim=[-1, -2])` (divided by H·W − 1, float32).
-    """
+    """Variance over positions per sample and channel, averaged over channels, summed over the batch; `definition=
+    "reference"`: the notebook's `latent.var(dim=[-1, -2])` (divided by H·W − 1, float32)."""
     if definition == "reference":
         return feature_map.float().flatten(2).var(dim=-1).mean(dim=1).double().sum()
     if definition != "population":
@@ -54,8 +46,7 @@ def image_variances(feature_map: torch.Tensor) -> torch.Tensor:
 
 
 class VarianceAccumulator:
-    """Feature-map variance of every state under both definitions, accumulated over the batches of
-    `analysis.blocks.block_batches`."""
+    """Feature-map variance of every state by both definitions, over the batches of `analysis.blocks.block_batches`."""
 
     def __init__(self):
         self.sums, self.reference_sums, self.count, self.kinds = None, None, 0, None
@@ -90,9 +81,8 @@ def feature_map_variance(
     device: str | torch.device | None = None,
     progress: bool = False,
 ) -> VarianceResult:
-    """Feature-map variance of the input and every block output of `model`, averaged over `data`
-    (model inputs (B, C, H, W), one batch `(inputs, targets)` or a DataLoader), by our definition and
-    the reference notebook's."""
+    """Feature-map variance of the input and every block output of `model` over `data` (inputs, a batch or a
+    DataLoader), by our definition and the reference notebook's."""
     options = dict(adapter=adapter, max_batches=max_batches, device=device, progress=progress)
     return accumulate(model, data, [VarianceAccumulator()], desc="variance", **options)[0]
 

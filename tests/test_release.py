@@ -89,12 +89,14 @@ def output_mtimes(out: Path, steps: dict) -> dict:
 @pytest.fixture(scope="module")
 def rehearsal_run(tmp_path_factory):
     """The rehearsal as a user runs it: first with no time to train (--training-budget 0: the four converted,
-    AlterNet-50 pending), then with the default budget (AlterNet-50 trains) killed (SIGKILL) while it trains,
-    started again to its end, then once more (nothing left to do). Returns the folder and what each run left."""
+    AlterNet-50 pending), started from `/` (the release imports nothing by the accident of its working folder), then
+    with the default budget (AlterNet-50 trains) killed (SIGKILL) while it trains, started again to its end, then
+    once more (nothing left to do). Returns the folder and what each run left."""
     cwd = tmp_path_factory.mktemp("release")
     out = cwd / "rehearsal"
     quick = [*ARGV, "--no-estimate"]
-    pending = run_command([*quick, "--training-budget", "0"], cwd=cwd, env=offline_env(), timeout=1200)
+    from_root = [str(out) if argument == "rehearsal" else argument for argument in quick]
+    pending = run_command([*from_root, "--training-budget", "0"], cwd=Path("/"), env=offline_env(), timeout=1200)
     assert pending.returncode == 0, pending.stdout + pending.stderr
     first = {
         "steps": manifest(out)["steps"],
