@@ -1,13 +1,10 @@
 """The recipe's augmentation: per image on the CPU (crop, flip, RandAugment), per batch on the device (Mixup/CutMix,
 normalisation), every random draw from a generator the caller hands in.
 
-The paper's recipe (docs/paper.md §4) is torchvision's RandomCrop and flip, then timm's RandAugment
-`rand-m9-n2-mstd1.0`, then timm's Mixup/CutMix with label smoothing. Those draw from the global RNGs (Python's
-`random`, NumPy's, torch's): a deterministic augmentation per (epoch, image) with them would need every global RNG
-seeded, saved and restored per image, three quarters of an image's cost. Here each draw comes from a NumPy
-`RandomState` that the caller seeds (`SeededAugmentation`), the image operations are timm's own functions
-with the arguments of timm's level table, and the Mixup/CutMix draws follow timm's `Mixup` (tests compare both
-with timm, pixel by pixel). Images travel as uint8 and are normalised on the device.
+The paper's recipe (docs/paper.md §4) is torchvision's RandomCrop and flip, timm's RandAugment and timm's
+Mixup/CutMix, which draw from the global RNGs. Here the same operations and draws (tests compare them with timm,
+pixel by pixel) come from a NumPy `RandomState` that the caller seeds, so that an image's augmentation is a function
+of (seed, epoch, image) without saving and restoring the global RNGs per image.
 """
 
 import math
@@ -34,10 +31,8 @@ def _enhance(level: float) -> float:
     return (level / _LEVEL_DENOMINATOR) * 1.8 + 0.1
 
 
-# timm's level table for the operations of every RandAugment set a `rand-…` string can name: magnitude → the
-# operation's argument, and how a drawn sign applies ("negate": ±argument; "around_one": max(0.1, 1 ± argument)).
-# The same arithmetic, in the same order, as timm.data.auto_augment.LEVEL_TO_ARG, whose functions draw the sign
-# from the global `random` and so cannot be called here.
+# timm.data.auto_augment.LEVEL_TO_ARG's arithmetic (its functions draw the sign from the global `random`): magnitude
+# → the operation's argument, and how a drawn sign applies ("negate": ±argument; "around_one": max(0.1, 1 ± it)).
 LEVELS = {
     "AutoContrast": (None, None),
     "Equalize": (None, None),
@@ -114,13 +109,7 @@ def check_rand_augment(text: str) -> None:
 
 
 class RandAugment:
-    """timm's RandAugment (`rand_augment_transform(text)`: the same operations, probabilities and magnitudes),
-    drawing from the `RandomState` it is handed instead of the global RNGs.
-
-    Per image: `num_layers` operations chosen uniformly with replacement (or by timm's weights without
-    replacement), each applied with its probability at a magnitude drawn around its own (`mstd`), clipped to 0…10
-    (`mmax`), with a random sign where timm draws one and a random interpolation (bilinear or bicubic).
-    """
+    """timm's `rand_augment_transform(text)`, drawing from the `RandomState` it is handed, not the global RNGs."""
 
     def __init__(self, text: str, fill: tuple[int, int, int]):
         from timm.data.auto_augment import rand_augment_transform
@@ -188,10 +177,8 @@ class ImageAugmentation:
 
 class ImageTransform:
     """A PIL image → a (3, size, size) tensor: RGB, resized, augmented (when `augmentation` is given), then uint8
-    (`normalize=False`: normalised later, on the device, by `normalize_images`) or normalised float32.
-
-    Called with a seeded `rng` (see `SeededAugmentation`), or without one: then NumPy's global RNG draws.
-    """
+    (`normalize=False`: normalised on the device by `normalize_images`) or normalised float32. Without a seeded
+    `rng`, NumPy's global RNG draws."""
 
     def __init__(self, image_size: int, mean, std, *, augmentation: ImageAugmentation | None, normalize: bool):
         self.image_size, self.augmentation, self.normalize = image_size, augmentation, normalize
@@ -217,8 +204,7 @@ def train_transform(
     rand_augment: str | None = None,
     normalize: bool = True,
 ):
-    """PIL image -> tensor with random crop, flip and RandAugment (per image, on the CPU; see `augmentation`):
-    normalised float32, or uint8 with `normalize=False` (the training engine normalises on the device)."""
+    """PIL image -> tensor with random crop, flip and RandAugment: normalised float32, or uint8 (`normalize=False`)."""
     augmentation = ImageAugmentation(
         image_size,
         crop_padding=crop_padding,
@@ -240,18 +226,16 @@ def channel_statistics(mean, std, device=None) -> tuple[torch.Tensor, torch.Tens
 
 
 def normalize_images(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-    """uint8 pixels (or floats in 0…1) → `(x / 255 - mean) / std`: torchvision's ToTensor + Normalize arithmetic,
-    so the result is the same to the bit, on whatever device the images are."""
+    """uint8 pixels (or floats in 0…1) → `(x / 255 - mean) / std`, torchvision's ToTensor + Normalize to the bit."""
     if images.dtype == torch.uint8:
         images = images.float().div(255)
     return images.sub(mean).div(std)
 
 
 class BatchMixer:
-    """Mixup or CutMix of a batch with its reverse, as timm's `Mixup` in its default "batch" mode (probability 1,
-    CutMix chosen with probability ½ when both are on, the CutMix λ corrected to the box that fits), label smoothing
-    left to the loss. The parameters are drawn on the host from a generator seeded by (seed, epoch, batch, process)
-    — no global RNG, so a resumed run mixes as the uninterrupted one — and applied on the device by `mix_batch`.
+    """Mixup or CutMix of a batch with its reverse, as timm's `Mixup` in its default "batch" mode, label smoothing
+    left to the loss. The parameters are drawn on the host from a generator seeded by (seed, epoch, batch, process),
+    so that a resumed run mixes as the uninterrupted one, and applied on the device by `mix_batch`.
     """
 
     def __init__(self, *, mixup_alpha: float, cutmix_alpha: float, image_size: int, seed: int):
@@ -284,10 +268,7 @@ def mix_batch(
     images: torch.Tensor, labels: torch.Tensor, parameters: torch.Tensor, num_labels: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Float images and class indices → the mixed images and soft targets (`BatchMixer.parameters`, on the device).
-
-    One formula for both: every pixel is `w·own + (1 − w)·reversed batch's`, w = λ everywhere for Mixup, 1 outside
-    and 0 inside the box for CutMix; so no shape depends on the draw and a compiled step never recompiles.
-    """
+    One formula for both, `w·own + (1 − w)·reversed`, so that no shape depends on the draw (no recompiles)."""
     lam, outside, inside, top, bottom, left, right = parameters.unbind()
     height, width = images.shape[-2:]
     rows = torch.arange(height, device=images.device).view(-1, 1)
@@ -302,10 +283,9 @@ def mix_batch(
 class SeededAugmentation:
     """Applies `transform(image, rng)` with a NumPy `RandomState` seeded from (seed, epoch, row index).
 
-    A row's augmentation then depends neither on which process or worker loads it nor on what was loaded
-    before: loaders read ahead, so a run resumed in the middle of an epoch could otherwise not replay the
-    interrupted one. Seeding one generator costs microseconds; no global RNG is touched. The epoch lives in
-    shared memory, so setting it before an epoch's loader iterator is made reaches persistent workers too.
+    A row's augmentation then depends neither on which process or worker loads it nor on what was loaded before
+    (loaders read ahead), so a run resumed mid-epoch replays the interrupted one. The epoch lives in shared memory,
+    so that setting it before an epoch's loader iterator is made reaches persistent workers too.
     """
 
     def __init__(self, transform, seed: int):

@@ -1,13 +1,8 @@
 """Every zoo model as a sequence of tagged blocks, the view all of the paper's analyses take.
 
-One state per block: the stem output, every residual block's output, the head input. AlterNet and
-the CIFAR ResNet return these as `output_hidden_states` and name their kinds with `block_kinds()`;
-for transformers' ViT each layer is two blocks (the attention residual, then the MLP residual),
-read with hooks because its hidden states only hold whole layers. PiT and Swin, timm's own modules
-(`timm_families`), are cut as the reference cuts them (`timm_cut`), read with hooks too.
-
-`Block` and `BlockAdapter` are the one description of a model's blocks, for the zoo and for any other model:
-`analysis.blocks` describes timm's and transformers' families with them, and users describe the rest.
+One state per block: the stem output, every residual block's output, the head input (docs/models.md). AlterNet and
+the CIFAR ResNet return these as `output_hidden_states`; ViT, PiT and Swin are read with hooks. `Block` and
+`BlockAdapter` are the one description of a model's blocks, for the zoo and for any other model (`analysis.blocks`).
 """
 
 from collections.abc import Callable, Sequence
@@ -39,10 +34,8 @@ def block_kinds(model: PreTrainedModel) -> list[str]:
 
 
 def block_states(model: PreTrainedModel, pixel_values: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
-    """Run `model` once; return the output of every block (see `block_kinds`) and the logits.
-
-    ViT states keep the CLS token: `(batch, 1 + patches, hidden)`; conv models give `(batch, C, H, W)`.
-    """
+    """Run `model` once; return the output of every block (see `block_kinds`) and the logits. ViT states keep the
+    CLS token: `(batch, 1 + patches, hidden)`; conv models give `(batch, C, H, W)`."""
     blocks = _hooked_blocks(model)
     if blocks is None:
         outputs = model(pixel_values, output_hidden_states=True, return_dict=True)
@@ -80,15 +73,10 @@ class Block:
 class BlockAdapter:
     """The blocks of a model, in forward order.
 
-    `blocks` holds `Block`s or `(kind, module)` pairs (the module's output, its first element if a
-    tuple, is the state). `residual_branches`, aligned with `blocks` (None where a block has none),
-    lets the lesion study remove branches. `num_prefix_tokens`: class/distillation tokens ahead of the
-    patch tokens in token states. `channels_last`: 4-D states are (B, H, W, C), as in timm's Swin.
-    `states_of(model, inputs) -> (states, logits)` replaces the hooks where a model returns its
-    states itself (the zoo's `output_hidden_states`).
-
-    Example for a timm ViT (what `analysis.blocks.discover_blocks` builds, with the MSA state read before `norm2`):
-    `BlockAdapter([Block("stem", m.norm_pre)] + [Block(k, ...) for b in m.blocks for k in ("msa", "mlp")])`.
+    `blocks` holds `Block`s or `(kind, module)` pairs. `residual_branches`, aligned with `blocks` (None where a block
+    has none), lets the lesion study remove branches. `num_prefix_tokens`: class/distillation tokens ahead of the
+    patch tokens in token states. `channels_last`: 4-D states are (B, H, W, C), as in timm's Swin. `states_of(model,
+    inputs) -> (states, logits)` replaces the hooks where a model returns its states itself.
     """
 
     blocks: Sequence[Block | tuple[str, nn.Module]]
@@ -177,10 +165,8 @@ def hooked_states(model: nn.Module, inputs: torch.Tensor, blocks: Sequence[Block
 
 
 def residual_branches(model: PreTrainedModel) -> list[nn.Module | None]:
-    """The module whose output is each block's residual branch, aligned with `block_kinds` (None where a
-    block has no residual, i.e. stem and head). Zeroing one's output removes that block's branch and
-    leaves the shortcut: the lesion study's "identity in place of the residual branch".
-    """
+    """The module whose output is each block's residual branch, aligned with `block_kinds` (None for stem and head):
+    zeroing its output leaves the shortcut, the lesion study's "identity in place of the residual branch"."""
     blocks = _hooked_blocks(model)
     if blocks is not None:
         return [block.residual_branch for block in blocks]
@@ -191,8 +177,7 @@ def residual_branches(model: PreTrainedModel) -> list[nn.Module | None]:
 
 
 def _hooked_blocks(model: PreTrainedModel) -> list[Block] | None:
-    """The blocks of the models whose states are read with hooks (timm's PiT and Swin, transformers' ViT), or None
-    for the zoo's own, which return their states."""
+    """The blocks of the models whose states are read with hooks (PiT, Swin, ViT), or None for the zoo's own."""
     if is_timm_wrapper(model):
         return timm_cut(model.timm_model).blocks
     vit = vit_backbone(model)

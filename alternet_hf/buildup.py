@@ -1,20 +1,9 @@
-"""The paper's method for putting self-attention into a CNN, as a search (`alternet-buildup`).
+"""The paper's build-up rules for putting self-attention into a CNN (docs/paper.md §1), as a search
+(`alternet-buildup`, docs/training.md).
 
-The build-up rules (docs/paper.md §1):
-1. starting from the CNN, replace Conv blocks with MSA blocks alternately, from the end of the network;
-2. when an added MSA does not improve the held-out accuracy, add one at the end of an earlier stage instead;
-3. MSAs of later stages get more heads and wider hidden dimensions: the presets' per-stage heads.
-
-A layout is the number of MSA blocks per stage (`AlterNetConfig.num_attention_blocks`): a stage of `d` blocks takes
-at most `d // 2`, its last `2m` blocks alternating Conv and MSA. Every candidate is an ordinary training run of the
-engine, with the same recipe, seeds and budget, in its own folder; a candidate is kept when its accuracy beats the
-current layout's by more than twice the standard error of the difference (`analysis.claims.decide`, the comparison's
-rule). A killed search run again reads its finished candidates and resumes the interrupted one.
-
-    <output_dir>/candidates/msa-0-0-1-seed0/   one training run per layout and seed (alternet-train's folder)
-    <output_dir>/candidates/msa-0-0-1-seed0.json   its settings, where it was trained side by side (`jobs`)
-    <output_dir>/final/                         the last kept layout's model (loads with the Auto classes)
-    <output_dir>/buildup.json, buildup.md, buildup.png   the path: each step's layout, accuracy, size, decision
+A layout is the number of MSA blocks per stage (`AlterNetConfig.num_attention_blocks`). Every candidate is an
+ordinary training run in its own folder, kept when its accuracy beats the current layout's by more than the
+comparison's noise (`analysis.claims.decide`).
 """
 
 import dataclasses
@@ -35,10 +24,6 @@ MODEL_FILES = ("config.json", "model.safetensors", "preprocessor_config.json", "
 RECORD = "buildup.json"  # in each candidate's folder: what the search read off its training
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# The rules, on layouts
-
-
 def has_room(layout: Sequence[int], depths: Sequence[int], stage: int) -> bool:
     """Whether one more MSA fits at the end of `stage` (its last 2m blocks alternate Conv and MSA)."""
     return 2 * (layout[stage] + 1) <= depths[stage]
@@ -53,18 +38,13 @@ def next_candidates(
     layout: Sequence[int], depths: Sequence[int], *, up_to: int | None = None
 ) -> list[tuple[int, tuple[int, ...]]]:
     """(stage, layout) of the next candidates by rules 1 and 2, in the order the search tries them: one more MSA at
-    the end of the latest stage that is still open (`up_to` and those before it; all at first) and has room, then in
-    each earlier stage. The search takes the first; the others are rule 2's fallbacks, which do not depend on it."""
+    the end of the latest open stage (`up_to` and before) with room, then of each earlier one (rule 2's fallbacks)."""
     last = len(layout) - 1 if up_to is None else up_to
     return [(stage, add_msa(layout, stage)) for stage in range(last, -1, -1) if has_room(layout, depths, stage)]
 
 
 def layout_name(layout: Sequence[int]) -> str:
     return "msa-" + "-".join(map(str, layout))
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# The search
 
 
 @dataclass
@@ -185,10 +165,8 @@ def search(
     say: Callable[[str], None] = print,
 ) -> BuildUp:
     """Build an AlterNet from the CNN `config.model` by the rules, each candidate trained as `config` says (under
-    `config.output_dir`); returns the path, also written there (JSON, Markdown table, figure).
-
-    `jobs` > 1 trains that many candidates side by side, each in its own process (on its own GPU where there are
-    enough): the next candidate with the fallbacks rule 2 would try if it fails, which do not depend on it."""
+    `config.output_dir`); returns the path, also written there (JSON, Markdown table, figure). `jobs` > 1 trains the
+    next candidate and rule 2's fallbacks side by side, a process each."""
     config, depths = baseline(config)
     layout = tuple(start_layout) if start_layout is not None else (0,) * len(depths)
     if len(layout) != len(depths) or any(m < 0 or 2 * m > d for m, d in zip(layout, depths)):
@@ -260,8 +238,7 @@ def candidate_config(config: TrainingConfig, root: Path, layout: Sequence[int], 
 
 
 def _train_side_by_side(config: TrainingConfig, root: Path, layouts, seeds: Sequence[int], say) -> None:
-    """Train the runs of `layouts` not yet recorded, each in its own `alternet-buildup --train-candidate` process,
-    one GPU each where there are as many; wait for all of them."""
+    """Train the runs of `layouts` not yet recorded, a `--train-candidate` process (and GPU, where enough) each."""
     import os
     import subprocess
     import sys
@@ -311,15 +288,14 @@ def _train_layout(config: TrainingConfig, root: Path, layout, stage: int | None,
 
 def train_candidate(config: TrainingConfig, say: Callable[[str], None] = print) -> dict:
     """The record of one candidate run: read where it finished, else trained (resumed where a checkpoint is)."""
-    from .training import RESUMABLE_CHANGES, train
+    from .training import changed_settings, train
 
     folder = Path(config.output_dir)
     record_path = folder / RECORD
     settings = json.loads(json.dumps(config.to_dict()))
     if record_path.is_file():
         record = json.loads(record_path.read_text())
-        before = record["training_config"]
-        changed = [key for key in settings if key not in RESUMABLE_CHANGES and before.get(key) != settings[key]]
+        changed = changed_settings(record["training_config"], config)
         if changed:  # how a run ran may change (workers, precision, cadence); what it trained may not
             raise FileExistsError(
                 f"{folder} holds a candidate trained with other settings ({', '.join(changed)}); give another "
@@ -360,10 +336,6 @@ def _forward_flops(model) -> float:
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         meta(torch.empty(1, model.config.num_channels, size, size, device="meta"))
     return float(counter.get_total_flops())
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# The evidence
 
 
 def _write_outputs(result: BuildUp, final: Step) -> None:

@@ -1,18 +1,14 @@
-"""AlterNet configuration.
+"""AlterNet configuration: the model of "How Do Vision Transformers Work?" (Park & Kim, ICLR 2022).
 
-AlterNet is the model of "How Do Vision Transformers Work?" (Park & Kim, ICLR 2022): a
-pre-activation ResNet in which the last blocks of a stage alternate convolution and multi-head
-self-attention (MSA). This file must stay self-contained (it is copied next to the weights for
-`trust_remote_code=True` loading).
+This file must stay self-contained: it is copied next to the weights for `trust_remote_code=True`.
 """
 
 from transformers import PretrainedConfig
 
 BLOCK_TYPES = ("basic", "bottleneck")
 STEM_TYPES = ("cifar", "imagenet")
-# Upper bounds far beyond any published network (the deepest ResNet stage, ResNet-1001's, has 111 blocks;
-# the widest, BiT-R152x4's, 8192 channels), and low enough that a typo fails at once instead of building
-# for minutes: the largest value of each field, by field name (and for every stage of a per-stage field).
+# The largest value of each field (of every stage, for a per-stage field): far beyond any published network (the
+# deepest ResNet stage has 111 blocks, the widest 8192 channels), low enough that a typo fails at once.
 FIELD_LIMITS = dict(
     num_channels=1024,
     image_size=8192,
@@ -29,20 +25,18 @@ MAX_STAGES = 8
 class AlterNetConfig(PretrainedConfig):
     r"""Configuration of an [`AlterNetModel`].
 
-    The defaults give AlterNet-50 for CIFAR in the paper's layout (33.0 M parameters with 100 labels).
+    The defaults give AlterNet-50 for CIFAR in the paper's layout.
 
     Args:
         num_channels: channels of the input images.
-        image_size: side of the images the model is trained on; used for the image processor and the
-            smallest accepted input.
+        image_size: side of the images the model is trained on (for the image processor and input checks).
         embedding_size: output channels of the stem convolution.
         stem_type: `"cifar"` (one 3×3 stride-1 conv) or `"imagenet"` (7×7/2 conv, BN, ReLU, 3×3/2 max-pool).
         block_type: `"basic"` (two 3×3 convs, expansion 1) or `"bottleneck"` (1×1, 3×3, 1×1, expansion 4).
         depths: number of blocks per stage.
         hidden_sizes: output channels of each stage (bottleneck width × expansion).
-        num_attention_blocks: MSA blocks per stage. The last `2 * m` blocks of a stage alternate
-            conv, MSA (conv first): `(0, 1, 1, 2)` is the paper's AlterNet-50, `(0, 1, 3, 2)` the
-            reference code's default.
+        num_attention_blocks: MSA blocks per stage: the last `2 * m` blocks of a stage alternate conv, MSA.
+            `(0, 1, 1, 2)` is the paper's AlterNet-50, `(0, 1, 3, 2)` the reference code's default.
         num_attention_heads: heads of the MSA blocks of each stage.
         attention_head_dim: width of one head.
         window_size: side of the non-overlapping attention windows (4 for CIFAR, 7 for ImageNet).

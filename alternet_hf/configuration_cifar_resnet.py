@@ -1,17 +1,13 @@
 """Configuration of the post-activation ResNet used as the paper's CNN baseline.
 
-The reference released a CIFAR-100 ResNet-50 (He et al. 2016, post-activation bottlenecks, a 3×3
-stride-1 stem without max-pool). This file must stay self-contained (it is copied next to the
-weights for `trust_remote_code=True` loading).
+This file must stay self-contained: it is copied next to the weights for `trust_remote_code=True`.
 """
 
 from transformers import PretrainedConfig
 
 BLOCK_TYPES = ("basic", "bottleneck")
 STEM_TYPES = ("cifar", "imagenet")
-# Upper bounds far beyond any published network (the deepest ResNet stage, ResNet-1001's, has 111 blocks;
-# the widest, BiT-R152x4's, 8192 channels), and low enough that a typo fails at once instead of building
-# for minutes: the largest value of each field, by field name (and for every stage of a per-stage field).
+# The largest value of each field (of every stage, for a per-stage field): as configuration_alternet.py's.
 FIELD_LIMITS = dict(num_channels=1024, image_size=8192, embedding_size=8192, depths=256, hidden_sizes=8192)
 MAX_STAGES = 8
 

@@ -1,16 +1,9 @@
 """Converters from the reference code's checkpoints (`xxxnell/how-do-vits-work`) to the zoo's models.
 
-The reference saves `{"name": ..., "state_dict": ...}` (no `module.` prefix) in `.pth.tar` files. Its
-ResNet and AlterNet keys follow `models/resnet.py` and `models/alternet.py`; its ViT, PiT and Swin are timm
-0.5.4's `VisionTransformer`, `PoolingVisionTransformer` and `SwinTransformer`. Each key is renamed by the rules
-below; a key no rule claims, a model weight no key fills, or a shape that differs is an error, never a silent
-leftover.
-
-What timm changed since 0.5.4 for PiT and Swin: each stage's pooling (PiT) or patch merging (Swin) now opens the
-next stage instead of closing its own (`transformers.0.pool` is `transformers.1.pool`, `layers.0.downsample` is
-`layers.1.downsample`), Swin's classifier sits in a head module (`head` is `head.fc`), and Swin's relative-position
-indices and attention masks are no longer saved: the file's copies must equal the ones the model computes, and
-are then dropped. The computation is unchanged (checked against timm 0.5.4 itself in the tests).
+The reference saves `{"name": ..., "state_dict": ...}` (no `module.` prefix) in `.pth.tar` files: its ResNet and
+AlterNet keys follow `models/resnet.py` and `models/alternet.py`, its ViT, PiT and Swin are timm 0.5.4's. Each key is
+renamed by the rules below; a key no rule claims, a model weight no key fills, or a shape that differs is an error.
+docs/models.md lists what timm changed since 0.5.4.
 """
 
 import re
@@ -165,8 +158,7 @@ def _merge_qkv(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def _drop_computed_buffers(state_dict: dict[str, torch.Tensor], model: PreTrainedModel) -> dict[str, torch.Tensor]:
-    """Drop the buffers the model computes itself (see `COMPUTED_BUFFERS`) after checking that the file's
-    values are the model's: a file whose windows or masks differ would be another computation."""
+    """Drop the buffers the model computes itself (`COMPUTED_BUFFERS`), once checked equal to the file's."""
     buffers = dict(model.named_buffers())
     kept = {}
     for key, value in state_dict.items():
@@ -279,9 +271,8 @@ def convert_state_dict(
 
 def reference_state_dict(model: PreTrainedModel, family: str) -> dict[str, torch.Tensor]:
     """The state dict the reference code would save for `model` (a zoo ResNet, ViT, PiT or Swin): the converters
-    run backwards, with the buffers timm 0.5.4 saved and today's timm computes put back for Swin. Used to write the
-    release rehearsal's stand-ins for the reference's files; `convert_state_dict` of the result is `model`'s own
-    state dict (tested, as are the files against timm 0.5.4 itself)."""
+    run backwards, with the buffers timm 0.5.4 saved and today's timm computes put back for Swin (the release
+    rehearsal's stand-ins for the reference's files)."""
     if family not in TO_REFERENCE_RULES:
         raise ValueError(f"no reference layout for {family!r}: one of {sorted(TO_REFERENCE_RULES)}")
     state_dict = {key: value.detach().cpu().clone() for key, value in model.state_dict().items()}
@@ -302,11 +293,8 @@ def save_reference_checkpoint(model: PreTrainedModel, family: str, path: str | P
 
 
 def convert_original_checkpoint(path: str | Path, preset: str, **config_overrides) -> PreTrainedModel:
-    """A zoo model (`preset`, e.g. `"resnet-50-cifar100"`) holding the weights of a reference checkpoint.
-
-    For AlterNet the attention layout and window size are read from the checkpoint unless overridden.
-    The model is returned in eval mode.
-    """
+    """A zoo model (`preset`, e.g. `"resnet-50-cifar100"`) in eval mode, holding the weights of a reference
+    checkpoint; for AlterNet the attention layout and window size are read from the checkpoint unless overridden."""
     family = preset.split("-", 1)[0]
     if family not in FAMILY_RULES:
         raise ValueError(f"no converter for {preset!r}: the preset must start with one of {sorted(FAMILY_RULES)}")

@@ -1,9 +1,7 @@
 """Image-classification data for the zoo: Hub datasets, local folders and files, and the embedded digits.
 
-Every source comes back as a `datasets.Dataset` with two columns, `image` (PIL) and `label`
-(`ClassLabel`), whatever the source calls them. The embedded default, scikit-learn's 1,797
-handwritten digits (real 8×8 scans shipped inside scikit-learn), upscaled to 32×32 RGB, needs no
-network, so a first run works anywhere.
+Every source comes back with two columns, `image` (PIL) and `label` (`ClassLabel`), whatever the source calls them
+(docs/data.md). The embedded default, scikit-learn's handwritten digits, needs no network: a first run works anywhere.
 """
 
 import hashlib
@@ -75,9 +73,8 @@ DEFAULT_HOLDOUT_FRACTION = 0.1
 
 
 def _load_local(path: Path, split: str | None) -> datasets.Dataset:
-    """A named split of a local source. A source with one unnamed split (one parquet file, one saved
-    `Dataset`, a folder whose files name no split) has the split "train" only: serving its rows under any
-    other name would evaluate on the training data."""
+    """A named split of a local source. A source with one unnamed split has the split "train" only: serving its rows
+    under any other name would evaluate on the training data."""
     if path.is_file():
         if path.suffix != ".parquet":
             raise ValueError(f"{path}: a dataset file must be .parquet (or give a folder)")
@@ -113,10 +110,8 @@ def _load_split_only(
     source: str, split: str | None, kind: str, *, cache_dir: str | None = None, streaming: bool = False
 ):
     """One split of a parquet dataset (a folder or Hub repo), fetching and preparing that split's files only, where
-    `load_dataset` prepares every split before it returns one (all of ImageNet's training images, to read its
-    validation split). The split's files are those the card's `configs` or the file names give it. None for other
-    formats: an image folder names its classes after the folders of every split, so it is read whole.
-    `streaming`: the split as a stream, its files read as it is iterated; an image folder's too."""
+    `load_dataset` prepares every split first. None for other formats: an image folder names its classes after the
+    folders of every split, so it is read whole. `streaming`: the split as a stream; an image folder's too."""
     builder = datasets.load_dataset_builder(source, cache_dir=cache_dir)
     data_files = _files_by_split(builder)
     if not data_files or (builder.name != "parquet" and not streaming):
@@ -140,10 +135,8 @@ def _files_by_split(builder) -> dict[str, list[str]]:
 
 
 def _local_cache_dir(path: Path) -> str:
-    """A datasets cache folder for a local source, named after its files' paths, sizes and modification times.
-
-    datasets keys the cache of a folder with a dataset card by the card's relative file patterns and the folder's
-    name, so two folders called `upload` (or one rewritten in place) read the first one's cached rows."""
+    """A datasets cache folder for a local source, named after its files' paths, sizes and modification times:
+    datasets' own key would serve two folders called `upload` (or one rewritten in place) the first one's rows."""
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
     digest = hashlib.sha256(str(path.resolve()).encode())
     for file in files:
@@ -224,8 +217,7 @@ def _load_hub(name: str, split: str | None) -> datasets.Dataset:
 
 @contextmanager
 def _from_hub(source: str, what: str | None = None, *, local: bool = False):
-    """Connection and file errors as a `DatasetUnavailableError` about `what` (default: the dataset `source`) that
-    says what to do; a `local` source's errors stay as they are."""
+    """Connection and file errors as a `DatasetUnavailableError` about `what` that says what to do (not `local`)."""
     try:
         yield
     except (ConnectionError, OSError) as error:
@@ -268,16 +260,14 @@ def _unavailable(source: str, what: str, error: BaseException) -> DatasetUnavail
 
 
 def load_raw_dataset(source: str, *, split: str | None = "train") -> datasets.Dataset:
-    """A split of a local folder or parquet file, else of a Hub dataset, with its own columns; `split=None`
-    takes the source's only split (an error where it has several)."""
+    """A split of a local folder or parquet file, else of a Hub dataset, with its own columns (None: the only one)."""
     path = Path(source)
     return _load_local(path, split) if path.exists() else _load_hub(source, split)
 
 
 def stream_raw_dataset(source: str, *, split: str | None = "train") -> datasets.IterableDataset:
-    """A split of `source` (as `load_raw_dataset` reads it) as a stream: rows are read as it is iterated, a Hub repo's
-    files fetched as the stream reaches them, so a few rows of a large split cost a file or two, not the split. The
-    split's name is checked against the source's before any data file is read."""
+    """A split of `source` (as `load_raw_dataset` reads it) as a stream: a Hub repo's files are fetched as the stream
+    reaches them. The split's name is checked before any data file is read."""
     if source == DIGITS:
         return load_digits_dataset(split).to_iterable_dataset()
     path = Path(source)
@@ -289,8 +279,7 @@ def stream_raw_dataset(source: str, *, split: str | None = "train") -> datasets.
 
 
 def split_files(source: str, split: str) -> list[str] | None:
-    """The parquet files of one split of a folder or Hub repo, in the order its stream reads them (one file a shard),
-    or None for other sources (an image folder, a saved dataset, a single file, the digits)."""
+    """The parquet files of one split of a folder or Hub repo, in the order its stream reads them, else None."""
     if source == DIGITS or _read_whole(Path(source)):
         return None
     with _from_hub(source, local=Path(source).exists()):
@@ -306,8 +295,8 @@ def config_names(source: str) -> list[str]:
 
 
 def config_data_files(source: str, config: str) -> dict[str, list[str]]:
-    """The files of each split of one config of a local folder or Hub dataset: the patterns its card gives,
-    resolved (reading the card is the costly part: a caller reading many splits asks once per config)."""
+    """The files of each split of one config of a local folder or Hub dataset, as its card gives them (reading the
+    card is the costly part: ask once per config)."""
     with _from_hub(source, f"the config {config!r} of {source!r}"):
         return _files_by_split(datasets.load_dataset_builder(source, config))
 
@@ -315,9 +304,7 @@ def config_data_files(source: str, config: str) -> dict[str, list[str]]:
 def load_config_split(
     source: str, config: str, split: str, *, data_files: dict[str, list[str]] | None = None
 ) -> datasets.Dataset:
-    """One split of one config of a local folder or Hub dataset, reading that split's files only (`load_dataset`
-    would fetch and prepare every split of the config first), loaded as parquet. `data_files`: the config's, from
-    `config_data_files` (else read here)."""
+    """One split of one config of a local folder or Hub dataset, reading that split's files only (`data_files`)."""
     data_files = data_files or config_data_files(source, config)
     if split not in data_files:
         raise ValueError(_missing_split_message(source, split, sorted(data_files), f"config {config!r}"))
@@ -337,11 +324,8 @@ def load_image_classification(
     class_names: list[str] | None = None,
 ) -> datasets.Dataset:
     """A split of `source` (the embedded `"digits"`, a Hub id, or a local folder or parquet file) as
-    columns `image` and `label`. Column names default to the known ones of the source, else to those of a known
-    schema the columns match (a local copy of uoft-cs/cifar100: img, fine_label), else image/label.
-
-    `class_names` (e.g. the training split's) fixes which index each class gets, so that every split of
-    a dataset whose labels are strings or plain integers is encoded alike; see `encode_labels`.
+    columns `image` and `label`, named as the source or a known schema its columns match (`KNOWN_COLUMNS`).
+    `class_names` (e.g. the training split's) fixes which index each class gets, so that every split is encoded alike.
     """
     if source == DIGITS:
         return encode_labels(load_digits_dataset(split), class_names)
@@ -364,14 +348,9 @@ def load_image_sample(
     shuffle_buffer: int = SAMPLE_SHUFFLE_BUFFER,
 ) -> datasets.Dataset:
     """A seeded sample of `num_images` rows of a split (all of them where it has fewer), in the columns of
-    `load_image_classification`, drawn from the split's stream: its files in a seeded order, read one after another
-    through a shuffle buffer of `shuffle_buffer` rows, so that a few times `shuffle_buffer` rows are read (from the
-    Hub: the files holding them) however large the split. Random within the buffer's reach, as streamed
-    shuffles are: the rows come from a few files, so a split whose files each hold a few classes needs a buffer
-    as large as the split to sample every class. The same seed draws the same rows.
-
-    One file at a time, where datasets' shuffle fills the buffer from ten at once: the sample then reads the files
-    it needs and no more, and no reader threads (whose shutdown waits seconds) are started."""
+    `load_image_classification`, drawn from the split's stream through a shuffle buffer (docs/data.md, "Samples and
+    streams"). One file at a time, where datasets' shuffle fills the buffer from ten at once: the sample then reads
+    the files it needs and no more, and starts no reader threads (whose shutdown waits seconds)."""
     if num_images < 1:
         raise ValueError(f"a sample of {num_images} images: ask for at least one")
     from tqdm.auto import tqdm
@@ -395,10 +374,9 @@ def stream_image_classification(
     class_names: list[str] | None = None,
     num_classes: int | None = None,
 ) -> datasets.IterableDataset:
-    """A whole split as a stream of `image` and `label` rows (see `load_image_classification`), in the split's order,
-    for a pass over a split too large to prepare on disk. Its labels must be a `ClassLabel`, or named by
-    `class_names`, or integers below `num_classes` (a model's outputs): a stream cannot be scanned beforehand for the
-    labels it holds."""
+    """A whole split as a stream of `image` and `label` rows (see `load_image_classification`), in the split's order.
+    Its labels must be a `ClassLabel`, or named by `class_names`, or integers below `num_classes`: a stream cannot be
+    scanned beforehand."""
     stream = stream_raw_dataset(source, split=split)
     if stream.features is None:
         raise ValueError(f"{source} declares no column types to stream by; read it without streaming")
@@ -406,8 +384,7 @@ def stream_image_classification(
 
 
 def _image_classification(dataset, source: str, image_column, label_column, class_names, num_classes=None):
-    """A split's `image` and `label` columns (a `Dataset` or an `IterableDataset`), named as the source or its
-    schema names them, the labels encoded by `encode_labels`."""
+    """A split's (or stream's) `image` and `label` columns, named as the source or its schema names them."""
     known = KNOWN_COLUMNS.get(source) or _schema_of(dataset.column_names)
     columns = Columns(image_column or known.image, label_column or known.label)
     missing = [name for name in (columns.image, columns.label) if name not in dataset.column_names]
@@ -457,9 +434,8 @@ def load_train_and_eval(
     streaming: bool = False,
 ) -> TrainEvalSplits:
     """Both splits a training run needs. `eval_split="holdout"` (10%) or `"holdout:0.2"` carves the evaluation
-    rows out of the training split (seeded by `seed`, stratified by class) instead of naming a split of the
-    source, for sources that have only one; the two then share no row. `streaming=True`: the training split as a
-    stream (`stream_image_classification`), never prepared; the evaluation split is prepared (its files only)."""
+    rows out of the training split (seeded, stratified). `streaming=True`: the training split as a stream
+    (`stream_image_classification`); the evaluation split is prepared (its files only)."""
     columns = dict(image_column=image_column, label_column=label_column)
     fraction = parse_holdout(eval_split)
     if streaming and fraction is not None:
@@ -479,13 +455,9 @@ def load_train_and_eval(
 
 
 def encode_labels(dataset, class_names: list[str] | None = None, *, num_classes: int | None = None):
-    """The `label` column as a `ClassLabel` whose names are `class_names` (when given).
-
-    Plain integers keep their values (class i is named "i"); strings are looked up by name (sorted, when
-    no names are given). A `ClassLabel` column with other names is re-indexed by name. Labels outside
-    `class_names` are an error naming them: a silently renumbered class would score against the wrong one.
-    A stream (`IterableDataset`) cannot be scanned for its labels: its plain labels need `class_names`, or, for
-    integers, `num_classes`.
+    """The `label` column as a `ClassLabel` whose names are `class_names` (when given): plain integers keep their
+    values, strings and other names are looked up by name. Labels outside `class_names` are an error: a silently
+    renumbered class would score against the wrong one. A stream's plain labels need `class_names` or `num_classes`.
     """
     feature = dataset.features["label"]
     if isinstance(feature, datasets.ClassLabel):
@@ -549,11 +521,7 @@ def _reindex_by_name(dataset: datasets.Dataset, names: list[str], class_names: l
 
 
 class DataRowError(ValueError):
-    """A row that cannot be used (an image missing or unreadable, a label outside the classes), named by row.
-
-    Raised in a data-loader worker, it reaches the main process as its own message: the DataLoader re-raises it
-    with the worker's traceback as the message, from which only the original message is kept.
-    """
+    """A row that cannot be used (an image missing or unreadable, a label outside the classes), named by row."""
 
     def __init__(self, message: str):
         super().__init__(raised_message(message, type(self)))
@@ -569,8 +537,7 @@ def raised_message(message: str, error_type: type) -> str:
 
 
 def decode_image(value, *, source: str, row: int) -> Image.Image:
-    """A row's stored image (`datasets.Image(decode=False)`: bytes and/or path; or a PIL image) as 8-bit RGB, or a
-    `DataRowError` that names the dataset, the row and the file."""
+    """A row's stored image (bytes and/or path, or a PIL image) as 8-bit RGB, or a `DataRowError` naming the row."""
     if isinstance(value, Image.Image):
         return to_rgb(value)
     data, path = (value.get("bytes"), value.get("path")) if isinstance(value, dict) else (None, None)
@@ -590,11 +557,7 @@ def decode_image(value, *, source: str, row: int) -> Image.Image:
 
 def collate_images(examples: list[dict]) -> dict[str, torch.Tensor]:
     """Examples of `with_transform` datasets -> the batch a zoo model's `forward` takes (float images), or the
-    training engine's (uint8 images, normalised on the device).
-
-    uint8 images come from the workers as views of HWC pixels: stacked as such, they make a (B, 3, H, W) tensor in
-    channels-last memory with a single copy, ready for pinned memory and the device's channels-last convolutions.
-    """
+    training engine's (uint8 images, views of HWC pixels: stacked as such, a channels-last batch in one copy)."""
     images = [e["pixel_values"] for e in examples]
     if images[0].dtype == torch.uint8:
         pixel_values = torch.stack([image.permute(1, 2, 0) for image in images]).permute(0, 3, 1, 2)
@@ -604,9 +567,8 @@ def collate_images(examples: list[dict]) -> dict[str, torch.Tensor]:
 
 
 def transform_row(value, label, row: int, transform, *, source: str, num_classes: int | None):
-    """The transform of one row's stored image (`datasets.Image(decode=False)`), its label checked first: a label
-    missing or outside the `num_classes` classes, or an image that cannot be decoded, is a `DataRowError` naming
-    `source`, the row and the file. A `SeededAugmentation` is called with the row's index."""
+    """The transform of one row's stored image, its label checked first: a bad label or image is a `DataRowError`
+    naming `source`, the row and the file. A `SeededAugmentation` is called with the row's index."""
     if label is None:
         raise DataRowError(f"{source}, row {row}: the label is missing (null); remove the row or label it")
     if num_classes is not None and not 0 <= label < num_classes:
@@ -616,11 +578,7 @@ def transform_row(value, label, row: int, transform, *, source: str, num_classes
 
 
 def with_transform(dataset, transform, *, source: str = "the dataset"):
-    """Rows -> `pixel_values` (the transform of the decoded RGB image) and `labels`, on the fly as rows are read, of a
-    `Dataset` or a stream (`IterableDataset`).
-
-    Each row is checked as it is read (`transform_row`), at no cost to the training step.
-    """
+    """Rows of a `Dataset` or a stream -> `pixel_values` and `labels`, on the fly as rows are read (`transform_row`)."""
     num_classes = getattr(dataset.features.get("label"), "num_classes", None)
     if isinstance(dataset.features.get("image"), datasets.Image):
         dataset = dataset.cast_column("image", datasets.Image(decode=False))  # decoded below, errors named

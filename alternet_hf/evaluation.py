@@ -40,15 +40,9 @@ def evaluate_model(
     seed: int = 0,
     streaming: bool = False,
 ) -> tuple[dict, torch.Tensor, torch.Tensor]:
-    """The paper's metrics of a trained model (folder or Hub id) on a split of a dataset (see `data`).
-
-    In float32 by default: these are the numbers that go into model cards, and bf16 logits shift NLL, ECE
-    and the 90%-confidence metrics. Labels are matched to the model's classes by name where it has names.
-    `compile_mode` (e.g. "default") runs the evaluation step under `torch.compile`, as training does on a GPU.
-    `max_images`: a seeded sample of that many images of the split, streamed (`data.load_image_sample`; only the
-    rows it reads are fetched); `streaming`: the whole split read as a stream, never prepared on disk (the same
-    metrics as the prepared split's: they do not depend on the order of the images).
-    """
+    """The paper's metrics of a trained model (folder or Hub id) on a split of a dataset, labels matched to the
+    model's classes by name. In float32 by default: these numbers go into model cards, and bf16 logits shift NLL, ECE
+    and the 90%-confidence metrics. `max_images`: a seeded sample (`data.load_image_sample`)."""
     accelerator = Accelerator(mixed_precision=mixed_precision)
     model = create_model(model_name_or_path)
     columns = dict(image_column=image_column, label_column=label_column, class_names=class_names_of(model.config))
@@ -107,9 +101,7 @@ def write_evaluation(
     mixed_precision: str = "no",
     sample: dict | None = None,
 ) -> Path:
-    """`<output>/eval_<dataset>_<split>.json` (metrics, undefined ones as null) and its reliability diagram
-    (`..._reliability.png`); returns the JSON's path. `sample`: how the images were sampled (`num_images` asked
-    for, `seed`, `shuffle_buffer`), recorded, and named in the files' names."""
+    """`<output>/<evaluation_stem>.json` (undefined metrics as null) and its reliability diagram; returns the JSON."""
     import matplotlib.pyplot as plt
 
     output = Path(output)

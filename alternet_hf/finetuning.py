@@ -1,8 +1,5 @@
-"""Fine-tuning any zoo model on any image-classification dataset with the Hugging Face `Trainer`.
-
-The standard transformers recipe: label names from the dataset, a new head where the label count
-changes (`ignore_mismatched_sizes`), `set_transform` preprocessing with the model's own image
-processor statistics, and the paper's metrics through our local `evaluate` module.
+"""Fine-tuning any zoo model on any image-classification dataset with the Hugging Face `Trainer`: the standard
+transformers recipe, with a new head where the label count changes and the paper's metrics as an `evaluate` module.
 """
 
 import json
@@ -37,9 +34,8 @@ class FinetuneResult:
 
 
 def default_horizontal_flip(model_name_or_path: str, dataset: str) -> float:
-    """The flip probability that fits the data: the one the model's own recipe used (its training_config.json:
-    a model trained without flips saw data that must not be mirrored, such as digits), none for the embedded
-    digits, else 0.5 as for photos."""
+    """The flip probability that fits the data: the one the model's own recipe used (data trained without flips,
+    such as digits, must not be mirrored), none for the embedded digits, else 0.5 as for photos."""
     recorded = Path(model_name_or_path) / "training_config.json"
     if recorded.is_file():
         training = json.loads(recorded.read_text())
@@ -87,13 +83,10 @@ def finetune(
     say: Callable[[str], None] = print,
     **training_arguments,
 ) -> FinetuneResult:
-    """Fine-tune, evaluating before and after; the model and its image processor go to `output_dir`
-    (default `default_output_dir`), which may not be the source model's folder, nor hold another model
-    unless `overwrite`, nor be in use by another run. `epochs`, `learning_rate` and `warmup` (a fraction of the
-    steps) default to `FINETUNE_DEFAULTS` for a model with trained weights and to `FROM_SCRATCH_DEFAULTS` for a
-    preset, which is trained from scratch (said in one line). `horizontal_flip=None` takes
-    `default_horizontal_flip`; `eval_split="holdout"` evaluates on a seeded 10% of the training split (rows saved
-    in `holdout.json`). Every random draw (the new head, data order, augmentation) follows `seed`."""
+    """Fine-tune, evaluating before and after; the model and its image processor go to `output_dir` (default
+    `default_output_dir`; see `check_output_dir`). `epochs`, `learning_rate` and `warmup` (a fraction of the steps)
+    default to `FINETUNE_DEFAULTS`, or `FROM_SCRATCH_DEFAULTS` for a preset (said in one line). Every random draw
+    (the new head, data order, augmentation) follows `seed`."""
     output_dir = Path(output_dir) if output_dir is not None else default_output_dir(model_name_or_path, dataset)
     from_scratch = not loads_weights(model_name_or_path)
     defaults = FROM_SCRATCH_DEFAULTS if from_scratch else FINETUNE_DEFAULTS

@@ -1,13 +1,6 @@
-"""The Hub release of a trained (or converted) zoo model: the exact folder to upload, with a model card whose
-`model-index` comes from the evaluation JSON written by training or `alternet-evaluate`.
-
-The folder holds safetensors weights, the config, the image processor and, for AlterNet and the CIFAR
-ResNet, self-contained modeling files with an `auto_map`, so the repo loads with the Auto classes and
-`pipeline` whether or not `alternet_hf` is installed (`trust_remote_code=True` without it). ViT is
-transformers' own class and needs no code.
-
-And CIFAR-100-C as a Hub dataset (`write_hub_dataset`): the released arrays as one parquet file per corruption and
-severity, with its card; `analysis.robustness.ParquetCorruptions` reads it back.
+"""What goes to the Hub (docs/release.md): a trained (or converted) zoo model as the exact folder to upload, with a
+model card whose `model-index` comes from the evaluation JSON, and CIFAR-100-C as a parquet dataset
+(`write_hub_dataset`).
 """
 
 import json
@@ -52,9 +45,7 @@ METRIC_LABELS = {
 def find_evaluation(model_dir: Path, evaluation: Path | None = None) -> tuple[dict, str, str]:
     """(metrics, dataset, split) of a trained model for its card: `evaluation` (an `eval_*.json` of
     alternet-evaluate) if given; else the newest `eval_*.json` on the dataset and split the model was
-    trained and evaluated on (any other, e.g. a corrupted or training split, is not the headline result);
-    else the final `metrics.json` of training (evaluated at the training precision: bf16 on a GPU) with the
-    dataset from `training_config.json`."""
+    trained and evaluated on (any other is not the headline result); else training's final `metrics.json`."""
     if evaluation is not None:
         payload = json.loads(Path(evaluation).read_text())
         return payload["metrics"], payload["dataset"], payload["split"]
@@ -148,12 +139,10 @@ def build_model_card(
     evaluated_on: str | None = None,
     dataset_aliases: dict[str, str] | None = None,
 ) -> ModelCard:
-    """A model card with metadata (`model-index` from `metrics`, and CIFAR-100-C's mean accuracy from
-    `robustness`, the JSON `zoo_release.write_robustness` writes), usage (transformers, pipeline, timm,
-    remote code), results, `figures` ({title: path in the repo}), recipe and citation. For weights converted from
-    the reference's release, `provenance` (the file, its SHA-256, the converter) and `reported` (the top-1 and
-    CIFAR-100-C mean reported for the model, and by whom) say where they come from and how they compare;
-    `dataset_aliases` ({recorded: shown}) name in the recipe a dataset recorded as a path of the machine that trained.
+    """A model card: metadata (`model-index` from `metrics`, and CIFAR-100-C's mean accuracy from `robustness`),
+    usage, results, `figures` ({title: path in the repo}), recipe and citation. For converted weights, `provenance`
+    (the file, its SHA-256, the converter) and `reported` (the top-1 and CIFAR-100-C mean reported, and by whom);
+    `dataset_aliases` ({recorded: shown}) name a dataset recorded as a path of the machine that trained.
     """
     name = repo_id.split("/")[-1]
     results = [
@@ -252,10 +241,9 @@ def write_release(
     dataset_name: str | None = None,
 ) -> Path:
     """Write everything the Hub repo `repo_id` will hold for the trained model in `model_dir`: weights, config,
-    image processor, remote code, and the card. `robustness`: a `robustness_cifar100-c.json` (its mean accuracy
-    goes into `model-index` as CIFAR-100-C, `cifar100c_repo`); `figures`: {title: PNG} copied into figures/ and
-    shown in the card; `provenance`, `reported`, `evaluated_on`: see `build_model_card`; `dataset_name`: how the
-    card names the evaluation's dataset (default: as the evaluation recorded it, which may be a local path)."""
+    image processor, remote code, and the card. `robustness`: a `robustness_cifar100-c.json` (of the dataset
+    `cifar100c_repo`); `figures`: {title: PNG} copied into figures/; `dataset_name`: how the card names the
+    evaluation's dataset (default: as the evaluation recorded it); the rest: see `build_model_card`."""
     model_dir, output_dir = Path(model_dir), Path(output_dir)
     metrics, recorded, split = find_evaluation(model_dir, evaluation)
     dataset = dataset_name or recorded
@@ -308,8 +296,7 @@ def _is_hub_id(name: str) -> bool:
 
 
 def _timm_usage(repo_id: str, model_dir: Path, preset: str | None = None) -> str:
-    """How to load the weights in timm, with the config fields the model was built with beyond its preset (`preset`:
-    of converted weights, which have no training config)."""
+    """How to load the weights in timm, with the config fields the model was built with beyond its preset."""
     config_file = model_dir / "training_config.json"
     training = json.loads(config_file.read_text()) if config_file.is_file() else {}
     preset = preset or training.get("model")
@@ -399,8 +386,7 @@ def set_file(corruption: str, severity: int) -> str:
 
 
 def hub_dataset_configs(corruptions: Sequence[str]) -> list[dict]:
-    """The card's configs: `default`, every set in one split `test`; then one config per corruption whose splits
-    are its severities, so that one set is one file to fetch."""
+    """The card's configs: `default`, every set in one split `test`; then one per corruption, a split per severity."""
     from analysis.cifar_c import SEVERITIES
     from analysis.robustness import severity_split
 
@@ -415,8 +401,7 @@ def hub_dataset_configs(corruptions: Sequence[str]) -> list[dict]:
 
 
 def hub_dataset_card(repo_id: str, corruptions: Sequence[str], images_per_set: int):
-    """The dataset card of CIFAR-C published as parquet: schema, configs, how to read it, the severities, the
-    citation."""
+    """The dataset card of CIFAR-C published as parquet."""
     from huggingface_hub import DatasetCard, DatasetCardData
 
     from analysis.cifar_c import CIFAR_C_CITATION, SEVERITY_PARAMETERS
@@ -473,9 +458,7 @@ Published with `alternet-publish-cifar100c` of alternet-hf. Licence of the origi
 def write_hub_dataset(
     zenodo_dir: str | Path, folder: str | Path, repo_id: str, corruptions: Sequence[str] | None = None
 ) -> Path:
-    """The Hub dataset repo of the Zenodo arrays in `zenodo_dir`, written into `folder`: one parquet file per
-    corruption and severity (image, label, corruption, severity) at `set_file`, and the card (`hub_dataset_card`)
-    as README.md."""
+    """The Hub dataset repo of the Zenodo arrays in `zenodo_dir`, written into `folder`, with its card."""
     from tqdm import tqdm
 
     from analysis.cifar_c import CORRUPTIONS, SEVERITIES, ZENODO_URL

@@ -1,9 +1,4 @@
-"""The paper's classification metrics (docs/paper.md §5), as plain functions of logits and labels.
-
-With p = softmax(logits) and c = max p: accuracy; Acc-90 (accuracy where c > 0.9); Freq-90 (fraction
-with c > 0.9); Unc-90 (wrong predictions with c <= 0.9, over all wrong ones); NLL; IoU (mean over the
-classes that occur in labels or predictions of TP / (TP + FP + FN)) and IoU-90 (the same where
-c > 0.9); Brier (sum over classes of (onehot - p)², averaged); ECE with equal-width confidence bins.
+"""The paper's classification metrics (docs/paper.md §5 defines them), as plain functions of logits and labels.
 A metric over an empty set (no confident or no wrong predictions) is NaN.
 """
 

@@ -1,10 +1,6 @@
 """The offline mini-zoo: a small ResNet, ViT and AlterNet trained on the embedded digits with one recipe, analysed
-and compared (`alternet-reproduce`): the paper's claims checked on a CPU in minutes.
-
-Layout of the output folder: models/<family>/ (model folders as alternet-train writes them), results/<family>/
-(each analysis as alternet-analyze writes it) and comparison/ (comparison.json, figures, report.md). A finished
-model already in models/<family>/ with the same training settings is reused (an interrupted one resumes); one
-trained with other settings is an error, never overwritten.
+and compared (`alternet-reproduce`; docs/analyses.md gives the output folder's layout): the paper's claims checked
+on a CPU. A model already trained with the same settings is reused, one with other settings never overwritten.
 """
 
 import json
@@ -16,27 +12,21 @@ from analysis.inputs import DataOptions
 from analysis.registry import ANALYSES, Settings
 from analysis.runner import compare_models
 
+from .recipe import DEFAULT_MODEL, DEFAULT_MODEL_OVERRIDES, TrainingConfig
+
 FAMILIES = ("resnet", "vit", "alternet")
-# Small members of each family at comparable size (1.27 M to 1.58 M parameters, within 1.25x): the AlterNet is the
-# first run's (`alternet-train` with no arguments), the ResNet the same skeleton without MSAs at the width that gives
-# it as many parameters, the ViT six layers of width 160 on 8x8 patches (16 tokens of 2x2 digit pixels: on 4x4
-# patches it learns far slower).
+# Small members of each family at comparable size (docs/analyses.md): the AlterNet is the first run's, the ResNet the
+# same skeleton without MSAs at the width that gives it as many parameters, the ViT on 8x8 patches (16 tokens).
 SMALL = {
     "resnet": ("resnet-18-cifar10", dict(hidden_sizes=[24, 48, 96, 192], embedding_size=24)),
     "vit": (
         "vit-ti-cifar10",
         dict(hidden_size=160, num_hidden_layers=6, num_attention_heads=4, intermediate_size=320, patch_size=8),
     ),
-    "alternet": (
-        "alternet-18-cifar10",
-        dict(
-            hidden_sizes=[32, 64, 128, 256], embedding_size=32, num_attention_heads=[1, 2, 4, 4], attention_head_dim=32
-        ),
-    ),
+    "alternet": (DEFAULT_MODEL, DEFAULT_MODEL_OVERRIDES),
 }
-# One recipe (the first run's: AdamW, crop, on digits), with the epochs each family needs to be competent (>= 90% on
-# the hold-out): the CNNs 6, the ViT 30, since without convolutions' locality it learns from 1,437 images far slower
-# (15 epochs on 4x4 patches reached 79%).
+# The epochs each family needs to be competent (>= 90% on the hold-out): the ViT, without convolutions' locality,
+# learns from the digits far slower.
 EPOCHS = {"resnet": 6, "vit": 30, "alternet": 6}
 TINY = {
     "resnet": ("resnet-18-cifar10", dict(hidden_sizes=[8, 16, 16, 32], embedding_size=8, depths=[1, 1, 1, 1])),
@@ -58,10 +48,7 @@ TINY = {
 
 
 def training_config(family: str, out: Path, *, epochs: int | None, quick: bool):
-    """The one recipe (the offline first run's: AdamW, crop, on digits) for every family, for the family's `EPOCHS`
-    (`epochs` for all when given; 1 when `quick`)."""
-    from .recipe import TrainingConfig
-
+    """The one recipe (the offline first run's) for every family, for the family's `EPOCHS` (`epochs` when given)."""
     preset, overrides = (TINY if quick else SMALL)[family]
     fields = dict(
         model=preset,
@@ -74,17 +61,15 @@ def training_config(family: str, out: Path, *, epochs: int | None, quick: bool):
 
 def train_family(config, say=print):
     """Train (or reuse, or resume) one model; returns its folder."""
-    from .training import RESUMABLE_CHANGES, train
+    from .training import changed_settings, train
 
     folder = Path(config.output_dir)
     saved = folder / "training_config.json"
     if saved.is_file():
-        before = json.loads(saved.read_text())
-        now = json.loads(json.dumps(config.to_dict()))
         # What defines the model; where it was written and how fast it ran do not (a moved folder is reused).
-        changed = [key for key in now if key not in RESUMABLE_CHANGES and before.get(key) != now[key]]
+        changed = changed_settings(json.loads(saved.read_text()), config)
         if changed:
-            details = ", ".join(f"{key} {before.get(key)!r} -> {now[key]!r}" for key in changed)
+            details = ", ".join(f"{key} {before!r} -> {now!r}" for key, (before, now) in changed.items())
             raise FileExistsError(
                 f"{folder} holds a model trained with other settings ({details}); choose another --out or delete it"
             )
@@ -97,8 +82,7 @@ def train_family(config, say=print):
 
 def comparison_dir(out: Path, families: Sequence[str], analyses: Sequence[str]) -> Path:
     """Where a run's comparison goes: `out/comparison` for every family and analysis, else a folder beside it that
-    names the run (`comparison-resnet`, `comparison-resnet-vit-fourier-lesion`), so a narrower re-run never
-    replaces the whole zoo's report."""
+    names the run (`comparison-resnet-vit-fourier-lesion`), never over the whole zoo's report."""
     parts = [] if set(families) == set(FAMILIES) else [f for f in FAMILIES if f in families]
     parts += [] if set(analyses) == set(ANALYSES) else [a for a in ANALYSES if a in analyses]
     return Path(out) / "-".join(["comparison", *parts])
@@ -118,9 +102,8 @@ def reproduce(
     scaled_down: Sequence[str] = (),
     say: Callable[[str], None] = print,
 ) -> dict:
-    """Train (or reuse) each family into `out/models`, analyse into `out/results` and compare into
-    `comparison_dir(out, families, analyses)`; returns the written paths of the comparison, with the minutes
-    spent training and in all."""
+    """Train (or reuse) each family into `out/models`, analyse into `out/results` and compare into `comparison_dir`;
+    returns the written paths of the comparison, with the minutes spent training and in all."""
     unknown = sorted(set(families) - set(FAMILIES))
     if unknown or not families:
         raise ValueError(f"unknown families {unknown}; choose from {', '.join(FAMILIES)}")

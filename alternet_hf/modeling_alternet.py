@@ -2,25 +2,12 @@
 
 Paper: Park & Kim, "How Do Vision Transformers Work?" (ICLR 2022), §4. MSAs are low-pass filters
 that complement the high-pass convolutions, so the last blocks of a stage alternate conv and MSA.
-Reference code: `xxxnell/how-do-vits-work`, `models/alternet.py` (computation matched exactly, see
-`alternet_hf.convert` for the weight mapping).
+Reference code: `xxxnell/how-do-vits-work`, `models/alternet.py`, computed exactly as there (`alternet_hf.convert`
+maps the weights), except that maps the attention window does not divide are padded and the padded keys masked
+(reference issue #38) and the relative-position index is a buffer that moves with the model (docs/models.md).
 
-Deliberate differences from the reference:
-- feature maps that the attention window does not divide are zero-padded and the padded keys are
-  masked, instead of crashing (reference issue #38); divisible maps compute exactly as there;
-- the relative-position index is a non-persistent buffer (the reference keeps a plain tensor that
-  `.to(device)` does not move);
-- attention runs through `scaled_dot_product_attention` (`attn_implementation="sdpa"`, the default) or an
-  explicit softmax that also returns the weights (`"eager"`), with the windows folded into the batch so
-  that both export (`torch.export`, ONNX);
-- `output_hidden_states` returns one state per block and `output_attentions` the attention weights;
-- in training, stochastic depth and the residual sum are one fused multiply-add (`add_residual`) and the
-  ReLUs run in place: the same function in fewer passes over the maps (about a tenth of a training step);
-- on the CPU, batches of 8 or more are computed in channels-last, oneDNN's direct layout, whatever the input's
-  (`compute_layout`).
-
-This file must stay self-contained apart from its configuration and `modeling_common` (they are
-copied next to the weights for `trust_remote_code=True` loading).
+This file imports only its configuration and `modeling_common`: they are copied next to the weights for
+`trust_remote_code=True`.
 """
 
 import torch
@@ -69,7 +56,8 @@ class AlterNetEmbeddings(nn.Module):
 
 
 class AlterNetWindowAttention(nn.Module):
-    """Multi-head self-attention inside non-overlapping `p×p` windows of a feature map.
+    """Multi-head self-attention inside non-overlapping `p×p` windows of a feature map, the windows folded into
+    the batch (the 4-D tensors that SDPA and the exporters take).
 
     The relative-position bias is ONE learned `(2p-1)×(2p-1)` table shared by all heads; the bias of
     query `(ra, ca)` and key `(rb, cb)` is `table[rb - ra + p - 1, cb - ca + p - 1]`. Tokens of a
@@ -108,8 +96,7 @@ class AlterNetWindowAttention(nn.Module):
         rows, cols = (height + pad_h) // p, (width + pad_w) // p
 
         def to_windows(x: torch.Tensor) -> torch.Tensor:
-            # (B, heads·d, rows·p, cols·p) -> (B·rows·cols, heads, p², d): windows join the batch, so attention
-            # sees the 4-D tensors that SDPA kernels and the ONNX exporter take
+            # (B, heads·d, rows·p, cols·p) -> (B·rows·cols, heads, p², d)
             x = x.view(batch, heads, head_dim, rows, p, cols, p)
             return x.permute(0, 3, 5, 1, 4, 6, 2).reshape(batch * rows * cols, heads, p * p, head_dim)
 
@@ -123,8 +110,7 @@ class AlterNetWindowAttention(nn.Module):
 
         if attn_implementation == "eager":
             scores = query @ key.transpose(-2, -1) * head_dim**-0.5 + bias
-            # The returned weights are the tensor the context is computed from (a view of the softmax, not a
-            # copy beside it), so they lie on the gradient path: `attentions[i].retain_grad()` gets a gradient.
+            # The weights returned are those the context is computed from, so `retain_grad()` on them works.
             attention_weights = scores.softmax(dim=-1).view(batch, rows * cols, heads, p * p, p * p)
             context = attention_weights.view(batch * rows * cols, heads, p * p, p * p) @ value
         elif attn_implementation == "sdpa":
@@ -160,11 +146,8 @@ class AlterNetWindowAttention(nn.Module):
 
 
 class AlterNetBasicLayer(GradientCheckpointingLayer):
-    """Pre-activation basic block: BN → ReLU → 3×3 (stride) → BN → ReLU → 3×3, plus the shortcut.
-
-    The projection shortcut, where the shape changes, sees the activated input; otherwise the raw input
-    is added (He et al. 2016, "Identity Mappings in Deep Residual Networks").
-    """
+    """Pre-activation basic block: BN → ReLU → 3×3 (stride) → BN → ReLU → 3×3, plus the shortcut: a projection of the
+    activated input where the shape changes, else the raw input (He et al. 2016, "Identity Mappings")."""
 
     def __init__(self, in_channels: int, out_channels: int, *, stride: int, drop_path_rate: float):
         super().__init__()
@@ -200,7 +183,7 @@ class AlterNetBottleNeckLayer(GradientCheckpointingLayer):
         self.conv2 = conv3x3(width, width, stride)
         self.norm3 = nn.BatchNorm2d(width)
         self.conv3 = conv1x1(width, out_channels)
-        self.activation = nn.ReLU(inplace=True)  # on a fresh BN output, which BN's backward does not need
+        self.activation = nn.ReLU(inplace=True)
         self.drop_path = DropPath(drop_path_rate)
 
     def forward(self, x: torch.Tensor, attn_implementation: str = "sdpa") -> tuple[torch.Tensor, None]:
@@ -213,11 +196,8 @@ class AlterNetBottleNeckLayer(GradientCheckpointingLayer):
 
 
 class AlterNetAttentionLayer(GradientCheckpointingLayer):
-    """MSA block: BN → GELU → 1×1 to the inner width → BN → windowed MSA, plus the shortcut.
-
-    No MLP inside: the conv block before it plays that role. The inner width is the block's input
-    channels divided by the expansion, as the conv blocks' bottleneck width.
-    """
+    """MSA block: BN → GELU → 1×1 to the inner width (as the conv blocks' bottleneck) → BN → windowed MSA, plus the
+    shortcut. No MLP inside: the conv block before it plays that role."""
 
     def __init__(
         self,
@@ -330,7 +310,7 @@ class AlterNetModel(AlterNetPreTrainedModel):
         self.embedder = AlterNetEmbeddings(config)
         self.encoder = AlterNetEncoder(config)
         self.norm = nn.BatchNorm2d(config.hidden_sizes[-1])
-        self.activation = nn.ReLU(inplace=True)  # on a fresh BN output, which BN's backward does not need
+        self.activation = nn.ReLU(inplace=True)
         self.pooler = nn.AdaptiveAvgPool2d(1)
         self.post_init()
 
@@ -398,11 +378,8 @@ class AlterNetForImageClassification(AlterNetPreTrainedModel):
         output_attentions: bool | None = None,
         return_dict: bool | None = None,
     ) -> ImageClassifierOutput | tuple:
-        """Logits, and the `loss` when `labels` are given (see `modeling_common.image_classification_loss`:
-        cross-entropy on class indices or soft targets, or what `config.problem_type` asks for).
-
-        `attentions` holds one `(batch, windows, heads, p², p²)` tensor per MSA block.
-        """
+        """Logits, and the `loss` when `labels` are given (`modeling_common.image_classification_loss`);
+        `attentions` holds one `(batch, windows, heads, p², p²)` tensor per MSA block."""
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         outputs = self.alternet(
             pixel_values,

@@ -1,17 +1,12 @@
 """Post-activation ResNet for small images, the CNN baseline of "How Do Vision Transformers Work?".
 
 Paper: He et al., "Deep Residual Learning for Image Recognition" (CVPR 2016), in the CIFAR form the
-reference code `xxxnell/how-do-vits-work` trained and released (`resnet_50_cifar100_*.pth.tar`): a
-3×3 stride-1 stem with BN and ReLU and no max-pool, bottlenecks that carry the stride on the 3×3
-conv, projection shortcuts (1×1 conv + BN) where the shape changes, global average pooling, one
-linear layer. With 100 labels ResNet-50 has 23,705,252 parameters, as the reference.
+reference code `xxxnell/how-do-vits-work` trained and released (`resnet_50_cifar100_*.pth.tar`): no max-pool in
+the stem, the stride on the bottleneck's 3×3 conv, projection shortcuts (1×1 conv + BN) where the shape changes.
+Added: optional stochastic depth (off by default, as there) and one hidden state per block.
 
-Differences from the reference: optional stochastic depth (off by default, as there),
-`output_hidden_states` returns one state per block for the paper's analyses, and on the CPU batches of 8 or
-more are computed in channels-last whatever the input's layout (`modeling_common.compute_layout`).
-
-This file must stay self-contained apart from its configuration (it is copied next to the weights
-for `trust_remote_code=True` loading).
+This file imports only its configuration and `modeling_common`: they are copied next to the weights for
+`trust_remote_code=True`.
 """
 
 import torch

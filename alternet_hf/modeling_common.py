@@ -11,8 +11,7 @@ from torch import nn
 
 
 def close_match_hints(unknown, known) -> str:
-    """`; did you mean 'x' for 'y'?` for each `unknown` name that a `known` one resembles: what an error message
-    naming unknown arguments or fields ends with."""
+    """`; did you mean 'x' for 'y'?` for each `unknown` name that a `known` one resembles, to end an error message."""
     hints = {key: difflib.get_close_matches(key, known, n=1) for key in unknown}
     return "".join(f"; did you mean {hint[0]!r} for {key!r}?" for key, hint in hints.items() if hint)
 
@@ -44,10 +43,9 @@ class DropPath(nn.Module):
 
 
 def add_residual(drop_path: nn.Module, shortcut: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-    """`shortcut + drop_path(residual)`: a residual block's sum. With the zoo's `DropPath` in training, one fused
-    multiply-add: the sum and its stochastic depth then cost one pass over the feature map instead of three forward
-    and two backward. Any other module in its place (a lesion's stand-in, `nn.Identity`), or hooks on it (the lesion
-    study zeroes its output), get the plain sum: they always see the branch."""
+    """`shortcut + drop_path(residual)`: a residual block's sum, one fused multiply-add with the zoo's `DropPath` in
+    training. Any other module in its place, or hooks on it (the lesion study's), get the plain sum: they always see
+    the branch."""
     if (
         not isinstance(drop_path, DropPath)
         or drop_path.rate == 0.0
@@ -83,11 +81,8 @@ def reset_parameters(module: nn.Module) -> None:
 def check_pixel_values(
     pixel_values: torch.Tensor, *, num_channels: int, image_size: int, min_size: int, dtype: torch.dtype
 ) -> torch.Tensor:
-    """Fail with a message that says what to change, instead of an error deep inside a conv; return the
-    images in the model's dtype (floating inputs are cast, as transformers' ViT does).
-
-    Takes plain values, not the config, so that `torch.fx.wrap("check_pixel_values")` in a calling module
-    (`timm_models`) keeps the check as one call in a traced graph (fx cannot branch on a traced shape)."""
+    """Fail with a message that says what to change, instead of an error deep inside a conv; return the images in
+    the model's dtype. Plain values, not the config, so that `torch.fx.wrap` can keep it one call in a traced graph."""
     if not isinstance(pixel_values, torch.Tensor) or pixel_values.ndim != 4:
         shape = tuple(pixel_values.shape) if isinstance(pixel_values, torch.Tensor) else type(pixel_values).__name__
         raise ValueError(f"pixel_values must be a tensor of shape (batch, channels, height, width), got {shape}")
@@ -113,13 +108,9 @@ CHANNELS_LAST_MIN_BATCH = 8
 
 def compute_layout(pixel_values: torch.Tensor) -> torch.Tensor:
     """The images in the memory layout the convolutions run fastest in: channels-last on the CPU for a batch of
-    `CHANNELS_LAST_MIN_BATCH` or more, where oneDNN reads and writes NHWC directly but reorders every NCHW input and
-    output into its own blocked layout (two extra passes per convolution; `scripts/benchmark.py --reference-dir`
-    measures the gain). Every later map follows the first convolution's layout, so contiguous images get the speed of
-    channels-last ones: the same function, float32's summation order aside, and feature maps (`hidden_states`) that
-    are channels-last tensors (`.reshape` them, not `.view`). Otherwise the caller's layout is kept: on CUDA the
-    training engine passes channels-last itself and cuDNN's best layout depends on the dtype; a compiled or exported
-    graph leaves layouts to its compiler or runtime (inductor chooses its own), with no guard on the batch size."""
+    `CHANNELS_LAST_MIN_BATCH` or more, where oneDNN reorders every NCHW input (docs/benchmarks.md). Every later map
+    follows, so feature maps are channels-last tensors (`.reshape` them, not `.view`). Otherwise the caller's layout
+    is kept: on CUDA the engine chooses it, and a compiled or exported graph leaves layouts to its compiler."""
     if (
         pixel_values.device.type != "cpu"
         or torch.compiler.is_compiling()  # true while exporting too
@@ -148,20 +139,10 @@ IGNORE_INDEX = -100  # transformers' label for "no target"
 def image_classification_loss(
     labels: torch.Tensor, logits: torch.Tensor, config, num_items_in_batch=None, **forward_kwargs
 ) -> torch.Tensor:
-    """The zoo's loss, one for every family (AlterNet, the ResNet, and transformers' ViT made by `create_model`).
-
-    `config.problem_type` chooses it as in transformers' own ResNet: `"regression"` → MSE,
-    `"single_label_classification"` → cross-entropy (labels of -100 ignored), `"multi_label_classification"`
-    → BCE-with-logits. None is inferred from the labels as transformers does (one label → regression, class
-    indices → single-label, boolean multi-hot labels → multi-label) with one deliberate difference: float
-    labels are soft single-label targets (Mixup/CutMix, label smoothing), of the logits' shape, and get
-    soft-target cross-entropy, where transformers would take them for multi-label BCE; so every family trains
-    with the paper's loss. A single-label config takes soft targets too. Unlike transformers, the inferred
-    type is not written into the config (`save_pretrained` would keep it, and batches of the other kind fail).
-
-    Computed in float32 whatever the model's dtype. `num_items_in_batch` (the number of labelled samples over
-    an accumulated batch) turns the single-label mean into a sum divided by it, as transformers' loss does;
-    the forward's other keyword arguments, which transformers hands to every loss function, are not used.
+    """The zoo's loss, one for every family, chosen by `config.problem_type` as in transformers' ResNet, except that
+    float labels are soft single-label targets (Mixup/CutMix), not multi-label, and an inferred type is not written
+    into the config (docs/models.md). In float32 whatever the model's dtype; `num_items_in_batch` (labelled samples
+    over an accumulated batch) turns the mean into a sum divided by it, as transformers' loss does.
     """
     labels = labels.to(logits.device)
     if logits.shape[0] == 0 or labels.numel() == 0:
@@ -219,10 +200,7 @@ def image_classification_loss(
 
 
 def build_image_processor(config):
-    """The preprocessing a zoo model expects: resize any photo to the training size, then normalise.
-
-    Uses transformers' own `ViTImageProcessor`, so `AutoImageProcessor` and `pipeline` need no custom code.
-    """
+    """The preprocessing a zoo model expects, as transformers' own `ViTImageProcessor` (no custom code to load)."""
     from transformers import ViTImageProcessor
 
     size = config.image_size
@@ -240,15 +218,9 @@ def _per_channel(value) -> float | list[float]:
     return float(value) if isinstance(value, (int, float)) else [float(v) for v in value]
 
 
-def save_image_processor(config, save_directory) -> None:
-    build_image_processor(config).save_pretrained(save_directory)
-
-
 def keep_batch_norm_statistics(checkpoint, layer: nn.Module):
-    """`checkpoint` for `layer` whose recomputation in the backward pass leaves batch-norm running statistics
-    as the forward pass left them: torch's checkpointing runs a layer's forward twice, and a training-mode
-    BatchNorm would count the batch twice. Gradients are those of the plain run (DropPath draws the same
-    masks: the checkpoint restores the RNG state)."""
+    """`checkpoint` for `layer` whose recomputation in the backward pass leaves batch-norm running statistics as the
+    forward pass left them (a training-mode BatchNorm would count the batch twice)."""
     norms = [m for m in layer.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
 
     def checkpointed(function, *args, **kwargs):
@@ -275,9 +247,8 @@ def keep_batch_norm_statistics(checkpoint, layer: nn.Module):
 
 
 class ZooModelMixin:
-    """What the zoo's own models add to `PreTrainedModel`: the zoo's loss, gradient checkpointing that keeps
-    batch-norm statistics exact, `save_pretrained` that also writes the image processor and, on request, the
-    remote code."""
+    """What the zoo's own models add to `PreTrainedModel`: the zoo's loss, gradient checkpointing that keeps batch-norm
+    statistics exact, `save_pretrained` that also writes the image processor and, on request, the remote code."""
 
     saves_image_processor = True
     supports_gradient_checkpointing = True
@@ -293,8 +264,7 @@ class ZooModelMixin:
         self._loss_function = value
 
     def _set_gradient_checkpointing(self, *args, **kwargs):
-        """transformers' switch (arguments passed through unchanged), then each checkpointed layer's function
-        wrapped by `keep_batch_norm_statistics`."""
+        """transformers' switch, then each checkpointed layer's function wrapped by `keep_batch_norm_statistics`."""
         from transformers.modeling_layers import GradientCheckpointingLayer
 
         super()._set_gradient_checkpointing(*args, **kwargs)
@@ -306,9 +276,7 @@ class ZooModelMixin:
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
-        """Like transformers', but a checkpoint that lacks backbone weights is an error, not a random model.
-
-        Only a classifier may be missing (a new head on a pretrained backbone)."""
+        """Like transformers', but weights missing beyond the classifier's are an error, not a random model."""
         output_loading_info = kwargs.pop("output_loading_info", False)
         model, loading_info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
         missing = sorted(key for key in loading_info["missing_keys"] if not key.startswith("classifier."))
@@ -342,7 +310,7 @@ class ZooModelMixin:
                 del self.config.auto_map
         if not kwargs.get("is_main_process", True):
             return
-        save_image_processor(self.config, save_directory)
+        build_image_processor(self.config).save_pretrained(save_directory)
         if remote_code:
             module_file = sys.modules[type(self).__module__].__file__
             for source in [module_file, *get_relative_import_files(module_file)]:

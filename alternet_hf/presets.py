@@ -1,9 +1,8 @@
 """Named presets of the zoo: `<architecture>-<dataset>`, the names of the Hub repos.
 
-Each architecture is a three-line function registered with `@register_architecture`; each dataset
-fixes the number of labels, the image size and the normalisation. `create_model` also accepts a
-local directory or a Hub id wherever a preset name is expected. The names are known without importing torch or
-transformers (a command checks `--model` at once); building a preset imports them.
+Each architecture is a three-line function registered with `@register_architecture`; each dataset fixes the labels,
+image size and normalisation. The names are known without importing torch or transformers (a command checks
+`--model` at once); building a preset imports them.
 """
 
 from __future__ import annotations
@@ -269,17 +268,16 @@ def unknown_preset_message(name: str) -> str:
 
 
 def loads_weights(name: str) -> bool:
-    """Whether `create_model(name)` loads trained weights (a folder or a Hub id), rather than building a preset's
-    architecture with random ones."""
+    """Whether `create_model(name)` loads trained weights (a folder or a Hub id), rather than building a preset."""
     return os.path.isdir(name) or ("/" in name and name not in list_models())
 
 
 def create_model(name: str, *, num_labels: int | None = None, **overrides) -> PreTrainedModel:
     """A randomly initialised preset, or a model loaded from a directory or Hub id.
 
-    For a loaded model, `num_labels` replaces the classifier with a new, freshly initialised one when
-    the count differs, and `overrides` go to `from_pretrained` as config fields. Only the classifier may
-    change shape: an override that reshapes the backbone is an error, not a silently re-initialised layer.
+    For a loaded model, `num_labels` replaces the classifier where the count differs, and `overrides` go to
+    `from_pretrained` as config fields; an override that reshapes the backbone is an error, not a silently
+    re-initialised layer.
     """
     from transformers import AutoModelForImageClassification
 
@@ -310,9 +308,7 @@ def create_model(name: str, *, num_labels: int | None = None, **overrides) -> Pr
 
 
 def _check_config_fields(name: str, overrides: dict) -> None:
-    """Overrides of a loaded model must be fields of its configuration: `from_pretrained` also takes loading
-    options as keyword arguments, and a shared JSON of overrides must not carry one such as
-    `trust_remote_code=True` (it would run the code of the model folder)."""
+    """Overrides of a loaded model must be config fields, never a loading option such as `trust_remote_code`."""
     if not overrides:
         return
     from transformers import AutoConfig
@@ -327,11 +323,10 @@ def _check_config_fields(name: str, overrides: dict) -> None:
 
 
 def _finish(model: PreTrainedModel) -> PreTrainedModel:
-    """Give transformers' ViT and the `TimmWrapperForImageClassification` holding timm's PiT and Swin what the zoo's
-    classes have by definition: the zoo's loss (soft Mixup/CutMix targets, not ViT's multi-label reading of them) with
-    `accepts_loss_kwargs = False` (the `Trainer` averages micro-batch losses), the zoo's input checks, ViT's stochastic
-    depth, and a `save_pretrained` that also writes the image processor (ViT) or uses timm's weight names (PiT, Swin).
-    Attached to the instance at every build and load: the price of folders that load without alternet_hf."""
+    """Give transformers' ViT and the `TimmWrapperForImageClassification` holding PiT and Swin what the zoo's classes
+    have by definition: the zoo's loss (`accepts_loss_kwargs = False`: the `Trainer` averages micro-batch losses), its
+    input checks, ViT's stochastic depth, and a `save_pretrained` that also writes the image processor (ViT) or uses
+    timm's weight names (PiT, Swin). Attached at every build and load, so that folders load without alternet_hf."""
     from .modeling_common import ZooModelMixin, image_classification_loss
     from .timm_families import check_fixed_size_pixels, is_timm_wrapper, save_with_timm_names
 
@@ -356,18 +351,17 @@ def _check_vit_pixels(module, args, kwargs):
 
 def _save_with_image_processor(self, save_directory, *args, **kwargs):
     """transformers' `save_pretrained`, then the image processor beside the weights, as the zoo's classes save."""
-    from .modeling_common import save_image_processor
+    from .modeling_common import build_image_processor
 
     type(self).save_pretrained(self, save_directory, *args, **kwargs)
     if kwargs.get("is_main_process", True):
-        save_image_processor(self.config, save_directory)
+        build_image_processor(self.config).save_pretrained(save_directory)
 
 
 def add_vit_stochastic_depth(model: nn.Module) -> nn.Module:
-    """Give transformers' ViT, which has none, the paper's stochastic depth (docs/paper.md §4), from
-    `config.drop_path_rate`: in training, layer i of L drops each sample's attention and MLP branches
-    with probability rate·i/(L-1), as the reference ViT and our AlterNet do. A `DropPath` child on each
-    branch, applied by a forward hook, so weights, state dict and inference stay transformers' own."""
+    """Give transformers' ViT, which has none, the paper's stochastic depth from `config.drop_path_rate` (rates
+    rising linearly with depth, as the reference's): a `DropPath` child on each attention and MLP branch, applied by
+    a forward hook, so that weights, state dict and inference stay transformers' own."""
     from .blocks import vit_backbone
     from .modeling_common import DropPath, linear_drop_path_rates
 

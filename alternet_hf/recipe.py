@@ -1,8 +1,5 @@
 """Training recipes: the paper's strong-augmentation recipe (docs/paper.md §4), a plain SGD one, and the
-small offline default, as one dataclass that the command line and JSON config files fill in.
-
-The augmentation is timm's RandAugment and Mixup/CutMix with label smoothing, drawn from seeded generators
-(`augmentation`); the schedule is transformers' per-step linear warm-up then cosine.
+small offline default, as one dataclass that the command line and JSON config files fill in (docs/training.md).
 """
 
 import dataclasses
@@ -17,8 +14,7 @@ from pathlib import Path
 # "auto" is the engine's own choice (`training.resolve_compile_mode`); the others are torch.compile's modes.
 COMPILE_MODES = ("auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 DEFAULT_MODEL = "alternet-18-cifar10"
-# The offline first run's AlterNet-18 at a quarter of the width: minutes on two CPU cores. These belong
-# to the default model only; any other model starts from its preset as it is.
+# The offline first run's AlterNet-18 at a quarter of the width, so that it runs on a CPU; the default model's only.
 DEFAULT_MODEL_OVERRIDES = dict(
     hidden_sizes=[32, 64, 128, 256],
     embedding_size=32,
@@ -27,10 +23,8 @@ DEFAULT_MODEL_OVERRIDES = dict(
     drop_path_rate=0.0,
 )
 
-# What `alternet-finetune` trains with unless told otherwise. A model with trained weights is fine-tuned briefly, as
-# usual; a preset has none (the zoo's presets are architectures), so it is trained from scratch, which on a small
-# dataset takes many more steps (and a warm-up before the full learning rate). Chosen on a small real dataset:
-# `scripts/benchmark.py --finetune` measures both cases.
+# `alternet-finetune`'s defaults: brief for trained weights, longer for a preset, which is trained from scratch
+# (`scripts/benchmark.py --finetune` measures both).
 FINETUNE_DEFAULTS = dict(epochs=3.0, learning_rate=1e-3, warmup=0.1)
 FROM_SCRATCH_DEFAULTS = dict(epochs=30.0, learning_rate=2e-3, warmup=0.1)
 
@@ -112,7 +106,6 @@ class TrainingConfig:
             "each process reading its own files (the evaluation split is prepared)"
         },
     )
-    # The buffer holds encoded images: 1,000 of ImageNet's JPEGs are about 100 MB per data-loading process.
     shuffle_buffer: int = field(
         default=1_000, metadata={"help": "rows each data-loading process shuffles within, with --streaming"}
     )
@@ -180,10 +173,7 @@ class TrainingConfig:
                 raise ValueError(f"TrainingConfig.rand_augment: {error}") from None
 
 
-# How often a long GPU run evaluates and checkpoints: the full paper recipe (305 epochs of AlterNet-50, 397 MB
-# per checkpoint) writes 31 epoch checkpoints plus one per 10 minutes, 13.5 GB in a 30-minute run (and under 40 GB
-# in runs up to 11 hours; `scripts/benchmark.py --training` computes it), where a checkpoint every 200 steps and
-# every epoch wrote 436 GB.
+# How often a long GPU run evaluates and checkpoints (`scripts/benchmark.py --training` counts the bytes it writes).
 GPU_RUN_CADENCE = dict(eval_every_epochs=5, save_every_epochs=10, save_every_minutes=10.0)
 # The paper's recipe for every CIFAR preset (docs/paper.md §4): AdamW lr 1.25e-4 at batch 96. `batch_size`
 # is per process and the learning rate is not rescaled: on several GPUs, scale it with the global batch.
@@ -223,7 +213,7 @@ SGD_RECIPE = dict(
     model_overrides={},
 )
 DATASET_SOURCES = {"cifar10": "uoft-cs/cifar10", "cifar100": "uoft-cs/cifar100", "imagenet": "ILSVRC/imagenet-1k"}
-# ImageNet's test split has no labels; its training split (about 140 GB) is streamed, not prepared on every node.
+# ImageNet's test split has no labels; its training split is streamed, not prepared on every node.
 DATASET_SETTINGS = {"imagenet": dict(eval_split="validation", streaming=True)}
 
 
@@ -241,10 +231,8 @@ def recipe_config(preset: str, recipe: str = "paper", **overrides) -> TrainingCo
 
 
 def build_optimizer(config: TrainingConfig, model, *, fused: bool = False):
-    """Weight decay on weights only: biases and norm parameters (1-D tensors) are not decayed.
-
-    `fused=True` (the engine's choice on CUDA): one kernel per step for all parameters, and no host reads of the
-    step counters that the foreach implementation makes."""
+    """Weight decay on weights only: biases and norm parameters (1-D tensors) are not decayed. `fused=True` (on
+    CUDA): one kernel per step, without the host reads of the step counters that the foreach implementation makes."""
     import torch
 
     decay = [p for p in model.parameters() if p.requires_grad and p.ndim > 1]

@@ -1,18 +1,8 @@
 """The reference code's released CIFAR-100 checkpoints, and what the paper reports for its five models.
 
-The authors of "How Do Vision Transformers Work?" released CIFAR-100 weights of four of the paper's five models as
-assets of the GitHub release `v0.1` of `xxxnell/how-do-vits-work-storage` (Apache-2.0), linked from the reference
-code's README: ResNet-50, ViT-Ti, PiT-Ti and Swin-Ti, each a `.pth.tar` holding `{"name", "state_dict"}`. No
-AlterNet weights were released. The ten characters before `.pth.tar` are the reference's run id, not a checksum: the
-files come with none, so a release records the size and SHA-256 of the files it converted.
-
-The reported numbers are the paper's CIFAR-100 results (top-1 on the clean test split, and mean accuracy over
-CIFAR-100-C's 15 corruptions × 5 severities), read off its accuracy and robustness plots, so good to a few tenths of
-a point; the released files are not necessarily the runs those plots show.
-
-`download` fetches a file as browsers and `torch.hub` do, but never leaves a cut file under the final name: it
-writes `<name>.partial`, resumes it with an HTTP range request where the server allows, checks the length the server
-announced, and only then renames it.
+The files are assets of the GitHub release `v0.1` of `xxxnell/how-do-vits-work-storage` (docs/release.md); their
+names end in the reference's run id, not a checksum, so a release records the SHA-256 of the files it converted. The
+paper's numbers are read off its CIFAR-100 plots (top-1, and mean accuracy over CIFAR-100-C), good to a few tenths.
 """
 
 import http.client
@@ -92,10 +82,8 @@ def download(
     on_chunk: Callable[[int], None] | None = None,
 ) -> Path:
     """Download `url` to `target`: written to `target.partial`, resumed from there where the server honours range
-    requests (else started again), renamed to `target` only once it holds as many bytes as the server announced.
-
-    A connection that breaks raises `DownloadError` and keeps the partial file; the next call goes on from it.
-    `on_chunk(bytes)` is called after each chunk written (the tests cut a download there)."""
+    requests, renamed to `target` only once it holds as many bytes as the server announced; a connection that breaks
+    raises `DownloadError` and keeps the partial file. `on_chunk(bytes)` is called after each chunk written."""
     from tqdm import tqdm
 
     target = Path(target)

@@ -1,16 +1,9 @@
 """One run per output folder: a run holds a lock on the folder it writes, and a second run on that folder stops at
-once, naming the first.
+once, naming the first (two runs in one folder corrupt each other's checkpoints).
 
-Two runs writing one folder corrupt each other's checkpoints and mix their outputs, and a user who is unsure whether
-a killed run is still alive runs it again (the release even tells them to: running it again resumes it). The lock
-is `flock` on a file in the folder (`LOCK_FILE`), so the kernel releases it when its process ends, however it ends
-(SIGKILL included): a lock never outlives its run. The file says who holds it (pid, host, command, start time);
-it is removed when the run ends, unless its process is killed, and so are the folders the run created if it wrote
-nothing in them.
-
-Under a multi-process launch (`accelerate launch`, `torchrun`: `RANK` set) the process of rank 0 holds the lock for
-all; where it is refused, it exits with the error and the launcher stops the others. Within one process the lock is
-re-entrant (`scripts/release.py` holds its folder for its checks, then `Release.run` for its steps).
+The lock is `flock` on a file in the folder (`LOCK_FILE`, which says who holds it), so the kernel releases it when its
+process ends, SIGKILL included. Under a multi-process launch (`RANK` set) rank 0 holds it for all. Within one process
+it is re-entrant (`scripts/release.py` holds its folder for its checks, then `Release.run` for its steps).
 """
 
 import contextlib
@@ -51,8 +44,7 @@ def _is_rank_zero() -> bool:
 def hold_folder(
     folder: str | Path, *, advice: str = "wait for it to end, or stop it, then run this again"
 ) -> Iterator[Path]:
-    """Hold `folder` (created if missing) for the duration of the block; `FolderInUse` where another process holds
-    it, its message naming that process and ending with `advice`."""
+    """Hold `folder` (created if missing) for the block; `FolderInUse`, naming the holder, where another holds it."""
     folder = Path(folder).resolve()
     if folder in _held or not _is_rank_zero():
         _held[folder] = _held.get(folder, 0) + 1

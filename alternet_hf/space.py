@@ -1,13 +1,7 @@
 """The alternet-hf Space: how ResNet, ViT and AlterNet see frequencies, and how they hold up under corruptions.
 
-Started by `alternet-space` (or the Space repo's `app.py`). Models are loaded from Hub ids or folders,
-never with `trust_remote_code`: the zoo's classes come from `alternet_hf` itself. Stored analysis results
-(`alternet-analyze --out <results>/<name>`) draw the accuracy curves of the robustness tab.
-
-The Space always starts: a model that cannot be loaded is reported in the page; when none can (offline, or
-before the zoo is published) it falls back to the offline mini-zoo that `alternet-reproduce` writes, and
-without that it names the command that makes it. Uploads are checked from their header before any pixel
-is decoded, so memory stays bounded whatever size an image claims.
+Started by `alternet-space` (or the Space repo's `app.py`); docs/release.md says what it shows and how it falls
+back to the offline mini-zoo. Models load without `trust_remote_code`: the zoo's classes come from `alternet_hf`.
 """
 
 import contextlib
@@ -75,8 +69,8 @@ def parse_models(spec: str) -> list[tuple[str, str]]:
 
 
 def load_models(spec: str) -> list[LoadedModel]:
-    """Models in eval mode; one that fails to load is reported with a short reason, not fatal. Once the Hub
-    proves unreachable, the remaining Hub ids are not tried (each try costs seconds of retries)."""
+    """Models in eval mode; one that fails to load is reported, not fatal. Once the Hub proves unreachable, the
+    remaining Hub ids are not tried (each try costs seconds of retries)."""
     loaded, hub_down = [], False
     for name, source in parse_models(spec):
         local = Path(source).expanduser().exists()
@@ -109,8 +103,7 @@ def mini_zoo_spec(root: Path = MINI_ZOO) -> str | None:
 
 
 def start(spec: str, results_dir: Path | None = None, *, mini_zoo: Path = MINI_ZOO, pending=()) -> "Space":
-    """The Space for `spec`, falling back to the mini-zoo when none of its models loads; `pending` names models of
-    the line-up whose weights are not published yet."""
+    """The Space for `spec`, or the mini-zoo's where none of its models loads; `pending`: models not published yet."""
     models = load_models(spec)
     if any(m.model is not None for m in models):
         return Space(models, results_dir, pending=pending)
@@ -127,8 +120,7 @@ def start(spec: str, results_dir: Path | None = None, *, mini_zoo: Path = MINI_Z
 
 
 def example_files(kind: str = "photos") -> list[str]:
-    """Example images as PNG files in a temporary folder (examples go through the upload path): scikit-image's
-    photographs, or (`kind="digits"`) test digits of the embedded dataset, for models that know only digits."""
+    """Example images as PNG files (examples go through the upload path): photographs, or (`kind="digits"`) digits."""
     folder = Path(tempfile.gettempdir()) / "alternet-space-examples"
     folder.mkdir(exist_ok=True)
     if kind == "digits":
@@ -156,9 +148,8 @@ def _png(image: Image.Image) -> bytes:
 
 
 def _write_once(path: Path, data: bytes) -> None:
-    """Write `path` whole or not at all (a temporary name, then a rename), so that a reader never sees it half
-    written, whatever other threads or processes write the same file at the same time. A file already there is
-    marked as just used (`_prune` keeps the newest)."""
+    """Write `path` atomically, so that a reader never sees it half written whoever else writes it; a file already
+    there is marked as just used (`_prune` keeps the newest)."""
     try:
         os.utime(path)
     except FileNotFoundError:
@@ -166,10 +157,8 @@ def _write_once(path: Path, data: bytes) -> None:
 
 
 def image_file(image: Image.Image) -> str:
-    """`image` as a PNG file named by its content, in a temporary folder. An output image goes to Gradio as a file:
-    Gradio copies a file into its cache atomically, but rewrites the cache file of a returned PIL image on every
-    request, which cuts short the replies to identical requests (visitors clicking the same example) that are being
-    sent while it is rewritten."""
+    """`image` as a PNG file named by its content, in a temporary folder: Gradio copies a file into its cache
+    atomically, but rewrites a returned PIL image's on every request, cutting short identical replies being sent."""
     data = _png(image)
     folder = Path(tempfile.gettempdir()) / "alternet-space-outputs"
     folder.mkdir(exist_ok=True)
@@ -301,8 +290,7 @@ class Space:
             ax.plot(positions, result.high_frequency, marker="o", markersize=3)
             ax.set_title(f"{entry.name}: ΔlogA at π (MSA shaded)", fontsize=9)
             ax.set(xlabel="depth (0 = input image, then each block's output)", ylabel="ΔlogA at π")
-            # One axis for the slider, the marker and the title: position 0 is the input, position i the output
-            # of block i-1 (as in the ΔlogA curve above).
+            # Position 0 is the input, position i the output of block i-1, as in the ΔlogA curve above.
             position = min(int(round(depth * (len(positions) - 1))), len(positions) - 1)
             run = run_blocks(entry.model, inputs)
             maps = [inputs] + [

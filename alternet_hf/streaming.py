@@ -1,21 +1,10 @@
 """Training from a stream: a split read as it is iterated, never prepared on disk, by any number of processes and
 data-loader workers (`alternet-train --streaming`).
 
-How an epoch is dealt out. The split's files (the stream's shards) go to the processes whole, every `world`-th file
-to a process, as `datasets.distributed.split_dataset_by_node` deals them (its "shards" strategy); with fewer files
-than processes, every process reads every file and keeps every `world`-th row (its "examples" strategy). A process's
-loader workers share out its part the same way. Unlike `split_dataset_by_node`, the rows of each file are counted
-first (from the parquet footers: a few kilobytes a file; otherwise in one pass over the labels), and every process
-trains on the same number of batches per epoch: a process whose files ran out first would leave the others waiting
-in DDP's all-reduce for ever. The rows past that number in a process with more are left out of that epoch.
-
-Each worker (a "reader") reads its files in an order drawn for the epoch, through a shuffle buffer, and every image
-keeps its row number in the split (its file's first row plus its row in the file), which seeds its augmentation
-(`SeededAugmentation`): an image is augmented alike whichever process or worker reads it.
-
-Resuming. A stream cannot be indexed, but an epoch's order follows from (seed, epoch, processes, workers), so the
-checkpoint's (epoch, batch) is the stream's position: on resume each reader reads its files again up to the batches it
-had handed out, without decoding their images, and goes on from there.
+The files go to the processes and their workers as `datasets.distributed.split_dataset_by_node` deals them, but the
+rows are counted first, so that every process trains on the same number of batches (else DDP's all-reduce waits for
+ever). Every image keeps its row number in the split, which seeds its augmentation, and an epoch's order follows from
+(seed, epoch, processes, workers), so a checkpoint's (epoch, batch) is the stream's position (docs/training.md).
 """
 
 from collections import deque
@@ -28,12 +17,11 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from tqdm.auto import tqdm
 
-from .data import DataRowError, collate_images, raised_message, transform_row
+from .data import DataRowError, collate_images, raised_message, split_files, transform_row
 
 
 class StreamBrokenError(OSError):
-    """Reading the stream failed part-way through an epoch (the network, a file that went missing or cannot be
-    read): the run stops, and can resume once the source reads again."""
+    """Reading the stream failed part-way through an epoch: the run stops, to resume once the source reads again."""
 
     def __init__(self, message: str):
         super().__init__(raised_message(message, type(self)))
@@ -52,17 +40,15 @@ class Piece:
 
 
 def deal(pieces: list[Piece], parts: int, part: int) -> list[Piece]:
-    """What `part` of `parts` reads of `pieces`: every `parts`-th piece where there are enough of them, else every
-    `parts`-th row of each piece."""
+    """What `part` of `parts` reads: every `parts`-th piece where there are enough, else every `parts`-th row."""
     if len(pieces) >= parts:
         return pieces[part::parts]
     return [Piece(p.shard, p.stride * parts, p.offset + p.stride * part) for p in pieces]
 
 
 def turns(batches: list[int], count: int) -> list[int]:
-    """Which reader gives each of a process's first `count` batches, reader r having `batches[r]`: one batch from
-    each in turn, passing over those that have run out. The loader hands batches out in this order whatever order
-    its workers deliver them in, so that a resumed epoch goes on as the uninterrupted one did."""
+    """Which reader gives each of a process's first `count` batches, reader r having `batches[r]`: one from each in
+    turn, passing over those that have run out, whatever order the workers deliver them in (so that resuming works)."""
     order, given = [], [0] * len(batches)
     while len(order) < count and given != batches:
         for reader, total in enumerate(batches):
@@ -108,8 +94,7 @@ class EpochPlan:
 
 
 def row_counts(stream: datasets.IterableDataset, files: list[str] | None) -> list[int]:
-    """The rows of each of the stream's shards: read from the parquet footers where the shards are parquet `files`,
-    else counted in one pass over the labels (images not read)."""
+    """The rows of each of the stream's shards: from the parquet footers of `files`, else counted over the labels."""
     if files is not None and len(files) == stream.n_shards:
         import fsspec
         import pyarrow.parquet as pq
@@ -127,9 +112,8 @@ def row_counts(stream: datasets.IterableDataset, files: list[str] | None) -> lis
 
 
 class TrainStream(IterableDataset):
-    """One process's batches of an epoch of `split` (an `IterableDataset` of `image` and `label` rows, labels a
-    `ClassLabel`), as `plan` deals them; each reader yields its full batches of `transform`ed images. The epoch and the
-    first batch to yield live in shared memory (`position`), read by the workers as each epoch's iterator starts."""
+    """One process's batches of an epoch of `split`, as `plan` deals them; each reader yields its full batches. The
+    epoch and the first batch to yield live in shared memory (`position`), read as each epoch's iterator starts."""
 
     def __init__(self, split, plan: EpochPlan, *, rank: int, transform, seed: int, shuffle_buffer: int, source: str):
         split = split.cast_column("image", datasets.Image(decode=False))  # decoded by the reader, errors named
@@ -243,12 +227,9 @@ class StreamLoader:
 
 
 def stream_loader(config, split, transform, *, source: str, pin_memory: bool = False) -> StreamLoader:
-    """The training loader of `config` (a `TrainingConfig` with `streaming`) for this process, over the stream `split`:
-    the rows of its files counted by the main process, the epoch dealt out among the processes Accelerate runs."""
+    """This process's training loader over the stream `split`, the rows counted by the main process."""
     from accelerate import PartialState
     from accelerate.utils import broadcast_object_list
-
-    from .data import split_files
 
     state = PartialState()
     counts = [row_counts(split, split_files(config.dataset, config.train_split)) if state.is_main_process else None]

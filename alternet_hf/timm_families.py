@@ -1,26 +1,11 @@
 """PiT-Ti and Swin-Ti, the reference's other released CIFAR-100 models: timm's own modules in transformers'
 `TimmWrapperForImageClassification`, as timm models live on the Hub.
 
-The reference built them from timm 0.5.4 with CIFAR arguments (its README; docs/paper.md §1): PiT-Ti as
-`PoolingVisionTransformer(img_size=32, patch_size=2, stride=1, base_dims=[32, 32, 32], depth=[2, 6, 4],
-heads=[2, 4, 8], mlp_ratio=4)` (4,582,436 parameters with 100 classes) and Swin-Ti as `SwinTransformer(img_size=32,
-patch_size=1, window_size=4, embed_dim=96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24), qkv_bias=False)`
-(27,562,126). A zoo config names timm's architecture (`pit_ti_224`, `swin_tiny_patch4_window7_224`) and keeps
-those arguments in `model_args`, which both timm and transformers read from `config.json`: a saved folder loads
-with `AutoModelForImageClassification`, `pipeline` and `timm.create_model("local-dir:<folder>")` (or
-`"hf-hub:<repo>"`), without `alternet_hf`. For ImageNet the presets are timm's own `pit_ti_224` and
-`swin_tiny_patch4_window7_224`.
-
-What the zoo adds, as it does to transformers' ViT (`presets._finish`): the zoo's loss and input checks (a
-fixed-size model refuses other sizes with a message, not timm's assertion), and weights saved under timm's own
-names (transformers' wrapper would prefix them with `timm_model.`, which timm cannot load). The image processor
-is the one transformers makes for every timm folder (`TimmWrapperImageProcessor`, from `pretrained_cfg`: the
-zoo's resize to 32×32 and normalisation), so no `preprocessor_config.json` is written. The zoo's image fields
-(`image_size`, `image_mean`, `image_std`, `num_channels`) sit in the config beside timm's `pretrained_cfg`, both
-written from one `DatasetSpec`.
-
-timm's PiT has no gradient checkpointing (`set_grad_checkpointing` refuses it), so the zoo's PiT has none
-either; Swin has timm's.
+A zoo config names timm's architecture and keeps the reference's CIFAR arguments (its README; docs/paper.md §1) in
+`model_args`, which both timm and transformers read from `config.json`, so a saved folder loads without `alternet_hf`
+(docs/models.md). The zoo adds what it adds to transformers' ViT (`presets._finish`): its loss, its input checks and
+weights saved under timm's own names. The image processor is the one transformers makes for every timm folder, from
+`pretrained_cfg`, so no `preprocessor_config.json` is written.
 """
 
 import inspect
@@ -53,24 +38,26 @@ FAMILIES = {
         classifier="head.fc",
     ),
 }
+# The zoo's preprocessing in timm's terms (resize the whole image to size×size, bilinear), and the paper, for every
+# pretrained cfg (`timm_models` too).
+SQUASH_RESIZE = dict(crop_pct=1.0, crop_mode="squash", interpolation="bilinear")
+PAPER = dict(paper_name="How Do Vision Transformers Work?", paper_ids="arXiv:2202.06709")
 # Fields of the zoo's config that timm takes under its own names; the rest of an override goes to timm as is.
 TIMM_NAMES = {"image_size": "img_size", "num_channels": "in_chans"}
 CONFIG_FIELDS = ("num_labels", "id2label", "label2id", "problem_type", "image_mean", "image_std")
 
 
 def family_of(config) -> str | None:
-    """`"pit"` or `"swin"` for a zoo config of those families, None otherwise (also for a timm model from the Hub
-    that lacks the zoo's image fields)."""
+    """`"pit"` or `"swin"` for a zoo config of those families, None otherwise (a timm model from the Hub too)."""
     if getattr(config, "model_type", None) != "timm_wrapper" or not hasattr(config, "image_size"):
         return None
     return next((name for name, family in FAMILIES.items() if family["architecture"] == config.architecture), None)
 
 
 def timm_settings(family: str, data, **overrides) -> dict:
-    """The fields of a PiT or Swin preset's config for `data` (a `presets.DatasetSpec`), as plain values:
-    `architecture`, `model_args` (timm's arguments), `pretrained_cfg` and the zoo's fields. `overrides`: fields of
-    the zoo's configs (`num_labels`, `image_size`, ...) or arguments of timm's class (`drop_path_rate`, `depth`).
-    Plain values, so that registering the timm names (which runs while timm imports) needs no config class."""
+    """The fields of a PiT or Swin preset's config for `data` (a `presets.DatasetSpec`): `architecture`, `model_args`,
+    `pretrained_cfg` and the zoo's fields; `overrides` are zoo fields or timm's arguments. Plain values, so that
+    registering the timm names (while timm imports) needs no config class."""
     spec = FAMILIES[family]
     fields = dict(
         num_labels=data.num_labels,
@@ -97,16 +84,12 @@ def timm_settings(family: str, data, **overrides) -> dict:
         input_size=[fields["num_channels"], size, size],  # lists, as config.json gives them back
         pool_size=pool_size,
         fixed_input_size=True,
-        # the zoo's preprocessing: resize the whole image to size×size, bilinear
-        crop_pct=1.0,
-        crop_mode="squash",
-        interpolation="bilinear",
+        **SQUASH_RESIZE,
         mean=list(fields["image_mean"]),
         std=list(fields["image_std"]),
         first_conv=spec["first_conv"],
         classifier=spec["classifier"],
-        paper_name="How Do Vision Transformers Work?",
-        paper_ids="arXiv:2202.06709",
+        **PAPER,
     )
     return dict(architecture=spec["architecture"], model_args=model_args, pretrained_cfg=pretrained_cfg, **fields)
 
@@ -136,8 +119,7 @@ def _check_model_args(family: str, model_args: dict) -> None:
 
 
 def timm_family_model(family: str, data, name: str, pretrained: bool, **kwargs) -> torch.nn.Module:
-    """timm's own PiT or Swin module for `data`, built by timm's factory for the class under the registered
-    `name` (its pretrained cfg), with the reference's arguments under `kwargs`."""
+    """timm's own PiT or Swin module for `data`, built by timm's factory under the registered `name`."""
     import importlib
 
     spec = FAMILIES[family]
@@ -160,8 +142,7 @@ def save_with_timm_names(self, save_directory, *args, state_dict=None, **kwargs)
 
 
 def check_fixed_size_pixels(module, args, kwargs):
-    """The zoo's input checks, then the images in the model's dtype (floating inputs are cast, as by the zoo's
-    other models)."""
+    """The zoo's input checks, then the images in the model's dtype, as the zoo's other models take them."""
     config = module.config
     size = config.image_size
     pixel_values = check_pixel_values(

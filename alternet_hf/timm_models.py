@@ -1,34 +1,10 @@
 """The zoo in timm: after `import alternet_hf`, `timm.create_model("alternet_50")` builds the zoo's
 AlterNet-50 for CIFAR-100, and every other preset has its timm name.
 
-Names follow timm's rule that an architecture name fixes the layers and a pretrained tag fixes the
-data: the architectures are the reference code's model names (`alternet_50`, `resnet_50`, `vit_ti`: its
-released checkpoints are `resnet_50_cifar100_*.pth.tar`, `vit_ti_cifar100_*.pth.tar`; none is a timm
-name), built for 32×32 images (CIFAR stem, 4×4 attention windows, 2×2 ViT patches), and the dataset
-is the tag: `alternet_50.cifar100` (the default, so `alternet_50` is the same model) and
-`alternet_50.cifar10`. ImageNet's stem, windows and patches make other architectures, named with their
-input size as timm does: `alternet_50_224.in1k`, `resnet_50_224.in1k`, `vit_ti_224.in1k`. Each name is
-the preset `alternet_hf.create_model` builds (`alternet_50.cifar10` is `alternet-50-cifar10`), with the
-same state-dict keys and shapes and the same outputs, so a folder written by `save_pretrained` (or
-`alternet-train`) loads into timm with `pretrained=True,
-pretrained_cfg_overlay=dict(file="<folder>/model.safetensors")`. No tag has published weights.
-
-PiT-Ti and Swin-Ti are timm's own classes (`alternet_hf.timm_families`): `pit_ti` and `swin_ti` (tags
-`cifar100`, `cifar10`) build timm's `PoolingVisionTransformer` and `SwinTransformer` with the reference's CIFAR
-arguments through timm's own factories; for ImageNet they are timm's `pit_ti_224` and
-`swin_tiny_patch4_window7_224`. Their saved folders load with `timm.create_model("local-dir:<folder>")`.
-
-`TimmZooModel` gives the zoo models timm's whole model contract, checked by running timm's own
-`tests/test_models.py` on these names (`tests/test_timm_contract.py`): `forward` returns logits,
-`forward_features`, `forward_head(pre_logits=)`, `reset_classifier` (timm's pools), `num_classes` /
-`num_features` / `head_hidden_size` / `in_chans`, `feature_info`, `forward_intermediates` and
-`prune_intermediate_layers` (so `features_only=True` works through timm's `FeatureGetterNet`, and for the
-CNNs through fx), `set_grad_checkpointing`, and timm's factory arguments (`drop_rate`, `drop_path_rate`,
-`in_chans`, `img_size`, `device`, `dtype`). Config fields of the zoo's configs are accepted as keyword
-arguments too (`num_attention_blocks=(0, 1, 3, 2)`) and checked by `alternet_hf.create_config`.
-
-`import alternet_hf` does not import timm (which imports every timm model file and torchvision): it runs
-`register_models` at once if timm is already imported, and otherwise right after timm's own import finishes.
+Names follow timm's rule that an architecture fixes the layers and a pretrained tag the data: the reference code's
+model names, tagged with the dataset (docs/models.md, "In timm", lists them and the interface `TimmZooModel` gives).
+PiT-Ti and Swin-Ti are timm's own classes (`alternet_hf.timm_families`). `import alternet_hf` does not import timm:
+`register_models` runs once timm is imported.
 """
 
 import contextlib
@@ -39,10 +15,9 @@ from torch.nn import functional as F
 
 from .modeling_common import check_pixel_values, close_match_hints, compute_layout
 from .presets import ARCHITECTURES, DATASETS, TIMM_ARCHITECTURES, DatasetSpec, create_config, create_model
-from .timm_families import timm_family_model, timm_settings
+from .timm_families import PAPER, SQUASH_RESIZE, timm_family_model, timm_settings
 
-# fx keeps the input check and the layout choice as one call each in a traced graph (it cannot branch on a traced
-# tensor's shape or device).
+# One call each in an fx graph: fx cannot branch on a traced tensor's shape or device.
 torch.fx.wrap("check_pixel_values")
 torch.fx.wrap("compute_layout")
 
@@ -56,7 +31,6 @@ _FAMILIES = {
     "cifar_resnet": dict(backbone="resnet", first_conv="resnet.embedder.embedder.convolution", pool="avg"),
     "vit": dict(backbone="vit", first_conv="vit.embeddings.patch_embeddings.projection", pool="token"),
 }
-_PAPER = dict(paper_name="How Do Vision Transformers Work?", paper_ids="arXiv:2202.06709")
 
 
 def timm_name(architecture: str, dataset: str) -> str:
@@ -89,43 +63,29 @@ def _pretrained_cfg(config, spec: DatasetSpec) -> dict:
         num_classes=spec.num_labels,
         input_size=(config.num_channels, size, size),
         pool_size=pool_size,
-        # the saved image processor's preprocessing: resize the whole image to size×size, bilinear
-        crop_pct=1.0,
-        crop_mode="squash",
-        interpolation="bilinear",
+        **SQUASH_RESIZE,  # the saved image processor's preprocessing
         mean=tuple(spec.image_mean),
         std=tuple(spec.image_std),
         first_conv=family["first_conv"],
         classifier="classifier",
         # ViT's position embeddings fix its input size: timm's tooling then keeps it (and passes img_size)
         **(dict(fixed_input_size=True) if config.model_type == "vit" else {}),
-        **_PAPER,
+        **PAPER,
     )
 
 
 class UnsupportedPoolError(ValueError, AssertionError):
-    """A `global_pool` the model cannot take. A `ValueError`, as the zoo's other input errors, and an
-    `AssertionError`, which is how timm's own families refuse a pool type and what timm's tooling catches."""
+    """A `global_pool` the model cannot take: a `ValueError` as the zoo's other input errors, and an `AssertionError`
+    as timm's own families raise (what timm's tooling catches)."""
 
 
 _POOLS = {"cnn": ("avg", "max", "avgmax", "catavgmax", ""), "vit": ("token", "avg", "max", "avgmax", "")}
 
 
 class TimmZooModel(nn.Module):
-    """A zoo model (`alternet_hf.create_model(preset)`) behind timm's model interface.
-
-    The zoo model's own modules are this module's children under the same names, so the state dict is
-    the zoo model's key for key and the computation is its own: `forward_features` runs the backbone's stem,
-    blocks and final norm as the zoo model's forward does (the same logits, checked by the tests), here so
-    that `forward_intermediates(stop_early=True)` and `prune_intermediate_layers` can stop or cut it where timm
-    users expect. The head (pooling, dropout, classifier) is timm's: `global_pool` is the model's own
-    (`"avg"` for the CNNs, `"token"`: the CLS token, for ViT), one of timm's other pools for that kind of
-    model, or `""` (none: `forward_head` returns the feature map or tokens).
-
-    Where timm and transformers differ, timm's conventions win here, since this class exists for timm users:
-    an unknown keyword argument is a `TypeError`, `device`/`dtype` are factory arguments, `img_size` (which
-    timm passes to fixed-size models) sets the ViT's `image_size`, and pruning drops modules from the state
-    dict. The zoo model itself keeps transformers' conventions.
+    """A zoo model (`alternet_hf.create_model(preset)`) behind timm's model interface: its modules are this module's
+    children under the same names, walked as its forward does, so that timm's feature API can stop or cut them. The
+    head is timm's, and so are the conventions where timm and transformers differ.
     """
 
     def __init__(
@@ -278,8 +238,7 @@ class TimmZooModel(nn.Module):
         return x  # the post-activation ResNet ends in its last block
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """The backbone's output: the normalised feature map (B, C, H, W) for the CNNs, the normalised
-        tokens with CLS first (B, 1 + patches, D) for ViT."""
+        """The backbone's normalised output: (B, C, H, W) for the CNNs, (B, 1 + patches, D) with CLS first for ViT."""
         x = self._stem(x)
         for blocks in self._stages():
             for block in blocks:
@@ -308,14 +267,11 @@ class TimmZooModel(nn.Module):
         output_fmt: str = "NCHW",
         intermediates_only: bool = False,
     ):
-        """timm's feature API: the outputs of the feature levels `indices` (the last n for an int, all for
-        None; see `feature_info`), and unless `intermediates_only` also the final features.
-
-        The levels are the zoo model's `output_hidden_states` at the end of the stem and of each stage (CNNs)
-        or of each layer (ViT). `norm=True` applies the model's final norm (AlterNet: BN + ReLU on the last
-        stage; ViT: the LayerNorm on every layer); the post-activation ResNet has none. ViT tokens come as
-        maps (B, D, H/p, W/p) without CLS, or with `output_fmt="NLC"` as (B, patches, D). `stop_early` runs
-        the blocks up to the last level asked for only; the final features are then those of that level.
+        """timm's feature API: the outputs of the feature levels `indices` (the last n for an int, all for None; see
+        `feature_info`), and unless `intermediates_only` also the final features. `norm=True` applies the model's
+        final norm (AlterNet: on the last stage; ViT: on every layer). ViT tokens come as maps (B, D, H/p, W/p)
+        without CLS, or with `output_fmt="NLC"` as (B, patches, D). `stop_early` runs the blocks up to the last level
+        asked for only; the final features are then those of that level.
         """
         from timm.models._features import feature_take_indices
 
@@ -354,12 +310,9 @@ class TimmZooModel(nn.Module):
     def prune_intermediate_layers(
         self, indices: int | list[int] = 1, prune_norm: bool = False, prune_head: bool = True
     ) -> list[int]:
-        """Drop the blocks after the last feature level in `indices` (timm's hook for `features_only`, which
-        then runs no more of the backbone than it returns); with `prune_norm` also the final norm, with
-        `prune_head` the pooling and classifier. Returns the absolute feature indices.
-
-        As in timm's pre-activation ResNetV2, cutting a CNN before its last stage also drops its final norm
-        (sized for, and applied to, the last stage only) and the head: `forward_features` then ends at the tap.
+        """Drop the blocks after the last feature level in `indices` (timm's hook for `features_only`); with
+        `prune_norm` also the final norm, with `prune_head` the pooling and classifier. Returns the absolute feature
+        indices. As in timm's ResNetV2, cutting a CNN before its last stage also drops its final norm and the head.
         """
         from timm.models._features import feature_take_indices
 
@@ -471,8 +424,7 @@ def _entrypoint(name: str, architecture: str, datasets: dict[str, str]):
 
 
 def register_models() -> list[str]:
-    """Register every zoo architecture with timm's registry (once; later calls change nothing) and
-    return the timm names with their tags."""
+    """Register every zoo architecture with timm (once) and return the timm names with their tags."""
     from timm.layers import register_notrace_module
     from timm.models import generate_default_cfgs, register_model
     from transformers.models.vit.modeling_vit import ViTAttention, ViTEmbeddings, ViTMLP
@@ -480,11 +432,8 @@ def register_models() -> list[str]:
     from .modeling_alternet import AlterNetWindowAttention
 
     if not _ENTRYPOINTS:
-        # fx traces through a module unless told not to. These stay one call each in a traced graph, as timm's own
-        # windowed models do: the window attention pads maps that its window does not divide (a branch on the
-        # traced shape), transformers' ViT embedding checks the image size and its attention unpacks the traced
-        # shape; ViT's attention and MLP also carry the zoo's stochastic depth as forward hooks, which run only
-        # where a module is called as a whole.
+        # One call each in an fx graph, as timm's windowed models: these branch on or unpack the traced shape, and
+        # ViT's attention and MLP carry the zoo's stochastic depth as forward hooks (run only on whole-module calls).
         for module in (AlterNetWindowAttention, ViTEmbeddings, ViTAttention, ViTMLP):
             register_notrace_module(module)
         cfgs = {}

@@ -1,14 +1,9 @@
 """The training engine on Accelerate: one code path for a CPU, one GPU, or many processes and nodes.
 
-`train(config)` builds data, model, optimizer and schedule from a `TrainingConfig`, trains with the recipe's
-augmentation, evaluates the paper's metrics every `eval_every_epochs` epochs (and after the last), and writes the
-final model, `best/` (the most accurate), `checkpoints/` (for `resume=True`) and `logs/` into `output_dir`
-(docs/training.md lists every output).
-
-The hot path is built for a GPU: uint8 images reach the device without blocking; normalisation, Mixup/CutMix and the
-loss run inside one (compiled) training step; the host waits for the device only every `log_every_steps` batches, at
-checkpoints and at evaluations. Checkpoints are atomic (`CheckpointManager`), so a kill at any moment leaves a usable
-one to resume from.
+`train(config)` runs a `TrainingConfig` phase by phase (`TrainingSession`) into `output_dir`. The hot path is built
+for a GPU: normalisation, Mixup/CutMix and the loss run inside one (compiled) step, and the host waits for the device
+only every `log_every_steps` batches; checkpoints are atomic, so a kill at any moment leaves one to resume from
+(docs/training.md lists the outputs).
 """
 
 import json
@@ -84,8 +79,7 @@ class TrainResult:
     labels: torch.Tensor | None = None
 
 
-# Where Accelerate's backward, clipping and optimizer wrappers do nothing but call torch
-# (`TrainingSession.train_batches`).
+# Where Accelerate's backward, clipping and optimizer wrappers only call torch (`TrainingSession.train_batches`).
 DIRECT_TORCH_CALLS = (DistributedType.NO, DistributedType.MULTI_CPU, DistributedType.MULTI_GPU)
 
 
@@ -94,13 +88,8 @@ class NonFiniteLossError(ValueError):
 
 
 def training_loss(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
-    """The engine's loss: cross-entropy of `logits` against class indices, or against soft targets (a mixed batch),
-    with label smoothing, in float32.
-
-    Computed here from the logits, not by the model (`forward(labels=...)`), so that every family trains on the same
-    loss and the step holds no label-range check (a host sync): labels are checked as rows are read
-    (`data.with_transform`). Smoothing soft targets `t` gives `(1 − ε)·t + ε/K`, which is timm's `mixup_target`
-    with smoothing, so this equals timm's SoftTargetCrossEntropy on timm's targets (tested).
+    """The engine's loss: cross-entropy against class indices or soft targets, with label smoothing, in float32
+    (timm's SoftTargetCrossEntropy on mixed targets). Not the model's, which checks the labels' range (a host sync).
     """
     return F.cross_entropy(logits.float(), targets, label_smoothing=label_smoothing)
 
@@ -264,11 +253,8 @@ DATA_FIELDS = ("train_split", "eval_split", "image_column", "label_column", "see
 
 
 def build_model_and_data(config: TrainingConfig, *, pin_memory: bool = False):
-    """The model (labels named after the dataset's classes), the training augmentation, both data loaders and
-    the evaluation hold-out (None unless `eval_split` asks for one: see `load_train_and_eval`).
-
-    The loaders yield uint8 images (normalised on the device); training workers persist across epochs (the
-    augmentation's epoch reaches them through shared memory)."""
+    """The model (labels named after the dataset's classes), the training augmentation, both data loaders (of uint8
+    images, normalised on the device) and the splits (`load_train_and_eval`)."""
     splits = load_train_and_eval(config.dataset, **{name: getattr(config, name) for name in DATA_FIELDS})
     train_data, eval_data = splits.train, splits.eval
     names = train_data.features["label"].names
@@ -314,10 +300,8 @@ def build_model_and_data(config: TrainingConfig, *, pin_memory: bool = False):
 
 @torch.no_grad()
 def evaluate(model, loader, accelerator: Accelerator, *, eval_step=None) -> tuple[dict, torch.Tensor, torch.Tensor]:
-    """The paper's metrics on `loader` (gathered over processes), plus all logits and labels.
-
-    `eval_step(pixel_values) -> float logits` defaults to the model's own logits; the engine hands its (compiled)
-    step, which normalises uint8 images on the device."""
+    """The paper's metrics on `loader` (gathered over processes), plus all logits and labels; `eval_step(pixel_values)
+    -> float logits` defaults to the model's own logits (the engine hands its step, which normalises uint8 images)."""
     model.eval()
     eval_step = eval_step or (lambda pixel_values: model(pixel_values).logits.float())
     all_logits, all_labels = [], []
@@ -353,9 +337,8 @@ def plot_training_curves(history: list[dict], path: Path) -> None:
 
 def resolve_compile_mode(config: TrainingConfig, accelerator: Accelerator) -> str:
     """torch.compile's mode for `config.compile_mode`; "auto" is CUDA graphs ("reduce-overhead") where one process
-    steps after every batch on a GPU: at the paper's batch sizes the step is bound by the host launching kernels, which
-    a graph replay skips (docs/benchmarks.md). With gradient accumulation or several processes the engine keeps the
-    default mode, as CUDA graphs have not run there (a grad kept across replays, DDP's hooks)."""
+    on a GPU steps after every batch, whose step is launch-bound (docs/benchmarks.md), else the default mode, as CUDA
+    graphs have not run with gradient accumulation or DDP."""
     if config.compile_mode != "auto":
         return config.compile_mode
     one_step_per_batch = accelerator.num_processes == 1 and config.gradient_accumulation_steps == 1
@@ -363,8 +346,8 @@ def resolve_compile_mode(config: TrainingConfig, accelerator: Accelerator) -> st
 
 
 def train(config: TrainingConfig, *, resume: bool = False, overwrite: bool = False) -> TrainResult:
-    """Run the training `config` describes; `resume=True` continues from the latest usable checkpoint, and
-    `overwrite=True` first removes an earlier run's outputs from the output folder (otherwise an error)."""
+    """Run the training `config` describes, from the latest usable checkpoint with `resume`, over an earlier run's
+    outputs with `overwrite`."""
     config.validate()
     if resume and overwrite:
         raise ValueError("resume and overwrite exclude each other: continue the run, or start it again")
@@ -378,9 +361,8 @@ def train(config: TrainingConfig, *, resume: bool = False, overwrite: bool = Fal
 
 
 class TrainingSession:
-    """One run of `train`, phase by phase: the Accelerator and seeds (here), the output folder claimed, the data,
-    model, optimizer, schedule and steps built, the state restored or started, the epochs (training, evaluation,
-    checkpoints), the final outputs."""
+    """One run of `train`, phase by phase: the Accelerator and seeds (here), the output folder claimed, everything
+    built, the state restored or started, the epochs, the final outputs."""
 
     def __init__(self, config: TrainingConfig):
         self.config, self.output_dir = config, Path(config.output_dir)
@@ -439,8 +421,7 @@ class TrainingSession:
         accelerator.wait_for_everyone()
 
     def build(self) -> None:
-        """Data, model (channels-last), optimizer and schedule prepared by Accelerate; the training and evaluation
-        steps (compiled on CUDA unless the config says otherwise); the batch mixer where the recipe mixes."""
+        """Data, model, optimizer and schedule prepared by Accelerate; the steps; the batch mixer, if any."""
         config, accelerator = self.config, self.accelerator
         model, self.augmentation, train_loader, eval_loader, self.splits = build_model_and_data(
             config, pin_memory=self.on_cuda
@@ -482,8 +463,7 @@ class TrainingSession:
         self.monitor = LossMonitor(accelerator, config.log_every_steps, batches_per_epoch=len(self.train_loader))
 
     def start(self, *, resume: bool) -> None:
-        """The state of the checkpoint resumed from (else a fresh one); the run's settings (and hold-out rows)
-        written beside it; the trackers started."""
+        """The state resumed (else a fresh one); the run's settings and hold-out rows written; the trackers started."""
         config, accelerator = self.config, self.accelerator
         if resume:
             self.state = self.resumed_state() or self.state
@@ -501,8 +481,7 @@ class TrainingSession:
         self.last_save = time.monotonic()
 
     def resumed_state(self) -> TrainState | None:
-        """Load the furthest checkpoint that loads completely (damaged newer ones are set aside as `*.damaged`, saying
-        so) and return its train state; None when there is no checkpoint."""
+        """Load the furthest checkpoint that loads completely (setting damaged ones aside) and return its state."""
         accelerator, checkpoints, config = self.accelerator, self.checkpoints, self.config
         candidates = checkpoints.newest_first()
         if not candidates:
@@ -558,8 +537,7 @@ class TrainingSession:
             )
 
     def train_epochs(self) -> None:
-        """Every epoch left: train, evaluate when due, checkpoint when due. A loss or weights that stop being finite
-        end the run with the step named and the last good checkpoint kept."""
+        """Every epoch left; a loss or weights that stop being finite end the run, the last good checkpoint kept."""
         try:
             while self.state.epoch < self.config.epochs:
                 self.run_epoch()
@@ -635,8 +613,7 @@ class TrainingSession:
             self.evaluate_into(record)
         else:
             accelerator.print(f"epoch {state.epoch + 1}: train loss {record['train_loss']:.4f}")
-        # The record is whole before the checkpoint that holds it (a run resumed from there has every field); the
-        # checkpoint's own writing is not counted in it.
+        # Whole before the checkpoint that holds it, which it does not count: a run resumed from there has every field.
         record.update(checkpoint_seconds=self.timing["checkpoint"], seconds=time.perf_counter() - started)
         state.history.append(record)
         state.epoch, state.step_in_epoch = state.epoch + 1, 0
@@ -644,14 +621,11 @@ class TrainingSession:
             self.save_checkpoint()
 
     def train_batches(self, loader, progress: tqdm) -> None:
-        """Train on `loader` (already advanced past `state.step_in_epoch` batches), `after_batch` after every batch;
-        `timing["data"]` gains the seconds spent waiting for batches."""
+        """Train on `loader` (already advanced past `state.step_in_epoch` batches), `after_batch` after every batch."""
         accelerator, state, optimizer, clip = self.accelerator, self.state, self.optimizer, self.config.clip_grad_norm
         self.model.train()
-        # Accelerate's optimizer wrapper looks an optional package up on disk twice per step and inspects a signature
-        # in `zero_grad`; its backward and clipping add a division and a walk over the parameters
-        # (`scripts/benchmark.py --engine-overhead` measures what that costs). Where all of them only forward to torch
-        # (no fp16 loss scaler; one device or DDP), torch is called directly, as they would call it.
+        # Accelerate's optimizer, backward and clipping wrappers cost host time per step (`scripts/benchmark.py
+        # --engine-overhead`): where they only forward to torch (no fp16 scaler; one device or DDP), torch is called.
         direct = accelerator.scaler is None and accelerator.distributed_type in DIRECT_TORCH_CALLS
         accumulation = accelerator.gradient_accumulation_steps
         batches = iter(loader)
@@ -731,8 +705,7 @@ class TrainingSession:
         return due if self.accelerator.num_processes == 1 else broadcast_object_list([due])[0]
 
     def after_batch(self, optimizer_stepped: bool) -> None:
-        """Between batches: a checkpoint every `save_every_steps`, else the losses read when the monitor is full
-        (and a checkpoint when `save_every_minutes` have passed)."""
+        """Between batches: a checkpoint when due, else the losses read when the monitor is full."""
         state, every = self.state, self.config.save_every_steps
         if state.step_in_epoch == len(self.train_loader):
             return  # the epoch's end reads the losses and decides about a checkpoint
@@ -771,16 +744,24 @@ RESUMABLE_CHANGES = tuple(
 )
 
 
+def changed_settings(saved: dict, config: TrainingConfig, may_change=RESUMABLE_CHANGES) -> dict[str, tuple]:
+    """{name: (saved, now)} of the settings of `config` outside `may_change` that differ from the `saved` ones."""
+    current = json.loads(json.dumps(config.to_dict()))  # as the saved file has it: tuples become lists
+    return {
+        name: (saved.get(name), now)
+        for name, now in current.items()
+        if name not in may_change and saved.get(name) != now
+    }
+
+
 def _check_resumable(config: TrainingConfig, saved_path: Path) -> None:
     if not saved_path.exists():
         return
-    saved = json.loads(saved_path.read_text())
-    current = json.loads(json.dumps(config.to_dict()))  # as the saved file has it: tuples become lists
     # A stream's order depends on how many loader workers deal out its files.
     may_change = set(RESUMABLE_CHANGES) - ({"num_workers"} if config.streaming else set())
-    changed = [name for name in current if name not in may_change and saved.get(name) != current[name]]
+    changed = changed_settings(json.loads(saved_path.read_text()), config, may_change)
     if changed:
-        details = ", ".join(f"{name} {saved.get(name)!r} -> {current[name]!r}" for name in changed)
+        details = ", ".join(f"{name} {before!r} -> {now!r}" for name, (before, now) in changed.items())
         raise ValueError(
             f"cannot resume {saved_path.parent} with a different run: {details}. Resume with the settings of "
             f"{saved_path} (e.g. --config {saved_path}), or start a new run in another --output-dir"
