@@ -33,7 +33,7 @@ class Setting:
 @dataclass(frozen=True)
 class Analysis:
     """One analysis as the commands run it. `result`, `run`, `plot`, `summary`, `estimate` and the functions of
-    `comparisons` are names in `analysis.<module>`:
+    `comparisons` are names in `analysis.<module>` (the analysis's own name unless `module` says otherwise):
 
     - `run(model, inputs, settings, *, device, progress, on_partial)` returns the result (`inputs`:
       `analysis.inputs.Inputs`; `on_partial(result)` takes a partial result, which only the Hessian sends); for a
@@ -50,9 +50,9 @@ class Analysis:
     whenever the per-block pass runs and never asked for by name."""
 
     name: str
-    module: str
     result: str
     run: str
+    module: str | None = None
     plot: str | None = None
     summary: str | None = None
     estimate: str | None = None
@@ -64,8 +64,8 @@ class Analysis:
     asked: bool = True
 
     def load(self, name: str):
-        """The object called `name` in the analysis's module: `entry.load(entry.run)`."""
-        return getattr(importlib.import_module(f"analysis.{self.module}"), name)
+        """The object called `name` in the analysis's module (`module`, else its own name): `entry.load(entry.run)`."""
+        return getattr(importlib.import_module(f"analysis.{self.module or self.name}"), name)
 
 
 # Settings that several analyses read.
@@ -93,7 +93,6 @@ SHARED = dict(
 _ANALYSES = (
     Analysis(
         "fourier",
-        "fourier",
         "FourierResult",
         "FourierAccumulator",
         plot="fourier_figure",
@@ -115,7 +114,6 @@ _ANALYSES = (
     ),
     Analysis(
         "variance",
-        "variance",
         "VarianceResult",
         "VarianceAccumulator",
         plot="plot_variance",
@@ -131,7 +129,6 @@ _ANALYSES = (
         per_block=True,
     ),
     Analysis(
-        "hessian",
         "hessian",
         "SpectrumResult",
         "spectrum_analysis",
@@ -160,7 +157,6 @@ _ANALYSES = (
         training_batches="hessian_batches",
     ),
     Analysis(
-        "landscape",
         "landscape",
         "LandscapeResult",
         "landscape_analysis",
@@ -192,7 +188,6 @@ _ANALYSES = (
     ),
     Analysis(
         "robustness",
-        "robustness",
         "CorruptionResult",
         "corruption_analysis",
         plot="plot_corruptions",
@@ -213,9 +208,9 @@ _ANALYSES = (
     ),
     Analysis(
         "frequency-noise",
-        "robustness",
         "FrequencyNoiseResult",
         "frequency_noise_analysis",
+        module="robustness",
         plot="plot_frequency_noise",
         summary="frequency_noise_summary",
         estimate="frequency_noise_estimate",
@@ -228,7 +223,6 @@ _ANALYSES = (
         ),
     ),
     Analysis(
-        "lesion",
         "lesion",
         "LesionResult",
         "lesion_analysis",
@@ -245,7 +239,6 @@ _ANALYSES = (
     ),
     Analysis(
         "cka",
-        "cka",
         "CKAResult",
         "CKAAccumulator",
         plot="plot_cka",
@@ -257,7 +250,7 @@ _ANALYSES = (
 # The analyses a user asks for, by name, in the paper's order.
 ANALYSES: dict[str, Analysis] = {analysis.name: analysis for analysis in _ANALYSES}
 # Every result the per-block pass and the analyses write (`runner.read_result`): the clean accuracy too.
-RESULTS = ANALYSES | {"accuracy": Analysis("accuracy", "blocks", "AccuracyResult", "AccuracyAccumulator", asked=False)}
+RESULTS = ANALYSES | {"accuracy": Analysis("accuracy", "AccuracyResult", "AccuracyAccumulator", "blocks", asked=False)}
 
 # How the Hessian and landscape batches are augmented (`--augmentation`), or the path of a training_config.json.
 AUGMENTATIONS = ("model", "paper", "none")
