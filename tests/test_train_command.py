@@ -6,13 +6,14 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from commands import run_command
+from commands import kill_once_written, run_command, start_command
 from conftest import installed_command
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Image
 from PIL import Image as PILImage
@@ -22,10 +23,12 @@ from test_training import TINY_ALTERNET
 pytestmark = pytest.mark.commands  # runs installed commands (see CONTRIBUTING.md)
 
 
+COMMAND = ["alternet-train", "--model-overrides", json.dumps(TINY_ALTERNET), "--batch-size", "8"]
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+
+
 def _train(cwd: Path, *arguments: str) -> subprocess.CompletedProcess:
-    command = [installed_command("alternet-train"), "--model-overrides", json.dumps(TINY_ALTERNET), "--batch-size", "8"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    return run_command([*command, *arguments], cwd=cwd, env=env)
+    return run_command([installed_command(COMMAND[0]), *COMMAND[1:], *arguments], cwd=cwd, env=ENV)
 
 
 def _error(result: subprocess.CompletedProcess) -> str:
@@ -188,3 +191,18 @@ def test_resume_after_a_kill_before_the_first_checkpoint_starts_again(tmp_path, 
     assert json.loads((run / "metrics.json").read_text())["accuracy"] >= 0
     refused = _train(tmp_path, *arguments, "--resume", "--seed", "1")  # finished now: resuming it is another run
     assert refused.returncode == 2
+
+
+def test_a_run_resumed_after_an_epoch_writes_that_epochs_whole_record(tmp_path, tiny_dataset):
+    """An epoch's record is whole in the checkpoint that ends the epoch, its times included, so a run killed after it
+    and resumed writes every field of every epoch to history.json, as a run that was not stopped."""
+    arguments = ("--dataset", tiny_dataset, "--output-dir", "run", "--epochs", "4")
+    process = start_command([installed_command(COMMAND[0]), *COMMAND[1:], *arguments], cwd=tmp_path, env=ENV)
+    kill_once_written(process, tmp_path / "run" / "checkpoints" / "latest")  # the end of the first epoch
+    assert process.returncode == -signal.SIGKILL, "training ended before it could be killed"
+    resumed = _train(tmp_path, *arguments, "--resume")
+    assert resumed.returncode == 0 and "resumed from" in resumed.stdout, resumed.stderr[-3000:]
+    history = json.loads((tmp_path / "run" / "history.json").read_text())
+    assert [record["epoch"] for record in history] == [1, 2, 3, 4]
+    assert all(sorted(record) == sorted(history[-1]) for record in history), history[0]  # every one evaluated
+    assert all(record["seconds"] > 0 and "checkpoint_seconds" in record for record in history)

@@ -125,22 +125,6 @@ def test_resume_after_sigkill_equals_an_uninterrupted_run(uninterrupted_run, tmp
     )
 
 
-@pytest.mark.commands
-def test_a_run_resumed_after_an_epoch_writes_that_epochs_whole_record(uninterrupted_run, tmp_path):
-    """An epoch's record is whole in the checkpoint that ends the epoch, its times included, so a run killed after it
-    and resumed writes a history.json with every field of every epoch, as the run that was not stopped."""
-    run = tmp_path / "run"
-    process = start_command(_train_command(run, "--save-every-steps", "none"), cwd=tmp_path, env=_env())
-    kill_once_written(process, run / "checkpoints" / "latest")  # the end of the first epoch
-    assert process.returncode == -signal.SIGKILL, "training ended before it could be killed"
-    resumed = run_command(_train_command(run, "--save-every-steps", "none", "--resume"), cwd=tmp_path, env=_env())
-    assert resumed.returncode == 0 and "resumed from" in resumed.stdout, resumed.stderr[-3000:]
-    history = json.loads((run / "history.json").read_text())
-    expected = json.loads((uninterrupted_run[0] / "history.json").read_text())
-    assert [sorted(record) for record in history] == [sorted(record) for record in expected]
-    assert all(record["seconds"] > 0 for record in history)
-
-
 def _torchrun_command(config: dict, out: Path, processes: int, *extra: str) -> list[str]:
     out.mkdir(parents=True)
     harness = str(REPO / "tests" / "distributed_harness.py")
