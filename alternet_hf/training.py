@@ -387,6 +387,7 @@ class TrainingSession:
         self.checkpoints = CheckpointManager(self.output_dir / "checkpoints", keep=config.keep_checkpoints)
         self.state = TrainState()
         self.timing = dict(data=0.0, checkpoint=0.0)
+        self.record_closed: float | None = None  # when the last epoch's record was (`run_epoch`)
         self.metrics, self.logits, self.labels = {}, None, None  # of the last evaluation
 
     def claim_output_dir(self, *, resume: bool, overwrite: bool) -> None:
@@ -580,8 +581,10 @@ class TrainingSession:
 
     def run_epoch(self) -> None:
         config, accelerator, state = self.config, self.accelerator, self.state
-        started = time.perf_counter()
-        self.timing.update(data=0.0, checkpoint=0.0)
+        # An epoch's record spans the time since the previous one closed: the checkpoint that ends an epoch, which
+        # holds the epoch's record, is counted in the next one.
+        started = self.record_closed or time.perf_counter()
+        self.timing["data"] = 0.0
         self.train_loader.set_epoch(state.epoch)
         self.augmentation.epoch = state.epoch  # before the loader's iterator exists: its workers read it
         resumed_at = state.step_in_epoch
@@ -613,9 +616,10 @@ class TrainingSession:
             self.evaluate_into(record)
         else:
             accelerator.print(f"epoch {state.epoch + 1}: train loss {record['train_loss']:.4f}")
-        # Whole before the checkpoint that holds it, which it does not count: a run resumed from there has every field.
+        # Whole before the checkpoint that holds it: a run resumed from there has every field.
         record.update(checkpoint_seconds=self.timing["checkpoint"], seconds=time.perf_counter() - started)
         state.history.append(record)
+        self.timing["checkpoint"], self.record_closed = 0.0, time.perf_counter()
         state.epoch, state.step_in_epoch = state.epoch + 1, 0
         if last_epoch or state.epoch % config.save_every_epochs == 0 or self.time_to_save():
             self.save_checkpoint()

@@ -1,8 +1,5 @@
-"""Images/s of zoo presets on this machine: bare forward and forward+backward steps, eager and
-torch.compile; or the training engine: end to end (--training), its data path per loader worker (--data-only),
-its loop overhead against a hand-written loop (--engine-overhead), a race against the reference code's
-(--reference-dir); or the analyses, the CIFAR-100-C pass, alternet-finetune's defaults, and a streamed sample of a
-split against preparing it (--sample).
+"""Speed on this machine: images/s of zoo presets (bare forward and forward+backward steps, eager and compiled), or
+one of the modes below, each timing one part of the zoo (the figures and their machines: docs/benchmarks.md).
 
     python scripts/benchmark.py  # the three zoo models, batch 32, eager
     python scripts/benchmark.py --batch-sizes 256 1024 --compile both --dtype bfloat16  # on a GPU

@@ -1,6 +1,6 @@
 """One prepared check of a GPU machine, for a rented, metered one: the training engine, the evaluation and the
-analyses measured in parts, each bounded in time, all of it in under 8 minutes on one H100; a short table last,
-and the full results as JSON after every part (a part that fails or runs out of time leaves the others' numbers).
+analyses measured in parts, each bounded in time; a short table last, and the results as JSON after every part (a
+part that fails or runs out of time leaves the others' numbers).
 
     python scripts/device_check.py --prepare-wheels .whl  # beforehand, with a package index: what the GPU lacks
     python scripts/device_check.py --wheels .whl          # on the GPU machine, from a copy of the repo, no install
@@ -8,19 +8,15 @@ and the full results as JSON after every part (a part that fails or runs out of 
     python scripts/device_check.py --wheels .whl --parts engine-alternet-50 --compile-mode default
 
 Parts, in order (`--parts` picks some), after the engine parts' training data is written (outside their budgets):
-  machine       versions, the device, its measured bf16 matrix rate; bf16 against fp32 on one batch per model
-  engine-*      the paper recipe's training steps of AlterNet-50, ResNet-50 and ViT-Ti at their paper batch size
-                through the engine's own loop and loader workers, on CIFAR-shaped PNG data: bf16 and fp32, compiled
-                and eager (in that order of importance): images/s, step time, loader waits, host-device syncs,
-                graph breaks and recompiles, peak memory, FLOPs over time as a share of the bf16 peak
-  evaluation    the release's CIFAR-100-C pass (uint8 batches, normalised on the device), compiled
-  analyses      Hessian-vector products per second (Lanczos), one feature-map pass for Fourier and variance,
-                CIFAR-C generation on the device per corruption
-
-Results go to --out (default: $OUT if set, else device-check/): device_check.json, device_check.md.
+  machine       versions, the bf16 matrix rate; bf16 against fp32 on one batch per model
+  engine-*      the paper recipe's training steps of AlterNet-50, ResNet-50 and ViT-Ti through the engine's own loop
+                and loader workers, bf16 and fp32, compiled and eager (docs/benchmarks.md lists what is measured)
+  evaluation    the release's CIFAR-100-C pass, compiled
+  analyses      Hessian-vector products, one feature-map pass for Fourier and variance, CIFAR-C generation
 """
 
 import argparse
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -51,8 +47,8 @@ class Sizes:
     matmul_size: int = 8192
     precision_batch: int = 96
     train_images: int = 24_576
-    num_workers: int | None = None  # None: the recipe's (8)
-    batch_size: int | None = None  # None: the recipe's (96)
+    num_workers: int | None = None  # None: the recipe's
+    batch_size: int | None = None  # None: the recipe's
     warmup_steps: int = 10
     timed_seconds: float = 5.0
     min_steps: int = 20
@@ -120,10 +116,6 @@ GPU_BUDGET, REHEARSAL_BUDGET = 420.0, 1800.0
 MIN_PART_SECONDS = 5.0  # a part whose share of the budget is smaller is skipped
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# One part, in its own process
-
-
 class Recorder:
     """Rows of a part, appended to a JSON-lines file as each is measured (a killed part keeps its finished rows)."""
 
@@ -173,8 +165,8 @@ def run_machine(sizes: Sizes, record: Recorder) -> None:
 
 
 def write_engine_data(sizes: Sizes, record: Recorder, workdir: Path) -> str | None:
-    """The engine parts' CIFAR-schema dataset (PNG images, 100 classes), written once and shared by them (the check
-    writes it before them, so that no part's time goes to it); its path, or None where it could not be written."""
+    """The engine parts' CIFAR-schema dataset (PNG images, 100 classes), written once for all of them; its path, or
+    None where it could not be written."""
     folder = workdir / f"data-{sizes.image_size}"
 
     def write() -> dict:
@@ -274,14 +266,8 @@ def run_part(name: str, sizes: Sizes, record: Recorder, workdir: Path, compile_m
         run_analyses(sizes, record)
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# The whole check: wheels, the parts one process each, the results
-
-
 def install_wheels(folder: Path, target: Path) -> list[str]:
     """Install into `target` the wheels of `folder` whose package this Python lacks or has in an older version."""
-    import importlib.metadata
-
     from packaging.version import Version
 
     chosen = []
@@ -301,8 +287,6 @@ def install_wheels(folder: Path, target: Path) -> list[str]:
 
 def prepare_wheels(folder: Path, python_version: str) -> None:
     """Download, for `python_version` on x86-64 Linux, the wheels of WHEELS at the versions installed here."""
-    import importlib.metadata
-
     pins = [f"{name}=={importlib.metadata.version(name)}" for name in WHEELS]
     platforms = [option for platform in WHEEL_PLATFORMS for option in ("--platform", platform)]
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--implementation", "cp"]
@@ -359,10 +343,6 @@ def write_results(results: dict, out: Path) -> None:
 
     write_json(out / "device_check.json", results)
     (out / "device_check.md").write_text(summary(results))
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# The short table
 
 
 ENGINE_COLUMNS = tuple(
@@ -441,9 +421,6 @@ def _other_results(rows: list[dict]):
         if rates:
             text += f"; slowest {rates[0][1]} at {rates[0][0]:,.0f} images/s, median {rates[len(rates) // 2][0]:,.0f}"
         yield "CIFAR-C generation on the device, per corruption", text
-
-
-# ----------------------------------------------------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,6 +1,6 @@
 """Release the zoo: publish CIFAR-100-C, put each model on the Hub (the reference's released weights converted, or
 trained with the paper's recipe), evaluated on the clean test split and CIFAR-100-C, analysed and compared, with its
-card, and push the Space configured for this organisation. One command, resumable.
+card, and push the Space configured for this organisation. One command, resumable (docs/release.md: every step).
 
     python scripts/release.py --org <org> --from-reference --cifar100c-dir CIFAR-100-C/  # the reference's four
     python scripts/release.py --org <org> --from-reference ckpts/ --cifar100c-dir CIFAR-100-C/  # files in ckpts/
@@ -8,20 +8,8 @@ card, and push the Space configured for this organisation. One command, resumabl
     python scripts/release.py --org <org> --cifar100c-dir CIFAR-100-C/ --dry-run zoo-release/  # all but uploads
     python scripts/release.py --org <org> --from-reference --rehearsal --dry-run rehearsal/  # offline
 
---from-reference releases the paper's five models: ResNet-50, ViT-Ti, PiT-Ti and Swin-Ti from the reference's
-released CIFAR-100 files (downloaded, or read from DIR), each converted, its top-1 checked against the paper's
-(--max-accuracy-gap), and AlterNet-50 trained. A model whose training would outlast --training-budget here (the
-paper's recipe on a CPU) is listed as pending and the rest is published; the same command run again on a GPU adds
-it. On a CPU, CIFAR-100-C is evaluated on a seeded, class-stratified subset of each set where the full sets would
-outlast --cifar100c-budget per model (the card says so, with the standard error); a GPU evaluates every image.
-
-Each step is recorded in <out>/release.json and skipped when it is complete: run the same command again after a
-crash or a kill and it goes on at the step it was in (training from its last checkpoint, a download from its
-partial file). --dry-run DIR writes every repository exactly as it would be uploaded (DIR/models/<preset>/,
-DIR/datasets/cifar100-c/, DIR/spaces/how-do-vits-work/) and uploads nothing. --rehearsal runs the same path on
-stand-ins built offline in the real schemas and file formats (a 100-class dataset in uoft-cs/cifar100's columns,
-CIFAR-100-C arrays in the Zenodo layout, small models trained on them written as the reference's files), with tiny
-models and epochs, compiled with inductor in bf16 and channels-last on the CPU.
+Each step is recorded in <out>/release.json and skipped once complete: after a crash or a kill, run the same command
+again. A model whose training would outlast --training-budget here is left pending; run again on a GPU, it is added.
 """
 
 import argparse

@@ -8,17 +8,10 @@
     alternet-analyze --model timm:vit_small_patch16_224.augreg_in21k_ft_in1k --dataset ILSVRC/imagenet-1k \
         --test-split validation --analyses fourier,variance --max-images 512
 
-Amounts fit the device: a GPU runs the paper's (10 Hessian minibatches, 100 Lanczos steps, a 21×21
-landscape, every CIFAR-C set of the whole test split); a CPU runs fewer and says which, and every
-analysis prints a time estimate before it starts. Hessian spectra and loss landscapes use augmented
-training batches, by default augmented as the model was trained (its training_config.json, Mixup and
-label smoothing included; the paper's recipe where there is none; --augmentation to choose), and NLL +
-one L2 term (--penalty, --weight-decay) for both. The other analyses use the clean test split.
-Robustness reads CIFAR-C from --cifar-c (the Zenodo arrays folder, a parquet dataset or a Hub id) or,
-without it, generates the 15 corruptions on the fly from the test split. The Hessian spectrum is
-written after every minibatch, so a run stopped by --hessian-time-limit (or killed) keeps what it found.
-Where the analyses read N images of a split (--max-images, --max-batches, a CPU's amounts), they read a seeded
-sample of N, streamed: of ImageNet's validation split, only the files holding them are fetched.
+Amounts fit the device: a GPU runs the paper's, a CPU fewer (each flag's help gives both; the run says which), and
+every analysis prints a time estimate first. Hessian spectra and landscapes read training batches augmented as the
+model was trained (--augmentation to choose); the other analyses the clean test split, robustness CIFAR-C from
+--cifar-c or generated on the fly. The Hessian spectrum is written after every minibatch (--hessian-time-limit).
 """
 
 import argparse
@@ -175,25 +168,20 @@ def settings_from_args(args, device):
     return settings, notes
 
 
-def data_options(args, settings):
-    """`analysis.inputs.DataOptions` from the flags of the same names (the seed: the settings')."""
-    from analysis.inputs import DataOptions
-
-    flags = {field.name: getattr(args, field.name) for field in dataclasses.fields(DataOptions)}
-    return DataOptions(**{**flags, "seed": settings.seed})
-
-
 def run_options(args) -> dict:
-    """What every analysis command passes on to `analysis.runner` from its flags: the data, the settings and the
-    device they are scaled to, and the notes on what was scaled down (figures drawn off screen from here on)."""
+    """What every analysis command passes on to `analysis.runner` from its flags: the data (`DataOptions`, of the
+    flags of the same names), the settings scaled to the device, and the notes on what was scaled down (figures
+    drawn off screen from here on)."""
     import matplotlib
 
     matplotlib.use("Agg")
-    from analysis.inputs import choose_device
+    from analysis.inputs import DataOptions, choose_device
 
     device = choose_device(args.device)
     settings, notes = settings_from_args(args, device)
-    return dict(data=data_options(args, settings), settings=settings, device=device, scaled_down=notes)
+    flags = {field.name: getattr(args, field.name) for field in dataclasses.fields(DataOptions)}
+    data = DataOptions(**{**flags, "seed": settings.seed})
+    return dict(data=data, settings=settings, device=device, scaled_down=notes)
 
 
 @command

@@ -6,9 +6,8 @@ stage is left (or at --max-msa). With no arguments: the first run's small AlterN
     alternet-buildup --recipe paper --model alternet-50-cifar100 --seeds 0 1 2   # on uoft-cs/cifar100, a GPU
     alternet-buildup --model outputs/alternet-digits --dataset path/to/imagefolder --start-layout 0 1 0 1 --max-msa 3
 
-Every candidate is an ordinary alternet-train run with the same settings (any alternet-train flag applies to all),
-in --output-dir/candidates/; the path goes to buildup.md, buildup.png and buildup.json, the last kept layout's model
-to --output-dir/final/. The same command run again reads the finished candidates and resumes the interrupted one.
+Every candidate is an alternet-train run with the same settings (any alternet-train flag applies to all); the path
+goes to buildup.md, .png and .json, the last kept model to --output-dir/final/. Run again, it resumes.
 """
 
 import argparse

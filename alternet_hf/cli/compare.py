@@ -5,22 +5,13 @@ in one plot, one JSON with every number, and a report that decides each claim of
     alternet-compare --paper --out paper-comparison/   # the paper's line-up from the zoo's Hub repos, on CIFAR-100
     alternet-compare --paper converted/ --out paper-comparison/   # from folders named by preset (converted/<preset>)
 
---paper (the default without --models) compares the paper's models: ResNet-50, ViT-Ti, PiT-Ti, Swin-Ti and
-AlterNet-50 for CIFAR-100, from the Hub repos of an organisation (default alternet-hf) or from a folder holding
-one folder per preset (what alternet-convert, alternet-train --recipe paper or scripts/release.py --dry-run write),
-on uoft-cs/cifar100 unless --dataset says otherwise.
+--paper (the default without --models) compares the paper's five models for CIFAR-100, from the Hub repos of an
+organisation (default alternet-hf) or from a folder of folders named by preset, on uoft-cs/cifar100 unless --dataset
+says otherwise. A model of --models is a zoo preset or folder, a transformers model (folder or Hub id) or a timm model
+`timm:<name>` (its weights read from --weights, offline, else from the Hub), optionally named (`name=source`).
 
-A model is a zoo preset or folder, a transformers model (folder or Hub id) or a timm model `timm:<name>`,
-optionally named (`name=source`). timm models are created without weights and loaded from --weights
-(a file or folder per model, `name=path`, or paths in the order of the timm models): offline; without
---weights they come from the Hub. For instance `--models timm:resnet50,timm:vit_small_patch16_224
---weights resnet50=r50.safetensors,vit_small_patch16_224=vit/ --dataset path/to/imagefolder`. Blocks are
-found automatically for the zoo, timm's ResNet, ViT/DeiT, Swin, ConvNeXt and PiT, and transformers'
-ResNet, ViT, DeiT, Swin and ConvNext.
-
-Written to --out: <name>/ with each model's results as alternet-analyze writes them, and
-comparison.json, the figures (PNG) and report.md. The landscape uses the reference's protocol (the
-paper's Fig. 1) unless --landscape-protocol says otherwise. Amounts fit the device, as in alternet-analyze.
+Written to --out: <name>/ with each model's results as alternet-analyze writes them, comparison.json, the figures
+and report.md. Amounts fit the device, as in alternet-analyze.
 """
 
 import argparse

@@ -3,9 +3,6 @@
 alternet-evaluate --model outputs/alternet-digits --dataset digits
 alternet-evaluate --model <org>/alternet-50-cifar100 --dataset uoft-cs/cifar100 --output results/
 alternet-evaluate --model <org>/alternet-50-imagenet --dataset ILSVRC/imagenet-1k --split validation --max-images 1000
-
-A split is prepared on disk before it is read, unless `--streaming` (the whole split as a stream) or `--max-images N`
-(a seeded sample of N images, streamed: only the files holding them are fetched) says otherwise.
 """
 
 from pathlib import Path

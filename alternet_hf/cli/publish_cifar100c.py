@@ -3,11 +3,9 @@
     alternet-publish-cifar100c --zenodo-dir CIFAR-100-C/ --repo-id <org>/cifar100-c
     alternet-publish-cifar100c --zenodo-dir CIFAR-100-C/ --repo-id <org>/cifar100-c --dry-run cifar100c/
 
-Writes one parquet file per corruption (columns image, label, corruption, severity; split "test")
-and a dataset card, then creates the dataset repo and uploads them (needs a token: `hf auth login`).
-With --dry-run DIR it writes exactly what would be uploaded into DIR and uploads nothing. The Hub
-copies of CIFAR-100-C that exist are loading-script datasets current `datasets` refuses; this one is
-plain parquet, read back by `analysis.robustness.ParquetCorruptions("<org>/cifar100-c")`.
+Writes one parquet file per corruption and severity and a dataset card (docs/release.md), then uploads them (needs a
+token: `hf auth login`). The Hub's other copies of CIFAR-100-C are loading-script datasets that current `datasets`
+refuses; this one is plain parquet.
 """
 
 from pathlib import Path

@@ -3,10 +3,8 @@
     alternet-push --model outputs/alternet-50-cifar100-paper --repo-id <org>/alternet-50-cifar100
     alternet-push --model outputs/alternet-digits --repo-id <org>/alternet-digits --dry-run release/
 
-The card's `model-index` comes from the model folder's evaluation JSON (--evaluation, else
-alternet-evaluate's newest eval_*.json on the training dataset's evaluation split, else training's
-metrics.json). With --dry-run DIR it writes exactly what would be uploaded into DIR and uploads
-nothing; otherwise it needs a token (`hf auth login`).
+The card's `model-index` comes from --evaluation, else alternet-evaluate's newest eval_*.json on the training
+dataset's evaluation split, else training's metrics.json. Uploading needs a token (`hf auth login`).
 """
 
 from pathlib import Path

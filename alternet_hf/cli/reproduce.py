@@ -1,18 +1,12 @@
 """The offline mini-zoo: train a small ResNet, ViT and AlterNet on the embedded digits with one recipe, run
 every analysis on each, compare them and write the report: the paper's claims checked on a CPU in minutes.
 
-    alternet-reproduce --quick --out tiny-zoo/   # tiny models, one epoch, the smallest analyses (about a minute)
+    alternet-reproduce --quick --out tiny-zoo/   # tiny models, one epoch, the smallest analyses
 
-Without --quick (the default --out is outputs/mini-zoo) the small models (1.3 M to 1.6 M parameters each) train
-until competent, the CNNs 6 epochs and the ViT 30 (--epochs sets one number for all), and every analysis runs at
-the device's amounts: minutes on a CPU.
-
-Layout of --out: models/<family>/ (model folders as alternet-train writes them), results/<family>/ (each
-analysis as alternet-analyze writes it) and comparison/ (comparison.json, figures, report.md), for the
-families resnet, vit and alternet; a run of fewer families or analyses compares into a folder beside it that
-names them (comparison-resnet-fourier/), never over the whole zoo's report. A finished model already in
-models/<family>/ with the same training settings is reused (an interrupted one resumes); one trained with
-other settings is an error, never overwritten. The analysis options are alternet-compare's.
+Without --quick the models train until competent and every analysis runs at the device's amounts. --out holds
+models/<family>/, results/<family>/ and comparison/ (a run of fewer families or analyses compares into a folder beside
+it that names them); a finished model there with the same training settings is reused, an interrupted one resumed,
+one trained otherwise is an error. The analysis options are alternet-compare's.
 """
 
 import argparse
@@ -30,7 +24,7 @@ QUICK_BATCH_SIZE = 64
 
 def build_parser() -> argparse.ArgumentParser:
     parser = make_parser(__doc__)
-    parser.add_argument("--out", type=Path, default=Path("outputs/mini-zoo"), help="folder of the mini-zoo")
+    parser.add_argument("--out", type=Path, default=Path("outputs/mini-zoo"), help="default: outputs/mini-zoo")
     parser.add_argument(
         "--epochs", type=int, help="training epochs of every model (default: 6 for the CNNs, 30 for the ViT; 1 quick)"
     )

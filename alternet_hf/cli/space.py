@@ -3,13 +3,10 @@
     alternet-space                                        # the zoo's Hub models
     alternet-space --models resnet=outputs/resnet-digits,alternet=outputs/alternet-digits
 
-Gradio's `GRADIO_SERVER_PORT` and `GRADIO_SERVER_NAME` choose where it listens, as on Hugging Face Spaces
-(`--port` and `--host` win over them). Models: `--models name=hub_id_or_folder,...` or
-`ALTERNET_SPACE_MODELS`; stored analysis results for the accuracy curves: `--results` or
-`ALTERNET_SPACE_RESULTS` (one sub-folder per model name); models of the line-up still to be published:
-`--pending` or `ALTERNET_SPACE_PENDING` (named in the page). When none of the models loads (offline, say), the
-Space shows the mini-zoo of `alternet-reproduce` (outputs/mini-zoo/) if there is one, and otherwise says how
-to make it: it always starts.
+Models: `--models name=hub_id_or_folder,...` or `ALTERNET_SPACE_MODELS`; stored results for the accuracy curves
+(one sub-folder per model name): `--results` or `ALTERNET_SPACE_RESULTS`; models still to be published: `--pending`
+or `ALTERNET_SPACE_PENDING`. When no model loads (offline, say), it shows `alternet-reproduce`'s mini-zoo or says
+how to make it: it always starts.
 """
 
 import os
@@ -32,7 +29,6 @@ def build_parser():
         default=os.environ.get("ALTERNET_SPACE_PENDING", ""),
         help="names of models still to be published, comma-separated (the page says they are coming)",
     )
-    # None leaves both to Gradio, which reads GRADIO_SERVER_PORT and GRADIO_SERVER_NAME as on Hugging Face Spaces
     parser.add_argument("--port", type=int, help="default: $GRADIO_SERVER_PORT, else Gradio's 7860")
     parser.add_argument("--host", help="e.g. 0.0.0.0 in a container; default: $GRADIO_SERVER_NAME, else 127.0.0.1")
     return parser

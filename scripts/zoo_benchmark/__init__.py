@@ -1,9 +1,5 @@
-"""Speed measurement, in one place (`scripts/benchmark.py` runs it; benchmarks, not tests): of the zoo's `models`,
-the training `engine`, the `analyses` and `finetuning`, on the `device`, printed as `tables`; each module's docstring
-says what it measures.
-
-CPU figures are process time where a shared machine's other jobs would distort wall-clock time.
-"""
+"""Speed measurement, in one place (`scripts/benchmark.py` and `scripts/device_check.py` run it). CPU figures are
+process time where a shared machine's other jobs would distort wall-clock time."""
 
 from .analyses import corruption_speed, hessian_convergence, per_block_speed
 from .engine import measure_data_path, measure_engine_overhead, measure_training_run, sample_speed

@@ -12,7 +12,7 @@ import torch
 from analysis.cifar_c import CORRUPTIONS
 from analysis.corruptions import corrupt
 
-from .device import timed
+from .device import timed, torch_threads
 
 
 @contextlib.contextmanager
@@ -40,12 +40,9 @@ def corruption_speed(
     repeats: int = 3,
     num_threads: int | None = None,
 ) -> list[dict]:
-    """Images/s of our batched corruptions against the per-image NumPy ones of the optional `imagecorruptions`
-    (ImageNet-C severities: alike work, not the same), on the same random uint8 images; one dict per corruption.
-
-    Ours: the whole batch on `device` (default CPU) with `num_threads` torch threads, the best of `repeats` after a
-    warm-up; theirs: one single-threaded pass after a warm-up image. Where it is missing or fails, its column is None
-    and `note` says why."""
+    """Images/s of our batched corruptions (the best of `repeats`, on `device`, default CPU) against the per-image
+    NumPy ones of the optional `imagecorruptions` (ImageNet-C severities: alike work, not the same), on the same
+    random uint8 images; one dict per corruption, `note` saying why theirs is missing."""
     try:
         import imagecorruptions
         import imagecorruptions.corruptions
@@ -56,11 +53,9 @@ def corruption_speed(
     images = torch.randint(0, 256, (num_images, 3, image_size, image_size), dtype=torch.uint8, generator=generator)
     batch = images.to(device)
     arrays = images.permute(0, 2, 3, 1).numpy()  # (N, H, W, 3) uint8, the package's layout
-    threads = torch.get_num_threads()
     rows = []
     for name in corruptions:
-        torch.set_num_threads(num_threads or threads)
-        try:
+        with torch_threads(num_threads):
             seconds = timed(
                 lambda name=name: corrupt(
                     batch, name, severity, generator=torch.Generator(device=device).manual_seed(0)
@@ -69,8 +64,6 @@ def corruption_speed(
                 device=device,
             )
             used_threads = torch.get_num_threads()
-        finally:
-            torch.set_num_threads(threads)
         ours = num_images / min(seconds)
         theirs, note = None, missing if imagecorruptions is None else None
         if imagecorruptions is not None:
@@ -119,10 +112,8 @@ def hessian_convergence(
     device=None,
     **overrides,
 ) -> dict:
-    """Hessian-vector products Lanczos and power iteration need for the top eigenvalue of `name` (`overrides` change its
-    config) on the first `batch_size` training images of `dataset` to `tolerance` of Lanczos run to a 1e-6 residual
-    bound; and those each spends under its own stopping rule (Lanczos: residual bound 1e-2·|λ|; power iteration:
-    PyHessian's relative change 1e-3)."""
+    """Hessian-vector products Lanczos and power iteration need for the top eigenvalue of `name` on `batch_size`
+    training images, to `tolerance` of the truth (Lanczos to a 1e-6 residual bound), and under their own stop rules."""
     from analysis import hessian
 
     torch.manual_seed(seed)
@@ -152,8 +143,7 @@ def hessian_convergence(
 
 
 def _model_and_images(name: str, dataset: str, split: str, count: int, device, overrides: dict):
-    """The model `name` on `device` (default CPU), and the first `count` images of `split` of `dataset` as its eval
-    transform makes them, stacked, and their labels: (model, (images, labels))."""
+    """(model, (images, labels)): `name` on `device` (default CPU), the first `count` images of `split` evaluated."""
     import alternet_hf
     from alternet_hf.augmentation import eval_transform
     from alternet_hf.data import load_image_classification
@@ -187,9 +177,8 @@ def per_block_speed(
     device=None,
     **overrides,
 ) -> dict:
-    """Seconds (best of `repeats`) for Fourier ΔlogA and feature-map variance of `name` (`overrides` change its config)
-    on `num_images` test images: each on its own pass of the model, both from one pass of `analysis.blocks.accumulate`,
-    and the reference notebooks' formulas on the same maps."""
+    """Seconds (best of `repeats`) for Fourier ΔlogA and feature-map variance of `name` on `num_images` test images: a
+    pass each, both from one pass (`analysis.blocks.accumulate`), and the reference notebooks' formulas on its maps."""
     from analysis.blocks import accumulate, block_batches
     from analysis.fourier import FourierAccumulator, fourier_log_amplitude
     from analysis.variance import VarianceAccumulator, feature_map_variance

@@ -1,6 +1,5 @@
-"""The device every benchmark runs on (chosen, named, waited for, timed), and what `scripts/device_check.py` measures
-beyond the other benchmarks: the machine (versions, the bf16 matrix rate), bf16 against fp32 on one batch, and the
-training engine in steady state on its own loop and loader workers."""
+"""The device every benchmark runs on (chosen, named, waited for, timed), and what only `scripts/device_check.py`
+measures: the machine, bf16 against fp32, and the training engine in steady state."""
 
 import gc
 import importlib.metadata
@@ -31,6 +30,17 @@ def synchronize(device: str | torch.device | None = None) -> None:
     """Wait for the GPU's queued work, so that the clock read next counts it."""
     if chosen_device(device).type == "cuda":
         torch.cuda.synchronize(device)
+
+
+@contextmanager
+def torch_threads(count: int | None):
+    """torch's CPU threads set to `count` (None: left as they are) inside the block, restored after it."""
+    kept = torch.get_num_threads()
+    torch.set_num_threads(count or kept)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(kept)
 
 
 def timed(run, repeats: int = 1, *, calls: int = 1, warmup: int = 1, device=None) -> list[float]:
@@ -78,8 +88,7 @@ def environment() -> dict:
 
 
 def matmul_rate(size: int, dtype: torch.dtype, *, repeats: int = 10) -> float:
-    """FLOP/s of a `size`³ matrix product on random data: the ceiling the engine's share of the peak is read against
-    (the mean of `repeats` products after three untimed)."""
+    """FLOP/s of a `size`³ matrix product on random data: the ceiling the engine's share of the peak is read against."""
     device = chosen_device()
     generator = torch.Generator(device).manual_seed(0)
     a, b = (torch.randn(size, size, device=device, dtype=dtype, generator=generator) for _ in range(2))
@@ -161,10 +170,8 @@ def engine_steady_state(
     min_steps: int = 10,
     model_overrides: dict | None = None,
 ) -> dict:
-    """The paper recipe's training steps for preset `name` through the engine's own session (`TrainingSession`), on the
-    CIFAR-schema `dataset`, after `warmup_steps` untimed steps (compilation happens there), for `seconds` and at least
-    `min_steps` steps, epochs following each other as in a run: the step's speed, loader waits, synchronizing CUDA
-    calls, graph breaks, recompiles, peak memory, and FLOPs (as the release's estimate counts them) against the peak."""
+    """The paper recipe's training steps for preset `name` through the engine's own `TrainingSession` on the
+    CIFAR-schema `dataset`, timed for `seconds` (at least `min_steps` steps) after `warmup_steps` untimed ones."""
     from accelerate.state import AcceleratorState
     from torch._dynamo.utils import counters
     from tqdm.auto import tqdm

@@ -10,7 +10,7 @@ import torch
 
 from alternet_hf.augmentation import normalize_images
 
-from .device import device_name
+from .device import device_name, torch_threads
 
 
 def cifar_like_dataset(path: str, *, num_labels: int, image_size: int, train: int, test: int, seed: int = 0) -> str:
@@ -33,9 +33,8 @@ def cifar_like_dataset(path: str, *, num_labels: int, image_size: int, train: in
 
 
 def _recipe_on_random_images(name: str, recipe: str, folder: str, *, train: int, test: int, **settings):
-    """The training config of `recipe` for `name` (`settings` override its fields) on a CIFAR-schema dataset of `train`
-    and `test` random images of the model's size and classes, written to `folder` (with `streaming`: as parquet files,
-    the training split in four, to be read as a stream)."""
+    """The config of `recipe` for `name` (`settings` override its fields) on `train` and `test` random images of the
+    model's size and classes, written to `folder` (with `streaming`: as four parquet files)."""
     import datasets
 
     from alternet_hf.presets import create_config
@@ -78,21 +77,18 @@ def measure_data_path(
     workdir: str | None = None,
     streaming: bool = False,
 ) -> DataPathSpeed:
-    """CPU time (process time) per image of what `alternet-train`'s loader workers do to the training images:
-    read, decode, check, augment (the recipe's transforms) and collate, on one thread as in a worker; `streaming`: read
-    from four parquet files as `alternet-train --streaming` reads them, instead of from the prepared split."""
+    """CPU time per image of what `alternet-train`'s loader workers do (read, decode, augment, collate), on one
+    thread as in a worker; `streaming`: read as `alternet-train --streaming` reads four parquet files."""
     import tempfile
 
     from alternet_hf.training import build_model_and_data
 
-    threads = torch.get_num_threads()
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         settings = dict(batch_size=batch_size, num_workers=0, eval_batch_size=1, streaming=streaming)
         run = _recipe_on_random_images(name, recipe, tmp, train=images, test=1, **settings)
         _, augmentation, loader, _, _ = build_model_and_data(run)
-        torch.set_num_threads(1)
-        try:
-            milliseconds = []
+        milliseconds = []
+        with torch_threads(1):
             for epoch in range(repeats):
                 augmentation.epoch = epoch
                 if streaming:
@@ -100,16 +96,12 @@ def measure_data_path(
                 started = time.process_time()
                 count = sum(len(batch["labels"]) for batch in loader)
                 milliseconds.append(1000 * (time.process_time() - started) / count)
-        finally:
-            torch.set_num_threads(threads)
     return DataPathSpeed(name, recipe, count, milliseconds, streaming)
 
 
 def measure_engine_overhead(*, steps: int = 50, batch_size: int = 8, repeats: int = 15) -> dict:
-    """CPU milliseconds per step of the engine's training loop (`TrainingSession.train_batches`) and of a
-    hand-written loop doing the same work on the same model and tensors, timed alternately `repeats` times; the median
-    of the paired differences is the engine's overhead. The smallest AlterNet on one thread keeps the step short, so
-    that the loops' own cost is not lost in the model's."""
+    """CPU ms per step of the engine's loop (`TrainingSession.train_batches`) and of a hand-written one on the same
+    model and tensors, timed alternately; the smallest AlterNet keeps the step short, so that the loops' cost shows."""
     import io
     import statistics
     import tempfile
@@ -174,19 +166,17 @@ def measure_engine_overhead(*, steps: int = 50, batch_size: int = 8, repeats: in
             session.read_losses()
 
         timings = {"hand-written loop": [], "engine": []}
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)  # parallel kernels' spinning threads would bury the loops' own time on a busy CPU
-        try:
-            model.train()
-            hand_written(), engine()  # warm-up
-            for _ in range(repeats):
-                for label, loop in (("hand-written loop", hand_written), ("engine", engine)):
-                    started = time.process_time()
-                    loop()
-                    timings[label].append(1000 * (time.process_time() - started) / steps)
-        finally:
-            torch.set_num_threads(threads)
-            session.accelerator.end_training()
+        with torch_threads(1):  # parallel kernels' spinning threads would bury the loops' own time on a busy CPU
+            try:
+                model.train()
+                hand_written(), engine()  # warm-up
+                for _ in range(repeats):
+                    for label, loop in (("hand-written loop", hand_written), ("engine", engine)):
+                        started = time.process_time()
+                        loop()
+                        timings[label].append(1000 * (time.process_time() - started) / steps)
+            finally:
+                session.accelerator.end_training()
     medians = {label: statistics.median(values) for label, values in timings.items()}
     differences = [engine - hand for engine, hand in zip(timings["engine"], timings["hand-written loop"])]
     return {
@@ -238,9 +228,8 @@ def measure_training_run(
     model_overrides: dict | None = None,
     workdir: str | None = None,
 ) -> TrainingRun:
-    """`epochs` epochs of the real engine with the recipe (loader workers, evaluation and a checkpoint every epoch) on a
-    CIFAR-schema dataset of random images, and the bytes the full recipe's checkpoint cadence writes in `recipe_minutes`
-    at this run's checkpoint size. `model_overrides` replace the recipe's (a smaller model: smaller checkpoints)."""
+    """`epochs` epochs of the real engine with the recipe on random images, and the bytes the full recipe's
+    checkpoint cadence writes in `recipe_minutes`. `model_overrides` replace the recipe's."""
     import tempfile
 
     from alternet_hf.recipe import recipe_config
@@ -287,10 +276,8 @@ def measure_training_run(
 
 
 def sample_speed(*, num_images: int, split_images: int, files: int, workdir: str, seed: int = 0) -> dict:
-    """Seconds to a seeded, streamed sample of `num_images` (`alternet_hf.data.load_image_sample`) of a split in the
-    Hub's layout (`files` parquet files of `split_images` CIFAR-shaped PNGs, in total), against preparing the split on
-    disk first (`load_image_classification`, into an empty cache) and drawing as many rows of it; and the bytes
-    each way wrote into the datasets cache."""
+    """Seconds to a streamed sample of `num_images` of a split of `files` parquet files (`split_images` images in
+    all), against preparing the split first and drawing as many rows; and the bytes each wrote into the cache."""
     import datasets
     import numpy as np
 

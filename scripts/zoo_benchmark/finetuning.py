@@ -1,9 +1,5 @@
-"""`alternet-finetune`'s defaults on a small real dataset: held-out accuracy over seeds, from a preset (trained from
-scratch) and from trained weights (fine-tuned), each with the defaults its case gets.
-
-The dataset is scikit-image's LFW subset: 200 real photographs, 100 of faces and 100 of other things, 25×25 grey,
-written as 32×32 RGB in the zoo's parquet layout, 160 to train and 40 to test (stratified, seeded).
-"""
+"""`alternet-finetune`'s defaults on real photographs (scikit-image's LFW subset: faces or not): held-out accuracy
+over seeds, from a preset (trained from scratch) and from trained weights (fine-tuned)."""
 
 import time
 from pathlib import Path

@@ -83,9 +83,8 @@ def evaluation_throughput(
     repeats: int = 3,
     **overrides,
 ) -> dict:
-    """Images/s of the release's CIFAR-100-C pass (`analysis.robustness.images_per_second`) for the preset `name`
-    (`overrides` change its config), also per core, and the hours all of CIFAR-100-C takes at that speed; compiled:
-    inductor, batches padded to one shape, compilation not timed."""
+    """Images/s of the release's CIFAR-100-C pass for the preset `name`, also per core, and the hours all of
+    CIFAR-100-C takes at that speed; compilation not timed."""
     from analysis.robustness import images_per_second
 
     device = chosen_device(device)
@@ -113,13 +112,9 @@ def race_reference(
     inference_batch_sizes: tuple[int, ...] = (1, 256),
     repeats: int = 5,
 ) -> list[dict]:
-    """AlterNet-50 (CIFAR-100, paper layout, stochastic depth 0.1), the zoo's against the reference code's (a checkout
-    of `xxxnell/how-do-vits-work` at `reference_dir`, imported from there), in a fair race: per memory format (both
-    models given it, weights and images), timed alternately in one process by wall clock and by CPU time.
-
-    One row per memory format and pass: `forward` and `forward+backward` at `batch_size`, `inference` (eval, no grad)
-    at each of `inference_batch_sizes`; medians of `repeats` after a warm-up, ratios the zoo's over the reference's.
-    """
+    """AlterNet-50 for CIFAR-100, the zoo's against the reference code's (a checkout at `reference_dir`), both given
+    each memory format and timed alternately by wall clock and CPU time: one row per memory format and pass, medians
+    of `repeats`, ratios the zoo's over the reference's."""
     import statistics
 
     reference_model = _reference_alternet_50(reference_dir)

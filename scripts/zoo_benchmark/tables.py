@@ -22,7 +22,7 @@ def throughput_table(results) -> str:
 
 
 def evaluation_table(rows: list[dict]) -> str:
-    """The release's CIFAR-100-C pass: images/s, per core, and the hours of all 750,000 images at that speed."""
+    """The release's CIFAR-100-C pass: images/s, per core, and the hours of all of it at that speed."""
     threads = rows[0]["threads"]
     return _table(
         "model | compile | batch | images/s | images/s per core | all of CIFAR-100-C (h)",

@@ -1,12 +1,6 @@
-"""The zoo's release as one resumable run (`scripts/release.py`; what it does and in which order: docs/release.md).
-
-- `checks`: the options, and every refusal that comes before anything is written;
-- `run`: the manifest (`<out>/release.json`, which makes the run resumable) and the steps (`Release`);
-- `outputs`: the CIFAR-100-C evaluation within a time budget, the Space repo with its packages pinned;
-- `estimates`: the durations people write, the H100 estimate, a CPU's training time;
-- `verify`: each repo as a user loads it against its card, and the Space against the model;
-- `rehearsal`: the stand-ins, built offline in the real schemas and file formats.
-"""
+"""The zoo's release as one resumable run (`scripts/release.py`; what it does and in which order: docs/release.md):
+the options and refusals (`checks`), the manifest and the steps (`run`), the CIFAR-100-C evaluation and the Space repo
+(`outputs`), durations (`estimates`), each repo checked as a user loads it (`verify`), the stand-ins (`rehearsal`)."""
 
 from .checks import (
     CIFAR100C_BUDGET,

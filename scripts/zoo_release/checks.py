@@ -1,6 +1,4 @@
-"""What a release is asked for (`ReleaseOptions`), and every refusal that can come before anything is written: the
-organisation, the presets, the CIFAR-100-C arrays, the folder, the Hub and its token, the training set, the
-reference's files."""
+"""What a release is asked for (`ReleaseOptions`), and every refusal that can come before anything is written."""
 
 import json
 import os
@@ -147,8 +145,7 @@ def check_cifar100c_dir(folder: Path | None) -> None:
 
 
 def check_cifar100c_labels(folder: Path, test_labels, dataset: str) -> None:
-    """CIFAR-100-C's `labels.npy` repeats the clean test split's labels, in its order, once per severity; arrays made
-    from another dataset, or shuffled, are refused, naming the first row that differs."""
+    """CIFAR-100-C's `labels.npy` repeats the clean test split's labels, in its order, once per severity."""
     import numpy as np
 
     from analysis.cifar_c import SEVERITIES
@@ -237,8 +234,7 @@ def check_training_data(options: ReleaseOptions) -> None:
 
 
 def check_reference_files(options: ReleaseOptions) -> None:
-    """The reference's files the release converts can be had before anything is written: in `reference_dir`, or
-    already downloaded into the release folder, or reachable at their release URL."""
+    """The reference's files the release converts are in `reference_dir`, already downloaded, or reachable."""
     from alternet_hf.reference import DownloadError, file_url, where_to_get_them
 
     presets = [p for p in options.models if options.converted(p)]

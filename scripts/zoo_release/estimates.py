@@ -5,9 +5,7 @@ import time
 
 import torch
 
-# The H100 estimate: NVIDIA's dense bf16 peak of an H100 SXM (and H200), and the share of it these 32x32 models are
-# assumed to sustain: the engine's H100 goal (8,500 AlterNet-50 training images/s) in FLOPs. `scripts/device_check.py`
-# measures the share a GPU sustains.
+# The H100 estimate: the datasheet's dense bf16 peak, and the share of it assumed sustained (the engine's goal).
 H100_BF16_FLOPS = 989e12
 ASSUMED_UTILISATION = 0.08
 CIFAR_TRAIN_IMAGES, CIFAR_TEST_IMAGES = 50_000, 10_000

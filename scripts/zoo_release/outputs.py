@@ -14,15 +14,9 @@ from .checks import SUBSET_SEED, ReleaseError, evaluation_batch
 def write_robustness(
     model_dir: Path, dataset_repo: Path, repo_id: str, *, device, compile: bool, budget: float | None, say=print
 ) -> list[Path]:
-    """Mean accuracy over CIFAR-100-C's corruptions and severities (and the per-corruption table) of the model in
-    `model_dir`, read from the dataset repo `repo_id` as written into `dataset_repo`: `robustness_cifar100-c.json`
-    and its figure, as `alternet-analyze` writes the robustness analysis (`analysis.runner.write_result`).
-
-    Compiled where inductor runs, at the batch the machine does fastest. Where every set would take longer than
-    `budget` seconds at the speed measured here (None: no limit, as on a GPU), each set is evaluated on the same
-    seeded, class-stratified subset, as many images of each class as the budget allows (1, 2, 5, 10, 20, 50, ...:
-    a round number, so that a small change of speed picks the same subset), and the result carries the standard
-    error that leaves on the mean accuracy."""
+    """CIFAR-100-C accuracy of the model in `model_dir`, read from the dataset repo `repo_id` as written into
+    `dataset_repo`, written as `alternet-analyze` writes the robustness analysis. Where every set would outlast
+    `budget` seconds here (None: no limit), each is evaluated on one seeded, class-stratified subset."""
     import matplotlib.pyplot as plt
 
     from alternet_hf.presets import create_model
@@ -78,7 +72,8 @@ def write_robustness(
 
 
 def round_down(value: float) -> int:
-    """The largest of 1, 2, 5, 10, 20, 50, ..., 5,000,000 not above `value` (at least 1)."""
+    """The largest of 1, 2, 5, 10, 20, 50, ..., 5,000,000 not above `value` (at least 1): images per class of a
+    CIFAR-100-C subset, round so that a small change of speed picks the same subset."""
     return max((step * 10**k for k in range(7) for step in (1, 2, 5) if step * 10**k <= value), default=1)
 
 
@@ -86,9 +81,8 @@ TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
 def space_requirements(template: Path) -> str:
-    """The Space's requirements (`template`: the clone's spaces/requirements.txt, which names them) pinned to the
-    versions installed here, torch and torchvision as their CPU builds (a Space runs on a CPU unless upgraded), so
-    that a Space rebuilt months later runs what the release ran."""
+    """The clone's spaces/requirements.txt pinned to the versions installed here (torch and torchvision as CPU
+    builds: a Space runs on a CPU unless upgraded), so that a Space rebuilt later runs what the release ran."""
     from importlib.metadata import PackageNotFoundError, version
 
     from packaging.requirements import Requirement
@@ -116,10 +110,8 @@ def space_requirements(template: Path) -> str:
 def write_space_repo(
     folder: Path, *, packages: list[Path], models, results: dict, dataset: str | None, pending: list[str] = ()
 ) -> None:
-    """The Space repo in `folder`: the clone's spaces/ (app.py, card) with the card's `models`, `datasets`, Gradio
-    and Python versions for this release, requirements pinned to this machine's versions (`space_requirements`),
-    the packages the app imports, the stored results (`results/<name>/`) and `space.json`: the app's defaults for
-    ALTERNET_SPACE_MODELS and ALTERNET_SPACE_RESULTS, and ALTERNET_SPACE_PENDING, the models still to come."""
+    """The Space repo in `folder`: the clone's spaces/ with its card and requirements for this release, the packages
+    the app imports, the stored results and `space.json`, the app's defaults for its ALTERNET_SPACE_* variables."""
     from importlib.metadata import version
 
     from huggingface_hub import SpaceCard

@@ -1,6 +1,5 @@
-"""The release rehearsal's stand-ins (`scripts/release.py --rehearsal`; what they are and why: docs/release.md),
-built offline in the real schemas and file formats: a 100-class dataset in `uoft-cs/cifar100`'s columns, its
-CIFAR-100-C in the Zenodo layout, and small models trained on it written as the reference's four released files."""
+"""The release rehearsal's stand-ins, built offline in the real schemas and file formats (`scripts/release.py
+--rehearsal`; what they are and why: docs/release.md)."""
 
 import colorsys
 import json
@@ -27,9 +26,8 @@ REHEARSAL_MODELS = {
         attention_head_dim=8,
     ),
 }
-# How the rehearsal trains them: the paper's recipe (RandAugment, Mixup/CutMix, label smoothing, AdamW, warm-up then
-# cosine) with the epochs, learning rate and crops of a small model on a small dataset, and no flips (digits are not
-# symmetric). Far above chance (1%) within these few epochs, so that a number gone wrong anywhere shows.
+# The paper's recipe at a small model's scale, without flips (digits are not symmetric): far above chance within
+# these few epochs, so that a number gone wrong anywhere shows.
 REHEARSAL_TRAINING = dict(
     epochs=6,
     warmup_epochs=1,
@@ -45,8 +43,7 @@ REHEARSAL_TRAINING = dict(
     log_every_steps=10,
 )
 
-# The stand-ins for the reference's four released models: wide enough to learn the stand-in data in seconds, and
-# how they are trained (plain AdamW, crops, no mixing: far above chance is all they need).
+# The reference's four released models' stand-ins, and how they are trained (plain AdamW, crops, no mixing).
 REFERENCE_STAND_INS = {
     "resnet-50-cifar100": dict(hidden_sizes=[16, 32, 64, 128], embedding_size=16, depths=[1, 1, 1, 1]),
     "vit-ti-cifar100": dict(
@@ -131,9 +128,8 @@ def write_stand_in_cifar100c(dataset: Path, folder: Path) -> Path:
 
 
 def write_reference_stand_in(dataset: Path, folder: Path, preset: str, *, say=print) -> list[Path]:
-    """Train the stand-in of the reference's released `preset` on `dataset`, and write it as its released file into
-    `folder` with `reported/<preset>.json` (the top-1 it reached on the test split, in percent, as the paper reports
-    its models'). Returns the files written."""
+    """Train the stand-in of the reference's `preset` on `dataset` and write it as its released file into `folder`,
+    with `reported/<preset>.json`, the top-1 it reached (as the paper reports its models')."""
     from alternet_hf.convert import save_reference_checkpoint
     from alternet_hf.recipe import TrainingConfig
     from alternet_hf.reference import REFERENCE_FILES

@@ -299,8 +299,6 @@ class Release:
     def pending_names(self) -> list[str]:
         return [display_name(p) for p in self.pending]
 
-    # --- a. the stand-in and the dataset -----------------------------------------------------------------
-
     def build_stand_in(self) -> list[Path]:
         dataset = rehearsal.write_stand_in_dataset(self.stand_in / "cifar100")
         arrays = rehearsal.write_stand_in_cifar100c(self.stand_in / "cifar100", self.stand_in / "CIFAR-100-C")
@@ -318,8 +316,6 @@ class Release:
         check_cifar100c_labels(self.cifar100c_arrays, test["label"], self.dataset_name)
         write_hub_dataset(self.cifar100c_arrays, emptied(self.dataset_repo), self.dataset_id)
         return tree_files(self.dataset_repo)
-
-    # --- b. the reference's files: fetched and converted ------------------------------------------------
 
     def reference_file(self, preset: str) -> Path:
         return self.reference_dir / REFERENCE_FILES[preset]
@@ -407,8 +403,6 @@ class Release:
             f"apart (at most {allowed:g})"
         )
 
-    # --- c. training ---------------------------------------------------------------------------------------
-
     def training_config(self, preset: str):
         """The paper's recipe for `preset` on the release's data; the rehearsal's tiny sizes and the GPU branches
         (compiled steps, bf16 autocast, channels-last) on the CPU."""
@@ -459,8 +453,6 @@ class Release:
             )
         return [folder / name for name in ("config.json", "model.safetensors", "history.json", "metrics.json")]
 
-    # --- d. evaluation ------------------------------------------------------------------------------------
-
     def evaluation_settings(self, preset: str) -> dict:
         """What decides the evaluation's numbers: the device does not (a later run on a GPU evaluates the models
         it adds, and leaves the others' numbers as they are)."""
@@ -476,9 +468,8 @@ class Release:
         }
 
     def evaluate(self, preset: str) -> list[Path]:
-        """Clean test split (float32, the card's numbers; a converted model's checked against the reported top-1)
-        and, where there is CIFAR-100-C, its corruptions and severities from the published parquet:
-        `eval_<dataset>_test.json` and `robustness_cifar100-c.json` + figures."""
+        """The clean test split (a converted model's top-1 checked against the reported one) and, where there is
+        CIFAR-100-C, its corruptions read from the published parquet."""
         from alternet_hf.evaluation import evaluate_model, write_evaluation
 
         folder = self.model_dir(preset)
@@ -508,13 +499,9 @@ class Release:
             )
         return outputs
 
-    # --- e. analyses and comparison -----------------------------------------------------------------------
-
     def analysis_plan(self):
-        """(settings, notes, data, analyses) of each model's analyses: the amounts of the device the release first
-        ran on (the paper's on a GPU, smaller on a CPU: kept, so that every model of one comparison is analysed
-        alike), or the rehearsal's smallest. Robustness is not among them: the evaluation step measured it on the
-        published CIFAR-100-C (`analyze` files that result with the others)."""
+        """(settings, notes, data, analyses) of each model's analyses, at the amounts of the device the release first
+        ran on; robustness is the evaluation step's result, not measured again."""
         from analysis.inputs import DataOptions
         from analysis.registry import ANALYSES, Settings
 
@@ -579,8 +566,6 @@ class Release:
         )
         return [Path(p) for p in written.values()]
 
-    # --- f. cards -----------------------------------------------------------------------------------------
-
     def write_card(self, preset: str) -> list[Path]:
         folder, repo = self.model_dir(preset), emptied(self.model_repo(preset))
         results = self.results_dir / display_name(preset)
@@ -624,15 +609,11 @@ class Release:
             return torch.cuda.get_device_name(self.device)
         return f"a CPU ({machine()})"
 
-    # --- g. the Space -------------------------------------------------------------------------------------
-
     def space_models(self) -> str:
         return ",".join(f"{display_name(p)}={self.repo_id(p)}" for p in self.released)
 
     def write_space(self) -> list[Path]:
-        """The Space repo: app.py, card, pinned requirements, the two packages, the stored results and `space.json`,
-        which points the app at this release's models and results and names the pending ones (no variable to set
-        by hand)."""
+        """The Space repo (`outputs.write_space_repo`), pointed at this release's models and results."""
         import alternet_hf
         import analysis
 
@@ -645,8 +626,6 @@ class Release:
             pending=self.pending_names(),
         )
         return tree_files(self.space_repo)
-
-    # --- uploads and summary ------------------------------------------------------------------------------
 
     def uploads(self) -> list[tuple[str, str, Path, str]]:
         """(repo type, name, folder, the step that wrote it) of every repo to upload."""

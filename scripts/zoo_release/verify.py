@@ -1,7 +1,5 @@
 """What a user gets from a released repo, checked before it is published: the card's top-1 is what the repo scores
-when loaded as its card says (`AutoModelForImageClassification` and `AutoImageProcessor` from the folder, remote
-code trusted, in a process of its own that never imports `alternet_hf`), and the Space predicts what that model
-predicts (what this catches: docs/release.md)."""
+loaded as its card says, without `alternet_hf`, and the Space predicts what that model predicts (docs/release.md)."""
 
 import contextlib
 import json
