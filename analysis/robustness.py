@@ -3,9 +3,10 @@ Dietterich 2019) and under frequency-band noise (`frequency_noise`).
 
 A corruption source gives each corruption and severity's set as `batches(corruption, severity, batch_size=, rows=)`,
 uint8 (B, 3, H, W) images and int64 (B,) labels, in order or only the positions `rows`, with `set_labels` its labels
-in that order: the released arrays (`ZenodoArrays`), a dataset in the parquet schema `write_hub_dataset` publishes
-(`ParquetCorruptions`: the Hub's copies are loading scripts that current `datasets` refuses), or clean images
-corrupted on the fly (`GeneratedCorruptions`). `evaluate_corruptions` reads any of them.
+in that order: the released arrays (`ZenodoArrays`), a dataset in the parquet schema that
+`alternet_hf.hub.write_hub_dataset` publishes (`ParquetCorruptions`: the Hub's copies are loading scripts that
+current `datasets` refuses), or clean images corrupted on the fly (`GeneratedCorruptions`). `evaluate_corruptions`
+reads any of them.
 """
 
 import tempfile
