@@ -172,6 +172,8 @@ def run_options(args) -> dict:
     """What every analysis command passes on to `analysis.runner` from its flags: the data (`DataOptions`, of the
     flags of the same names), the settings scaled to the device, and the notes on what was scaled down (figures
     drawn off screen from here on)."""
+    for kind in ("cpu", "cuda"):  # amounts at odds are said before torch is imported, whichever device runs
+        settings_from_args(args, kind)
     import matplotlib
 
     matplotlib.use("Agg")
