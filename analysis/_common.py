@@ -219,6 +219,11 @@ def plot_by_depth(values, kinds: list[str], ax=None, *, ylabel: str, title: str,
     return ax
 
 
+def legend_beside(ax, **options):
+    """The legend to the right of the axes, off the data, as every figure of several curves has it."""
+    return ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, **options)
+
+
 def new_axes(ax, figsize=(5, 3.5)):
     if ax is not None:
         return ax
@@ -306,7 +311,7 @@ def by_depth_figure(
     handles += [
         Patch(facecolor=STRIP_COLOURS[k], edgecolor="0.5", label=f"strip: {KIND_LABELS[k]}") for k in KIND_LABELS
     ]
-    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    legend_beside(ax, handles=handles, fontsize=7)
     for row, name in enumerate(names, start=1):
         strip = figure.add_subplot(grid[row], sharex=ax)
         kinds = series[name][1]

@@ -569,12 +569,12 @@ def spectra_comparison(found: dict[str, SpectrumResult]):
     both_ends = any(np.size(r.smallest_eigenvalues) for r in found.values())
     ends = "top-k and bottom-k" if both_ends else "top-k"
     ax.set_title(f"Hessian eigenvalue spectra, {ends} per minibatch (Fig. 1b / 4)", fontsize=9)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    _common.legend_beside(ax, fontsize=7)
     if densities:
         ax = axes[1]
         for name, density in densities.items():
             plot_density(DensityResult(**_common.as_arrays(density)), ax=ax, label=name, color=colours[name])
         ax.axvline(0.0, color="0.5", linewidth=0.8, linestyle="--")
         ax.set_title("SLQ spectral density")
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        _common.legend_beside(ax, fontsize=7)
     return figure

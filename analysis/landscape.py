@@ -265,7 +265,7 @@ def landscape_comparison(found: dict[str, LandscapeResult]):
         ylabel="loss − loss at the trained weights",
         title=f"Loss-landscape slices ({', '.join(protocols)} protocol)",
     )
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    _common.legend_beside(ax, fontsize=7)
     # One colour scale for every model's map (each on its own linear levels made the flattest look the sharpest),
     # logarithmic where the losses span decades (the reference protocol's edges reach thousands).
     from matplotlib import cm, colors

@@ -504,7 +504,7 @@ def plot_corruptions(result: CorruptionResult, ax=None):
         f"({len(result.corruptions)} corruptions × {len(result.severities)} severities)",
         fontsize=9,
     )
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside the data
+    _common.legend_beside(ax, fontsize=7)
     return ax
 
 
@@ -587,7 +587,7 @@ def plot_frequency_noise(results: FrequencyNoiseResult | dict[str, FrequencyNois
     ax.set_ylabel("Δ accuracy (%)")
     ax.set_title("Robustness to frequency-band noise")
     if any(name is not None for name in results):
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        _common.legend_beside(ax)
     return ax
 
 
@@ -629,7 +629,7 @@ def corruption_comparison(found: dict[str, CorruptionResult]):
     ax.set(xlabel="severity", ylabel="mean accuracy over corruptions (%)")
     ax.set_title(f"Corruption robustness: {', '.join(sources) or 'CIFAR-C'}\n({shown})", fontsize=9)
     ax.set_xticks(sorted({s for r in found.values() for s in r.severities}))
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    _common.legend_beside(ax)
     return ax.figure
 
 

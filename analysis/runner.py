@@ -75,7 +75,9 @@ def analyse(
     if any(entry.training_batches for entry in entries) and train_data is None:
         raise ValueError(f"the {' and '.join(e.name for e in entries if e.training_batches)} analyses need train_data")
     if any(entry.corruptions for entry in entries) and corruption_source is None:
-        raise ValueError("the robustness analysis needs a corruption_source")
+        raise ValueError(
+            f"the {' and '.join(e.name for e in entries if e.corruptions)} analysis needs a corruption_source"
+        )
     adapter = describe_blocks(model, adapter)
     inputs = Inputs(test_data, train_data, corruption_source, image_size, image_mean, image_std, adapter)
     common = dict(device=device, progress=progress)
