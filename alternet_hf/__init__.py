@@ -6,11 +6,9 @@ loaded when first used, and the registrations run as soon as transformers' Auto 
 once if they already are), so a command's `--help` never waits for torch.
 """
 
-import importlib
-import importlib.util
 import sys
 
-from .utils import half_imported, when_imported
+from .utils import half_imported, lazy_package, when_imported
 
 __version__ = "0.1.0"
 
@@ -26,19 +24,8 @@ _EXPORTS = {
     "modeling_common": ("build_image_processor",),
     "presets": ("DATASETS", "create_config", "create_model", "list_models"),
 }
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
-__all__ = list(_MODULE_OF)
-
-
-def __getattr__(name: str):
-    if name in _MODULE_OF:
-        value = getattr(importlib.import_module(f".{_MODULE_OF[name]}", __name__), name)
-    elif importlib.util.find_spec(f"{__name__}.{name}") is not None:  # a module: `alternet_hf.data`
-        value = importlib.import_module(f".{name}", __name__)
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value
-    return value
+__all__ = [name for names in _EXPORTS.values() for name in names]
+__getattr__ = lazy_package(__name__, _EXPORTS)
 
 
 def __dir__() -> list[str]:

@@ -74,6 +74,24 @@ def half_imported(name: str) -> bool:
     return name in _IMPORTING
 
 
+def lazy_package(package: str, exports: dict[str, tuple[str, ...]] | None = None) -> Callable[[str], object]:
+    """The module-level `__getattr__` of a package that imports nothing until a name is used: a name of `exports`
+    ({module: names}) from its module, else a module of the package (`alternet_hf.data`); each kept once loaded."""
+    module_of = {name: module for module, names in (exports or {}).items() for name in names}
+
+    def __getattr__(name: str):
+        if name in module_of:
+            value = getattr(importlib.import_module(f".{module_of[name]}", package), name)
+        elif importlib.util.find_spec(f"{package}.{name}") is not None:
+            value = importlib.import_module(f".{name}", package)
+        else:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        setattr(sys.modules[package], name, value)
+        return value
+
+    return __getattr__
+
+
 # What a failed call to the Hub met (`hub_failure`).
 UNREACHABLE, UNAUTHENTICATED, GATED, FORBIDDEN, NOT_FOUND = (
     "unreachable",

@@ -22,15 +22,6 @@ Each topic is a module with functions `fn(model, data, *, ..., device=None) -> S
 `analysis.<module>` is imported when first used, so that the commands read the registry without importing torch.
 """
 
-import importlib
+from alternet_hf.utils import lazy_package
 
-
-def __getattr__(name: str):
-    try:
-        module = importlib.import_module(f".{name}", __name__)
-    except ModuleNotFoundError as error:
-        if error.name != f"{__name__}.{name}":
-            raise
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    globals()[name] = module
-    return module
+__getattr__ = lazy_package(__name__)
