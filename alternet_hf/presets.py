@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .utils import damaged_model_file
+
 if TYPE_CHECKING:
     from torch import nn
     from transformers import PretrainedConfig, PreTrainedModel, ViTConfig
@@ -284,6 +286,9 @@ def create_model(name: str, *, num_labels: int | None = None, **overrides) -> Pr
     from .timm_families import classifier_prefix
 
     if loads_weights(name):
+        problem = os.path.isdir(name) and damaged_model_file(name)
+        if problem:
+            raise ValueError(problem)
         _check_config_fields(name, overrides)
         if num_labels is None:
             return _finish(AutoModelForImageClassification.from_pretrained(name, **overrides))

@@ -16,6 +16,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from .utils import not_a_folder
+
 LOCK_FILE = ".alternet-run.lock"
 
 _held: dict[Path, int] = {}  # the folders this process holds, with how many holders
@@ -45,6 +47,8 @@ def hold_folder(
     folder: str | Path, *, advice: str = "wait for it to end, or stop it, then run this again"
 ) -> Iterator[Path]:
     """Hold `folder` (created if missing) for the block; `FolderInUse`, naming the holder, where another holds it."""
+    if not_a_folder(folder):
+        raise NotADirectoryError(not_a_folder(folder))
     folder = Path(folder).resolve()
     if folder in _held or not _is_rank_zero():
         _held[folder] = _held.get(folder, 0) + 1

@@ -20,7 +20,7 @@ from PIL import Image, UnidentifiedImageError
 from transformers import AutoModelForImageClassification
 
 import alternet_hf  # noqa: F401  (registers the zoo's classes: no remote code is ever run)
-from alternet_hf.utils import UNREACHABLE, hub_failure, to_rgb, write_atomically
+from alternet_hf.utils import UNREACHABLE, damaged_model_file, hub_failure, to_rgb, write_atomically
 from analysis.blocks import as_feature_map, run_blocks
 from analysis.cifar_c import CORRUPTIONS, SEVERITIES
 from analysis.corruptions import corrupt
@@ -76,6 +76,9 @@ def load_models(spec: str) -> list[LoadedModel]:
         local = Path(source).expanduser().exists()
         if hub_down and not local:
             loaded.append(LoadedModel(name, source, None, "not tried: the Hugging Face Hub is unreachable"))
+            continue
+        if local and damaged_model_file(source):
+            loaded.append(LoadedModel(name, source, None, damaged_model_file(source)))
             continue
         try:
             model = AutoModelForImageClassification.from_pretrained(source, trust_remote_code=False).eval()

@@ -184,6 +184,68 @@ def to_rgb(image):
     return image.convert("RGB")
 
 
+def not_a_folder(path: str | Path) -> str | None:
+    """Why `path` cannot be a folder to write into (it, or a folder above it, is a file), or None."""
+    path = Path(path).expanduser()
+    for candidate in (path, *path.parents):
+        if candidate.exists() and not candidate.is_dir():
+            inside = "" if candidate == path else f", so {path} cannot be a folder"
+            return f"{candidate} is a file{inside}: name a folder to write into (one that is missing is created)"
+    return None
+
+
+MODEL_JSON_FILES = ("config.json", "preprocessor_config.json", "model.safetensors.index.json")
+
+
+def damaged_model_file(folder: str | Path) -> str | None:
+    """What makes a saved model folder unloadable as it stands (a JSON file or a safetensors file cut short or not
+    what its name says), said in one line with what to do, or None. Reads the JSON files and the safetensors
+    headers only, so a command can say it before anything loads; the loaders' own errors name neither the file nor
+    the cause."""
+    folder = Path(folder)
+    problems = [(folder / name, _json_object_problem(folder / name)) for name in MODEL_JSON_FILES]
+    problems += [(path, _safetensors_problem(path)) for path in sorted(folder.glob("*.safetensors"))]
+    for path, problem in problems:
+        if problem:
+            return f"{path} {problem}: the model folder is damaged; copy, download or save the model again"
+    return None
+
+
+def _json_object_problem(path: Path) -> str | None:
+    if not path.is_file():
+        return None
+    try:
+        value = json.loads(path.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        return "is empty" if not path.stat().st_size else f"is not valid JSON ({error})"
+    return None if isinstance(value, dict) else f"holds a JSON {type(value).__name__}, not an object"
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    """A safetensors file is an 8-byte header length, a JSON header whose `data_offsets` end where the file ends."""
+    size = path.stat().st_size
+    with path.open("rb") as file:
+        prefix = file.read(8)
+        if not prefix:
+            return "is empty"
+        if len(prefix) < 8:
+            return f"is cut short ({size} bytes, less than a safetensors header)"
+        header_size = int.from_bytes(prefix, "little")
+        if header_size > size - 8:
+            return f"is cut short ({size:,} bytes) or no safetensors file (its header says {header_size:,} bytes)"
+        try:
+            header = json.loads(file.read(header_size))
+            end = max([entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"], default=0)
+        except (UnicodeDecodeError, json.JSONDecodeError, AttributeError, KeyError, IndexError, TypeError):
+            return "is not a safetensors file (its header is unreadable)"
+    expected = 8 + header_size + end
+    if size < expected:
+        return f"is cut short ({size:,} of the {expected:,} bytes its header lists)"
+    if size > expected:
+        return f"has {size - expected:,} bytes past the tensors its header lists"
+    return None
+
+
 def write_atomically(path: str | Path, data: str | bytes) -> Path:
     """Write `data` into `path` whole or not at all, so that a kill or a reader never meets half a file: into a
     hidden file beside it, named for this process and thread, then renamed over it. Makes the parent folder."""

@@ -11,6 +11,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -329,3 +330,64 @@ def test_a_flat_image_folder_trains_with_a_holdout(tiny_model, tmp_path):
     assert "hold-out of 25%" in result.stdout and "15 images" in result.stdout
     saved = json.loads((tmp_path / "ft" / "holdout.json").read_text())
     assert saved["fraction"] == 0.25 and len(saved["rows"]) == 15 and saved["seed"] == 0
+
+
+DAMAGES = {
+    "model.safetensors cut short": ("model.safetensors", lambda data: data[: len(data) // 2], "is cut short"),
+    "model.safetensors empty": ("model.safetensors", lambda data: b"", "is empty"),
+    "model.safetensors corrupt": ("model.safetensors", lambda data: data[:8] + b"\xff" * 64 + data[72:], "header"),
+    "config.json cut short": ("config.json", lambda data: data[: len(data) // 2], "is not valid JSON"),
+    "config.json empty": ("config.json", lambda data: b"", "is empty"),
+    "preprocessor_config.json cut short": ("preprocessor_config.json", lambda data: data[:40], "is not valid JSON"),
+}
+
+
+def test_a_damaged_model_folder_is_one_line_for_every_command_that_takes_it(tiny_model, tmp_path):
+    """A download cut short or a file overwritten: every command that takes a model folder names the file and what
+    is wrong before anything loads (the loaders' own errors are tracebacks naming neither), and changes nothing."""
+    damaged = {}
+    for name, (file, damage, _) in DAMAGES.items():
+        folder = damaged[name] = tmp_path / name.replace(" ", "-")
+        shutil.copytree(tiny_model, folder)
+        (folder / file).write_bytes(damage((folder / file).read_bytes()))
+    kept = {folder: _fingerprint(folder) for folder in damaged.values()}
+    takers = {
+        "train": lambda m: ["alternet-train", "--model", m, "--dataset", "digits", "--output-dir", tmp_path / "t"],
+        "evaluate": lambda m: ["alternet-evaluate", "--model", m, "--dataset", "digits"],
+        "finetune": lambda m: ["alternet-finetune", "--model", m, "--dataset", "digits", "--output-dir", tmp_path],
+        "analyze": lambda m: ["alternet-analyze", "--model", m, "--out", tmp_path / "a"],
+        "compare": lambda m: ["alternet-compare", "--models", f"m={m}", "--out", tmp_path / "c"],
+        "buildup": lambda m: ["alternet-buildup", "--model", m, "--dataset", "digits", "--output-dir", tmp_path / "b"],
+        "push": lambda m: ["alternet-push", "--model", m, "--repo-id", "someone/x", "--dry-run", tmp_path / "p"],
+    }
+    commands = {(c, d): args(damaged[d]) for c, args in takers.items() for d in DAMAGES}
+    results = run_all(commands, tmp_path)
+    for (_, damage), result in results.items():
+        file, _, says = DAMAGES[damage]
+        assert_clear_error(result, f"{damaged[damage] / file} ", says, "copy, download or save the model again")
+        assert result.stderr.count("error:") == 1, result.stderr
+    for folder, fingerprint in kept.items():
+        assert _fingerprint(folder) == fingerprint, folder
+    assert not {p.name for p in tmp_path.iterdir()} & set("tacbp")
+    with pytest.raises(ValueError, match="model.safetensors is cut short"):
+        alternet_hf.create_model(str(damaged["model.safetensors cut short"]))
+
+
+def test_an_output_folder_that_is_a_file_is_one_line_and_the_file_is_kept(tiny_model, tmp_path):
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("kept")
+    (tmp_path / "config.json").write_text(json.dumps({"model": "resnet-18-cifar10", "output_dir": str(a_file)}))
+    commands = {
+        "train": ["alternet-train", "--model", "resnet-18-cifar10", "--dataset", "digits", "--output-dir", a_file],
+        "train --config": ["alternet-train", "--config", tmp_path / "config.json"],
+        "evaluate": ["alternet-evaluate", "--model", tiny_model, "--output", a_file],
+        "finetune": ["alternet-finetune", "--model", tiny_model, "--dataset", "digits", "--output-dir", a_file],
+        "analyze": ["alternet-analyze", "--model", tiny_model, "--out", a_file / "inside"],
+        "compare": ["alternet-compare", "--models", f"m={tiny_model}", "--out", a_file],
+        "reproduce": ["alternet-reproduce", "--out", a_file],
+        "push": ["alternet-push", "--model", tiny_model, "--repo-id", "someone/x", "--dry-run", a_file],
+    }
+    for name, result in run_all(commands, tmp_path).items():
+        assert_clear_error(result, f"{a_file} is a file", "name a folder to write into")
+        assert result.stderr.count("error:") == 1, (name, result.stderr)
+    assert a_file.read_text() == "kept"

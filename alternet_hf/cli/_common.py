@@ -18,7 +18,15 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from alternet_hf.utils import FORBIDDEN, GATED, UNAUTHENTICATED, UNREACHABLE, hub_failure
+from alternet_hf.utils import (
+    FORBIDDEN,
+    GATED,
+    UNAUTHENTICATED,
+    UNREACHABLE,
+    damaged_model_file,
+    hub_failure,
+    not_a_folder,
+)
 
 DEBUG_VARIABLE = "ALTERNET_DEBUG"
 # Where the zoo's own code lives: warnings raised from files under these read as one line.
@@ -141,6 +149,9 @@ def model_source(text: str) -> str:
             raise argparse.ArgumentTypeError(
                 f"{text} is a folder but holds no config.json, so it is no saved model; --model takes {MODEL_SOURCES}"
             )
+        problem = damaged_model_file(path)
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
         return str(path)
     if text in list_models():
         return text
@@ -154,6 +165,13 @@ def model_source(text: str) -> str:
     if not could_be_hub_id:
         raise argparse.ArgumentTypeError(f"there is no folder {text}; --model takes {MODEL_SOURCES}")
     return text  # owner/name: a Hub id (a missing local folder of that form gets the Hub's error, with a hint)
+
+
+def output_folder(text: str) -> Path:
+    """argparse type of a folder a command writes into: refused where it, or a folder above it, is a file."""
+    if not_a_folder(text):
+        raise argparse.ArgumentTypeError(not_a_folder(text))
+    return Path(text)
 
 
 def json_file(text: str) -> dict:

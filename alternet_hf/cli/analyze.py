@@ -21,7 +21,7 @@ import types
 import typing
 from pathlib import Path
 
-from alternet_hf.cli._common import command, make_parser, model_source, positive_int
+from alternet_hf.cli._common import command, make_parser, model_source, output_folder, positive_int
 
 
 def any_model(text: str) -> str:
@@ -149,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a preset name (random weights), a folder, a Hub id, or timm:<name> (--weights, else from the Hub)",
     )
     parser.add_argument("--weights", type=existing_path, help="a timm model's weights: a file or a folder holding one")
-    parser.add_argument("--out", type=Path, default=Path("results"), help="folder for JSON and PNG files")
+    parser.add_argument("--out", type=output_folder, default=Path("results"), help="folder for JSON and PNG files")
     add_analysis_arguments(parser)
     return parser
 

@@ -19,7 +19,7 @@ import json
 import re
 from pathlib import Path
 
-from alternet_hf.cli._common import CommandError, command, make_parser
+from alternet_hf.cli._common import CommandError, command, make_parser, output_folder
 from alternet_hf.cli.analyze import add_analysis_arguments, any_model, existing_path, named_list, run_options
 
 TIMM_PREFIX = "timm:"
@@ -102,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--weights", type=weight_paths, help="weights of timm models: [name=]file-or-folder,...")
     parser.add_argument("--image-size", type=int, help="resize inputs to this size for every model")
-    parser.add_argument("--out", type=Path, default=Path("comparison"), help="folder for results, figures, report")
+    parser.add_argument("--out", type=output_folder, default=Path("comparison"), help="results, figures, report")
     parser.add_argument(
         "--competence",
         type=float,

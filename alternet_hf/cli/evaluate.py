@@ -7,7 +7,7 @@ alternet-evaluate --model <org>/alternet-50-imagenet --dataset ILSVRC/imagenet-1
 
 from pathlib import Path
 
-from alternet_hf.cli._common import command, flag_values, make_parser, model_source, positive_int
+from alternet_hf.cli._common import command, flag_values, make_parser, model_source, output_folder, positive_int
 
 
 def build_parser():
@@ -33,7 +33,7 @@ def build_parser():
         help="float32 by default: the numbers a model card reports; bf16 is faster on a GPU",
     )
     parser.add_argument(
-        "--output", type=Path, help="folder for metrics JSON and plot (default: the model folder if local)"
+        "--output", type=output_folder, help="folder for metrics JSON and plot (default: the model folder if local)"
     )
     return parser
 

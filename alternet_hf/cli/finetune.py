@@ -4,7 +4,7 @@ alternet-finetune --model outputs/alternet-digits --dataset path/to/imagefolder 
 alternet-finetune --model <org>/alternet-50-cifar100 --dataset uoft-cs/cifar10 --epochs 10
 """
 
-from alternet_hf.cli._common import command, flag_values, json_object, make_parser, model_source
+from alternet_hf.cli._common import command, flag_values, json_object, make_parser, model_source, output_folder
 from alternet_hf.recipe import FINETUNE_DEFAULTS, FROM_SCRATCH_DEFAULTS
 
 
@@ -12,7 +12,7 @@ def build_parser():
     parser = make_parser(__doc__)
     parser.add_argument("--model", required=True, type=model_source)
     parser.add_argument("--dataset", required=True, help="'digits', a Hub id, or a local folder/parquet file")
-    parser.add_argument("--output-dir", help="default: outputs/<model>-finetuned-<dataset>")
+    parser.add_argument("--output-dir", type=output_folder, help="default: outputs/<model>-finetuned-<dataset>")
     parser.add_argument("--overwrite", action="store_true", help="replace a model already in --output-dir")
     parser.add_argument("--image-column")
     parser.add_argument("--label-column")

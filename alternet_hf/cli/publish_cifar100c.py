@@ -10,14 +10,14 @@ refuses; this one is plain parquet.
 
 from pathlib import Path
 
-from alternet_hf.cli._common import command, make_parser, publish
+from alternet_hf.cli._common import command, make_parser, output_folder, publish
 
 
 def build_parser():
     parser = make_parser(__doc__)
     parser.add_argument("--zenodo-dir", type=Path, required=True, help="folder with labels.npy and <corruption>.npy")
     parser.add_argument("--repo-id", required=True, help="the dataset repo to create, e.g. <org>/cifar100-c")
-    parser.add_argument("--dry-run", type=Path, help="write what would be uploaded into this folder, upload nothing")
+    parser.add_argument("--dry-run", type=output_folder, help="write the files into this folder, upload nothing")
     parser.add_argument("--corruptions", help="comma-separated subset (default: all 15)")
     parser.add_argument("--private", action="store_true")
     return parser

@@ -9,14 +9,15 @@ dataset's evaluation split, else training's metrics.json. Uploading needs a toke
 
 from pathlib import Path
 
-from alternet_hf.cli._common import CommandError, command, make_parser, publish
+from alternet_hf.cli._common import CommandError, command, make_parser, output_folder, publish
+from alternet_hf.utils import damaged_model_file
 
 
 def build_parser():
     parser = make_parser(__doc__)
     parser.add_argument("--model", type=Path, required=True, help="folder of a trained model")
     parser.add_argument("--repo-id", required=True, help="e.g. <org>/alternet-50-cifar100")
-    parser.add_argument("--dry-run", type=Path, help="write what would be uploaded into this folder, upload nothing")
+    parser.add_argument("--dry-run", type=output_folder, help="write the files into this folder, upload nothing")
     parser.add_argument("--evaluation", type=Path, help="the eval_*.json of alternet-evaluate to report")
     parser.add_argument("--private", action="store_true")
     return parser
@@ -27,6 +28,8 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if not args.model.is_dir():
         raise CommandError(f"{args.model} is not a folder: give the output folder of alternet-train")
+    if damaged_model_file(args.model):
+        raise CommandError(damaged_model_file(args.model))
     from alternet_hf.hub import write_release
 
     def write(folder: Path) -> None:

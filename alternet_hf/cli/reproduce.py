@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from alternet_hf.cli._common import CommandError, command, make_parser
+from alternet_hf.cli._common import CommandError, command, make_parser, output_folder
 from alternet_hf.cli.analyze import add_analysis_arguments, comma_list, run_options
 
 # The same names as alternet_hf.minizoo's (a test keeps them equal), read before the analyses load.
@@ -24,7 +24,7 @@ QUICK_BATCH_SIZE = 64
 
 def build_parser() -> argparse.ArgumentParser:
     parser = make_parser(__doc__)
-    parser.add_argument("--out", type=Path, default=Path("outputs/mini-zoo"), help="default: outputs/mini-zoo")
+    parser.add_argument("--out", type=output_folder, default=Path("outputs/mini-zoo"), help="default: outputs/mini-zoo")
     parser.add_argument(
         "--epochs", type=int, help="training epochs of every model (default: 6 for the CNNs, 30 for the ViT; 1 quick)"
     )

@@ -14,7 +14,15 @@ import json
 import types
 import typing
 
-from alternet_hf.cli._common import CommandError, command, json_file, json_object, make_parser, model_source
+from alternet_hf.cli._common import (
+    CommandError,
+    command,
+    json_file,
+    json_object,
+    make_parser,
+    model_source,
+    output_folder,
+)
 from alternet_hf.recipe import TrainingConfig, recipe_config
 
 
@@ -27,7 +35,8 @@ def _parsertype(annotation):
     return json_object if annotation is dict else annotation
 
 
-FIELD_TYPES = {"model": model_source}  # checked as the user typed them, before anything is built
+# Checked as the user typed them, before anything is built.
+FIELD_TYPES = {"model": model_source, "output_dir": lambda text: str(output_folder(text))}
 
 
 def build_parser() -> argparse.ArgumentParser:
