@@ -30,6 +30,9 @@ from analysis.runner import read_result
 
 MAX_SIDE = 4096  # larger images are refused from their header; anything above MAX_WORKING_SIDE is shrunk
 MAX_WORKING_SIDE = 512
+# A click without an image is a notice alone, its panels left as they were (`gr.skip()`): an error would mark every
+# output failed, the stored results too, which need no image.
+NO_IMAGE = "Pick an example photo or upload an image first."
 MAX_UPLOAD = "10mb"
 KEPT_OUTPUTS = 256  # output images kept on disk: a long-running Space's folder stays bounded
 FREQUENCY_NOISE = "frequency noise"
@@ -190,11 +193,9 @@ def knows_only_digits(models: list) -> bool:
     )
 
 
-def open_image(path: str | None) -> Image.Image:
+def open_image(path: str) -> Image.Image:
     """An upload as an RGB image of at most MAX_WORKING_SIDE a side; its size is checked from the header,
     before any pixel is decoded (a 300 KB PNG may claim 10000×10000 pixels)."""
-    if path is None:
-        raise gr.Error("Pick an example photo or upload an image first.")
     try:
         with Image.open(path) as image:
             width, height = image.size
@@ -279,6 +280,9 @@ class Space:
     @torch.no_grad()
     def frequency(self, path: str | None, depth: float) -> Figure:
         self._require_models()
+        if path is None:
+            gr.Warning(NO_IMAGE)
+            return gr.skip()
         image = open_image(path)
         figure = Figure(figsize=(4.2 * len(self.ready), 6.8), layout="constrained")
         axes = figure.subplots(2, len(self.ready), squeeze=False)
@@ -330,6 +334,9 @@ class Space:
         ):
             raise gr.Error(f"The severity is an integer from {min(SEVERITIES)} to {max(SEVERITIES)}, not {severity}.")
         severity = int(float(severity))
+        if path is None:
+            gr.Warning(NO_IMAGE)
+            return [gr.skip(), *[gr.skip() for _ in self.ready], self.curves(corruption)]
         image = open_image(path)
         shown, predictions = None, []
         generator = torch.Generator().manual_seed(0)

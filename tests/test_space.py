@@ -68,6 +68,8 @@ def test_every_control_through_the_api(space_url):
             assert len(top5["confidences"]) == 5
             assert sum(c["confidence"] for c in top5["confidences"]) == pytest.approx(1.0, abs=1e-4)
         assert curves["type"] == "matplotlib"
+    *_, curves = client.predict(None, "fog", 3, 0.5, api_name="/robustness")  # no image: the stored results alone
+    assert curves["type"] == "matplotlib" and curves["plot"].startswith("data:image")
     huge = folder / "huge.png"
     Image.new("RGB", (4100, 10)).save(huge)
     with pytest.raises(Exception, match="limit is 4096"):
@@ -272,6 +274,16 @@ def test_a_browser_clicks_through_both_tabs(space_url):
         page.goto(url)
         expect(page.get_by_text("AlterNetForImageClassification")).to_be_visible(timeout=30_000)
         expect(page.get_by_text("not loaded from")).to_be_visible()  # the missing model is reported
+
+        # A click before any image is a notice alone: no panel is marked failed, the stored results still show.
+        page.get_by_role("button", name="Analyse frequencies").click()
+        expect(page.get_by_text(app.NO_IMAGE)).to_be_visible(timeout=30_000)
+        page.get_by_role("tab", name="Robustness").click()
+        page.get_by_role("button", name="Corrupt and classify").click()
+        expect(page.locator("img[src^='data:image']").first).to_be_visible(timeout=30_000)  # the stored curves
+        expect(page.get_by_text("Error", exact=True)).to_have_count(0)
+        page.get_by_role("tab", name="Frequency").click()
+        expect(page.get_by_text("Error", exact=True)).to_have_count(0)
 
         page.locator(".gallery-item").first.click()  # the astronaut
         page.get_by_role("button", name="Analyse frequencies").click()
