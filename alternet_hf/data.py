@@ -220,6 +220,8 @@ def _from_hub(source: str, what: str | None = None, *, local: bool = False):
     """Connection and file errors as a `DatasetUnavailableError` about `what` that says what to do (not `local`)."""
     try:
         yield
+    except DatasetUnavailableError:
+        raise
     except (ConnectionError, OSError) as error:
         if local:
             raise
@@ -274,8 +276,31 @@ def stream_raw_dataset(source: str, *, split: str | None = "train") -> datasets.
     if _read_whole(path):
         return _load_local(path, split).to_iterable_dataset()  # on this disk already
     with _from_hub(source, local=path.exists()):
+        if not path.exists():
+            check_ranged_reads(source)
         stream = _load_split_only(source, split, "a folder" if path.exists() else "a Hub dataset", streaming=True)
         return stream if stream is not None else datasets.load_dataset(source, split=split, streaming=True)
+
+
+def check_ranged_reads(repo_id: str) -> None:
+    """Stop with one line where the Hub endpoint ignores HTTP Range. A stream reads parts of files (a parquet footer,
+    then its row groups); a server may answer such a read with the whole file (HTTP allows it, and mirrors such as
+    olah offline do), which the parquet reader takes for a damaged file. Asked of the repo's card, which is read
+    before any data file anyway; a repo without one is not asked."""
+    from huggingface_hub import constants, hf_hub_url
+    from huggingface_hub.utils import build_hf_headers, get_session
+
+    endpoint = constants.ENDPOINT
+    url = hf_hub_url(repo_id, "README.md", repo_type="dataset", endpoint=endpoint)
+    headers = {**build_hf_headers(), "Range": "bytes=0-0"}
+    with get_session().stream("GET", url, headers=headers, follow_redirects=True, timeout=30) as answer:
+        ignored = answer.status_code == 200  # a 206 holds the one byte; anything else is for the reads to say
+    if ignored:
+        raise DatasetUnavailableError(
+            f"the Hub at {endpoint} ignores HTTP Range (asked for one byte of the card of {repo_id}, it sent the "
+            f"whole file), so {repo_id} cannot be streamed from it: read it without --streaming or --max-images (its "
+            "files are then downloaded whole), or set HF_ENDPOINT to a server that serves parts of files"
+        )
 
 
 def split_files(source: str, split: str) -> list[str] | None:

@@ -6,8 +6,10 @@ answers every request with that HTTP status and `X-Error-Code`, as the Hub answe
 (401 GatedRepo), to a wrong token (401), without permission (403) or for no such repo (404 RepoNotFound), and so
 does a repo that is not there at all with `.status` where its folder would be; a GET with a `Range` (what a
 stream reads: a parquet file's footer, then its row groups) is answered with those bytes (206), where olah would send
-the whole file. Each file served (GET of `/resolve/`, whole or a range) is appended to --log, one path per line,
-so that a test counts what a command fetched.
+the whole file, except in a repo whose folder holds a file `.ignores-range`: there it is the whole file (200), as a
+mirror that ignores Range (olah offline, some proxies) answers, which HTTP allows. Each file served (GET of
+`/resolve/`, whole or a range) is appended to --log, one path per line, so that a test counts what a command
+fetched.
 
     python tests/hub_server.py --mirrors DIR --port N --log FILE   # DIR/datasets/<org>/<repo>: git repos on main
 """
@@ -93,6 +95,8 @@ def main() -> None:
                 span = byte_range(request.headers.get("range", ""), blob.size)
                 with args.log.open("a") as log:
                     log.write(f"{repo}/{file}" + (f" {span[0]}-{span[1]}/{blob.size}" if span else "") + "\n")
+                if span is not None and (args.mirrors / repo / ".ignores-range").exists():
+                    return Response(blob.data_stream.read(), media_type="application/octet-stream")
                 if span is not None:
                     first, last = span
                     data = blob.data_stream.read()[first : last + 1]

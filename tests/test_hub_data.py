@@ -281,3 +281,24 @@ def test_a_dataset_the_hub_will_not_serve_is_one_line_saying_what_to_do(hub, ref
         (line,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
         assert all(fragment in line for fragment in fragments) and "Offline" not in line, line
         assert not fetched
+
+
+def test_a_mirror_that_ignores_range_is_one_line_before_any_data_file_and_whole_files_still_load(hub, tmp_path):
+    """A server that answers a ranged read with the whole file (`.ignores-range`) cannot serve a stream, whose parquet
+    reader would take the file for a damaged one: one line names the endpoint, HF_ENDPOINT and the way that works,
+    before any data file is fetched; that way (the split's files downloaded whole) scores as usual."""
+    repo = hub.root / "mirrors" / "datasets" / "org" / "digits-whole-files"
+    shutil.copytree(hub.repo, repo)
+    (repo / ".ignores-range").write_text("")
+    argv = ["alternet-evaluate", "--model", str(hub.model), "--dataset", "org/digits-whole-files"]
+    argv += ["--split", "validation"]
+    for asked in (["--streaming"], ["--max-images", "16"]):
+        result, fetched = fetch(hub, [*argv, *asked], tmp_path)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+        (line,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+        assert f"the Hub at {hub.endpoint} ignores HTTP Range" in line and "HF_ENDPOINT" in line, line
+        assert "without --streaming or --max-images" in line
+        assert not [name for name in fetched if name.endswith(".parquet")], fetched
+    result, _ = fetch(hub, [*argv, "--output", "whole"], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(next((tmp_path / "whole").glob("eval_*.json")).read_text())["num_images"] == 360
