@@ -302,7 +302,7 @@ def train_candidate(config: TrainingConfig, say: Callable[[str], None] = print) 
                 "--output-dir or delete it"
             )
         say(f"{folder.name}: trained before, read")
-        return record
+        return {**record, "folder": str(folder)}  # where it is now: a search moved or copied elsewhere reads it there
     resume = (folder / "checkpoints").is_dir()
     say(f"{folder.name}: {'resuming' if resume else 'training'}")
     result = train(config, resume=resume, overwrite=not resume)

@@ -3,6 +3,7 @@ when given the paper's decisions, and end to end on the digits: killed in a cand
 reads what was finished, resumes the rest and ends where an uninterrupted search ends."""
 
 import json
+import shutil
 import signal
 
 import pytest
@@ -114,6 +115,17 @@ def test_a_search_killed_in_a_candidate_resumes_it_and_ends_where_one_run_side_b
     assert paths[0]["final_layout"] == paths[1]["final_layout"]
     final = AutoModelForImageClassification.from_pretrained(tmp_path / "killed" / "final")
     assert final.config.num_attention_blocks == paths[1]["final_layout"]
+
+    # Moved (copied as `cp -r` copies, without times, the original gone): every candidate is read where it now is.
+    shutil.copytree(tmp_path / "whole", tmp_path / "moved", copy_function=shutil.copy)
+    shutil.rmtree(tmp_path / "whole")
+    moved = run_command(_command("moved"), cwd=tmp_path)
+    assert moved.returncode == 0, moved.stderr[-3000:]
+    assert "training" not in moved.stdout and "resuming" not in moved.stdout, moved.stdout
+    assert moved.stdout.count("trained before, read") == 3, moved.stdout
+    path = json.loads((tmp_path / "moved" / "buildup.json").read_text())
+    assert [s["accuracy"] for s in path["steps"]] == [s["accuracy"] for s in paths[0]["steps"]]
+    assert (tmp_path / "moved" / "final" / "model.safetensors").is_file()
 
 
 @pytest.mark.commands

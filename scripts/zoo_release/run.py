@@ -321,13 +321,13 @@ class Release:
         return self.reference_dir / REFERENCE_FILES[preset]
 
     def fetch_settings(self, preset: str) -> dict:
-        """Where the file comes from; a file given in a folder is fetched again (hashed) once it changes."""
+        """Where the file comes from; a file given in a folder by its name and content, neither its folder nor its
+        times: a folder moved, copied without times or unpacked is the same file, an edited one is fetched again."""
         from alternet_hf.reference import file_url
 
         path = self.reference_file(preset)
-        if self.options.rehearsal or self.options.reference_dir:  # not its folder: a moved folder is the same file
-            stat = path.stat()
-            return {"file": path.name, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+        if self.options.rehearsal or self.options.reference_dir:
+            return {"file": path.name, "size": path.stat().st_size, "sha256": file_hash(path)}
         return {"url": file_url(REFERENCE_FILES[preset])}
 
     def fetch(self, preset: str) -> list[Path]:
