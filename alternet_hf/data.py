@@ -6,6 +6,8 @@ Every source comes back with two columns, `image` (PIL) and `label` (`ClassLabel
 
 import hashlib
 import io
+import json
+import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +15,7 @@ from pathlib import Path
 import datasets
 import numpy as np
 import torch
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 
 from .augmentation import SeededAugmentation
 from .utils import FORBIDDEN, GATED, NOT_FOUND, UNAUTHENTICATED, hub_failure, quiet_progress_bars, to_rgb
@@ -576,13 +578,105 @@ def decode_image(value, *, source: str, row: int) -> Image.Image:
         where = f" (file {path})" if path else ""
         raise DataRowError(
             f"{source}, row {row}{where}: the image cannot be read ({type(error).__name__}: {error}); "
-            "replace or remove it"
+            f"replace or remove it, or pass {SKIP_UNREADABLE} to leave out such rows"
         ) from None
+
+
+SKIP_UNREADABLE = "--skip-unreadable"
+UNREADABLE_FILE = "unreadable.jsonl"  # in a run's output folder
+# What a file of each format ends with, among its last bytes: a file cut short lacks it.
+IMAGE_ENDINGS = {"PNG": b"IEND\xaeB`\x82", "JPEG": b"\xff\xd9", "GIF": b";"}
+
+
+class UnreadableRows:
+    """The rows left out for an image that cannot be read (`--skip-unreadable`): a JSON-lines file that the check
+    before the run and every loader worker append to, so that the run's summary counts them all, each row once."""
+
+    def __init__(self, path: str | Path, *, fresh: bool = False):
+        self.path = Path(path)
+        if fresh:  # an earlier run's list would be counted as this one's
+            self.path.unlink(missing_ok=True)
+
+    def add(self, source: str, row: int, message: str) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as log:  # one short write a line: the lines of several processes never mix
+            log.write(json.dumps({"source": source, "row": row, "message": message}) + "\n")
+
+    def rows(self) -> list[dict]:
+        lines = self.path.read_text().splitlines() if self.path.is_file() else []
+        found = {}
+        for entry in map(json.loads, lines):
+            found.setdefault((entry["source"], entry["row"]), entry)
+        return list(found.values())
+
+    def summary(self, shown: int = 3) -> str | None:
+        """One line: how many rows were left out, the first few, and where all are listed; None where none was."""
+        rows = self.rows()
+        if not rows:
+            return None
+        more = f"; and {len(rows) - shown} more" if len(rows) > shown else ""
+        first = "; ".join(entry["message"] for entry in rows[:shown])
+        return f"{len(rows)} unreadable image(s) left out ({SKIP_UNREADABLE}): {first}{more}. All in {self.path}"
+
+
+def image_file_problem(path: str) -> str | None:
+    """Why the image file `path` cannot be read, from its header and last bytes, no pixel decoded: missing, empty,
+    not an image, no pixels, or (PNG, JPEG, GIF) cut short; None where it looks whole."""
+    try:
+        size = os.path.getsize(path)
+        if size == 0:
+            return "the file is empty (0 bytes)"
+        with Image.open(path) as image:
+            ending, pixels = IMAGE_ENDINGS.get(image.format), image.width * image.height
+        if not pixels:
+            return "the image has no pixels"
+        if ending:
+            with open(path, "rb") as file:
+                file.seek(max(size - 64, 0))
+                if ending not in file.read():
+                    return f"the {image.format} file is cut short (it lacks the end of its data)"
+    except UnidentifiedImageError:
+        return "the file is no image (of any format PIL reads)"
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as error:
+        return f"the file cannot be read as an image ({type(error).__name__}: {error})"
+    return None
+
+
+def check_image_files(dataset: datasets.Dataset, source: str, unreadable: UnreadableRows | None) -> list[int]:
+    """The rows (positions of `dataset`, whose images are undecoded) whose image file is sound, checked before the
+    first step (`image_file_problem`, files read side by side) rather than met hours in. Rows with a damaged file are
+    left out and logged where `unreadable` is given, else stop the run here, naming the first few. A dataset whose
+    images are stored in it (parquet, a saved dataset) has no files to check."""
+    rows = list(range(len(dataset)))
+    if not rows or not isinstance(dataset[0]["image"], dict) or dataset[0]["image"].get("bytes") is not None:
+        return rows
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tqdm.auto import tqdm
+
+    paths = [image["path"] for image in dataset["image"]]
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        checked = pool.map(image_file_problem, paths)
+        problems = list(tqdm(checked, total=len(paths), desc="checking image files", unit="file", leave=False))
+    damaged = [(row, f"{source}, row {row} (file {paths[row]}): {why}") for row, why in enumerate(problems) if why]
+    if damaged and unreadable is None:
+        more = f"; and {len(damaged) - 3} more" if len(damaged) > 3 else ""
+        raise DataRowError(
+            f"{len(damaged)} of {len(rows)} image files cannot be read: {'; '.join(m for _, m in damaged[:3])}"
+            f"{more}. Replace or remove them, or pass {SKIP_UNREADABLE} to leave them out (counted and listed)"
+        )
+    for row, message in damaged:
+        unreadable.add(source, row, message)
+    return [row for row, why in enumerate(problems) if not why]
 
 
 def collate_images(examples: list[dict]) -> dict[str, torch.Tensor]:
     """Examples of `with_transform` datasets -> the batch a zoo model's `forward` takes (float images), or the
-    training engine's (uint8 images, views of HWC pixels: stacked as such, a channels-last batch in one copy)."""
+    training engine's (uint8 images, views of HWC pixels: stacked as such, a channels-last batch in one copy).
+    Examples left out for an unreadable image (None) are dropped."""
+    examples = [e for e in examples if e["pixel_values"] is not None]
+    if not examples:
+        raise DataRowError(f"every image of a batch is unreadable ({SKIP_UNREADABLE} left them all out)")
     images = [e["pixel_values"] for e in examples]
     if images[0].dtype == torch.uint8:
         pixel_values = torch.stack([image.permute(1, 2, 0) for image in images]).permute(0, 3, 1, 2)
@@ -591,26 +685,38 @@ def collate_images(examples: list[dict]) -> dict[str, torch.Tensor]:
     return {"pixel_values": pixel_values, "labels": torch.tensor([e["labels"] for e in examples])}
 
 
-def transform_row(value, label, row: int, transform, *, source: str, num_classes: int | None):
+def transform_row(
+    value, label, row: int, transform, *, source: str, num_classes: int | None, unreadable: UnreadableRows | None = None
+):
     """The transform of one row's stored image, its label checked first: a bad label or image is a `DataRowError`
-    naming `source`, the row and the file. A `SeededAugmentation` is called with the row's index."""
+    naming `source`, the row and the file; an unreadable image is None instead where `unreadable` logs it. A
+    `SeededAugmentation` is called with the row's index."""
     if label is None:
         raise DataRowError(f"{source}, row {row}: the label is missing (null); remove the row or label it")
     if num_classes is not None and not 0 <= label < num_classes:
         raise DataRowError(f"{source}, row {row}: label {label} is outside the classes 0…{num_classes - 1}")
-    image = decode_image(value, source=source, row=row)
+    try:
+        image = decode_image(value, source=source, row=row)
+    except DataRowError as error:
+        if unreadable is None:
+            raise
+        unreadable.add(source, row, str(error))
+        return None
     return transform(image, row) if isinstance(transform, SeededAugmentation) else transform(image)
 
 
-def with_transform(dataset, transform, *, source: str = "the dataset"):
-    """Rows of a `Dataset` or a stream -> `pixel_values` and `labels`, on the fly as rows are read (`transform_row`)."""
+def with_transform(dataset, transform, *, source: str = "the dataset", unreadable: UnreadableRows | None = None):
+    """Rows of a `Dataset` or a stream -> `pixel_values` and `labels`, on the fly as rows are read (`transform_row`);
+    a `Dataset`'s image files are checked first (`check_image_files`). With `unreadable`, rows whose image cannot be
+    read are left out and logged there (`--skip-unreadable`); without, the first one stops the run."""
     num_classes = getattr(dataset.features.get("label"), "num_classes", None)
     if isinstance(dataset.features.get("image"), datasets.Image):
         dataset = dataset.cast_column("image", datasets.Image(decode=False))  # decoded below, errors named
+    options = dict(source=source, num_classes=num_classes, unreadable=unreadable)
 
     def apply(batch, rows):
         pixel_values = [
-            transform_row(value, label, row, transform, source=source, num_classes=num_classes)
+            transform_row(value, label, row, transform, **options)
             for value, label, row in zip(batch["image"], batch["label"], rows)
         ]
         return {"pixel_values": pixel_values, "labels": batch["label"]}
@@ -618,6 +724,9 @@ def with_transform(dataset, transform, *, source: str = "the dataset"):
     if isinstance(dataset, datasets.IterableDataset):
         columns = list(dataset.features)
         return dataset.map(apply, with_indices=True, batched=True, batch_size=64, remove_columns=columns)
-    dataset = dataset.add_column("index", list(range(len(dataset))))
+    sound = check_image_files(dataset, source, unreadable)
+    dataset = dataset.add_column("index", list(range(len(dataset))))  # rows as the split numbers them
+    if len(sound) < len(dataset):
+        dataset = dataset.select(sound)
     # a new view: the caller's dataset keeps returning PIL images
     return dataset.with_transform(lambda batch: apply(batch, batch["index"]))

@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader
 
 from .augmentation import channel_statistics, eval_transform
 from .data import (
+    UnreadableRows,
     class_names_of,
     collate_images,
     load_image_classification,
@@ -39,10 +40,12 @@ def evaluate_model(
     max_images: int | None = None,
     seed: int = 0,
     streaming: bool = False,
+    unreadable: UnreadableRows | None = None,
 ) -> tuple[dict, torch.Tensor, torch.Tensor]:
     """The paper's metrics of a trained model (folder or Hub id) on a split of a dataset, labels matched to the
     model's classes by name. In float32 by default: these numbers go into model cards, and bf16 logits shift NLL, ECE
-    and the 90%-confidence metrics. `max_images`: a seeded sample (`data.load_image_sample`)."""
+    and the 90%-confidence metrics. `max_images`: a seeded sample (`data.load_image_sample`). `unreadable`: rows
+    whose image cannot be read are left out and logged there, rather than stop the evaluation."""
     accelerator = Accelerator(mixed_precision=mixed_precision)
     model = create_model(model_name_or_path)
     columns = dict(image_column=image_column, label_column=label_column, class_names=class_names_of(model.config))
@@ -60,7 +63,7 @@ def evaluate_model(
         )
     size, image_mean, image_std = model.config.image_size, model.config.image_mean, model.config.image_std
     transform = eval_transform(size, image_mean, image_std, normalize=False)
-    data = with_transform(data, transform, source=f"{source} (split {split!r})")
+    data = with_transform(data, transform, source=f"{source} (split {split!r})", unreadable=unreadable)
     loader = DataLoader(
         data,
         batch_size=batch_size,

@@ -13,7 +13,7 @@ import torch
 from transformers import Trainer, TrainingArguments, set_seed
 
 from .augmentation import eval_transform, train_transform
-from .data import DIGITS, collate_images, load_train_and_eval, with_transform
+from .data import DIGITS, UNREADABLE_FILE, UnreadableRows, collate_images, load_train_and_eval, with_transform
 from .metrics import EVALUATE_METRIC_PATH
 from .modeling_common import build_image_processor
 from .presets import create_model, loads_weights
@@ -80,13 +80,15 @@ def finetune(
     seed: int = 0,
     model_overrides: dict | None = None,
     overwrite: bool = False,
+    skip_unreadable: bool = False,
     say: Callable[[str], None] = print,
     **training_arguments,
 ) -> FinetuneResult:
     """Fine-tune, evaluating before and after; the model and its image processor go to `output_dir` (default
     `default_output_dir`; see `check_output_dir`). `epochs`, `learning_rate` and `warmup` (a fraction of the steps)
     default to `FINETUNE_DEFAULTS`, or `FROM_SCRATCH_DEFAULTS` for a preset (said in one line). Every random draw
-    (the new head, data order, augmentation) follows `seed`."""
+    (the new head, data order, augmentation) follows `seed`. `skip_unreadable`: rows whose image cannot be read are
+    left out and listed in `output_dir/unreadable.jsonl`, rather than stop the run."""
     output_dir = Path(output_dir) if output_dir is not None else default_output_dir(model_name_or_path, dataset)
     from_scratch = not loads_weights(model_name_or_path)
     defaults = FROM_SCRATCH_DEFAULTS if from_scratch else FINETUNE_DEFAULTS
@@ -119,10 +121,11 @@ def finetune(
         model.config.label2id = {name: i for i, name in enumerate(names)}
 
         size, mean, std = model.config.image_size, model.config.image_mean, model.config.image_std
-        train_data = with_transform(
-            train_data, train_transform(size, mean, std, crop_padding=size // 8, horizontal_flip=horizontal_flip)
-        )
-        eval_data = with_transform(eval_data, eval_transform(size, mean, std))
+        unreadable = UnreadableRows(output_dir / UNREADABLE_FILE, fresh=True) if skip_unreadable else None
+        augment = train_transform(size, mean, std, crop_padding=size // 8, horizontal_flip=horizontal_flip)
+        sources = (f"{dataset} (split {train_split!r})", f"{dataset} (split {eval_split!r})")
+        train_data = with_transform(train_data, augment, source=sources[0], unreadable=unreadable)
+        eval_data = with_transform(eval_data, eval_transform(size, mean, std), source=sources[1], unreadable=unreadable)
 
         metric = evaluate.load(EVALUATE_METRIC_PATH)
 
@@ -165,6 +168,8 @@ def finetune(
                 json.dumps({"dataset": dataset, "split": train_split, **splits.holdout})
             )
         note = splits.holdout_note(dataset, train_split)
+        if unreadable is not None and unreadable.rows():
+            say(unreadable.summary())
         return FinetuneResult(
             output_dir, before, after, note, from_scratch, epochs=epochs, learning_rate=learning_rate, warmup=warmup
         )

@@ -46,6 +46,13 @@ NUMBER_RULES = (
 )
 
 
+# The flag of every command that reads a dataset to train or evaluate on.
+SKIP_UNREADABLE_HELP = (
+    "leave out rows whose image cannot be read, counted and listed in the output folder (*unreadable.jsonl), "
+    "rather than stop at the first; a folder's image files are checked before the first step either way"
+)
+
+
 @dataclass
 class TrainingConfig:
     """Everything a training run needs; the defaults are the offline first run on the embedded digits."""
@@ -109,6 +116,7 @@ class TrainingConfig:
     shuffle_buffer: int = field(
         default=1_000, metadata={"help": "rows each data-loading process shuffles within, with --streaming"}
     )
+    skip_unreadable: bool = field(default=False, metadata={"help": SKIP_UNREADABLE_HELP})
     seed: int = 0
     deterministic: bool = field(default=False, metadata={"help": "deterministic algorithms (for exact resume checks)"})
     log_every_steps: int = field(

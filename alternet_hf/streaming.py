@@ -113,14 +113,17 @@ def row_counts(stream: datasets.IterableDataset, files: list[str] | None) -> lis
 
 class TrainStream(IterableDataset):
     """One process's batches of an epoch of `split`, as `plan` deals them; each reader yields its full batches. The
-    epoch and the first batch to yield live in shared memory (`position`), read as each epoch's iterator starts."""
+    epoch and the first batch to yield live in shared memory (`position`), read as each epoch's iterator starts.
+    `unreadable` (`data.UnreadableRows`): rows whose image cannot be read are left out and logged there."""
 
-    def __init__(self, split, plan: EpochPlan, *, rank: int, transform, seed: int, shuffle_buffer: int, source: str):
+    def __init__(
+        self, split, plan: EpochPlan, *, rank, transform, seed: int, shuffle_buffer: int, source: str, unreadable=None
+    ):
         split = split.cast_column("image", datasets.Image(decode=False))  # decoded by the reader, errors named
         self.shards = [split.shard(num_shards=split.n_shards, index=shard) for shard in range(split.n_shards)]
         self.num_classes = split.features["label"].num_classes
         self.plan, self.rank, self.transform, self.seed = plan, rank, transform, seed
-        self.shuffle_buffer, self.source = shuffle_buffer, source
+        self.shuffle_buffer, self.source, self.unreadable = shuffle_buffer, source, unreadable
         self.position = torch.zeros(2, dtype=torch.int64).share_memory_()  # epoch, first batch
 
     def __iter__(self) -> Iterator[dict]:
@@ -131,15 +134,21 @@ class TrainStream(IterableDataset):
         skip = turns(self.plan.batches[self.rank], first_batch).count(worker) * self.plan.batch_size
         rng = np.random.default_rng([self.seed, epoch, self.rank, worker])
         rows = _shuffled(self._rows([pieces[i] for i in rng.permutation(len(pieces))]), self.shuffle_buffer, rng)
-        batch = []
+        batch, left_out = [], 0
+        options = dict(source=self.source, num_classes=self.num_classes, unreadable=self.unreadable)
         for position, (row, image, label) in enumerate(rows):
             if position < skip:  # read again to reach the resumed batch, not decoded
                 continue
-            pixels = transform_row(image, label, row, self.transform, source=self.source, num_classes=self.num_classes)
+            pixels = transform_row(image, label, row, self.transform, **options)
+            if pixels is None:  # unreadable, left out (`--skip-unreadable`): the next row takes its place
+                left_out += 1
+                continue
             batch.append({"pixel_values": pixels, "labels": label})
             if len(batch) == self.plan.batch_size:
                 yield {**collate_images(batch), "reader": worker}
                 batch = []
+        if batch and left_out:  # the reader's last batch, short by the rows left out: every planned step happens
+            yield {**collate_images(batch), "reader": worker}
 
     def _rows(self, pieces: list[Piece]) -> Iterator[tuple[int, dict, int]]:
         """(row number in the split, stored image, label) of each piece's rows, file after file."""
@@ -226,7 +235,7 @@ class StreamLoader:
             ) from error
 
 
-def stream_loader(config, split, transform, *, source: str, pin_memory: bool = False) -> StreamLoader:
+def stream_loader(config, split, transform, *, source: str, pin_memory: bool = False, unreadable=None) -> StreamLoader:
     """This process's training loader over the stream `split`, the rows counted by the main process."""
     from accelerate import PartialState
     from accelerate.utils import broadcast_object_list
@@ -257,6 +266,7 @@ def stream_loader(config, split, transform, *, source: str, pin_memory: bool = F
         seed=config.seed,
         shuffle_buffer=config.shuffle_buffer,
         source=source,
+        unreadable=unreadable,
     )
     return StreamLoader(
         stream, num_workers=config.num_workers, pin_memory=pin_memory, device=state.device, seed=config.seed

@@ -37,7 +37,7 @@ from .augmentation import (
     normalize_images,
     train_transform,
 )
-from .data import collate_images, load_train_and_eval, with_transform
+from .data import UNREADABLE_FILE, UnreadableRows, collate_images, load_train_and_eval, with_transform
 from .metrics import classification_metrics, plot_reliability_diagram, reliability_diagram
 from .presets import create_model
 from .recipe import TrainingConfig, build_optimizer, build_scheduler
@@ -52,7 +52,7 @@ FINISHED_OUTPUTS = ("metrics.json", "history.json")
 # What a run writes into its output folder; `overwrite=True` removes these (and nothing else) first.
 RUN_OUTPUTS = tuple(
     "checkpoints best logs training_config.json history.json metrics.json training_curves.png reliability_diagram.png "
-    "config.json model.safetensors preprocessor_config.json holdout.json".split()
+    "config.json model.safetensors preprocessor_config.json holdout.json unreadable.jsonl".split()
 )
 
 
@@ -252,6 +252,11 @@ def _progress(path: Path) -> tuple[int, int]:
 DATA_FIELDS = ("train_split", "eval_split", "image_column", "label_column", "seed", "streaming")
 
 
+def unreadable_rows(config: TrainingConfig) -> UnreadableRows | None:
+    """Where a run with `skip_unreadable` lists the rows it left out; None: the first unreadable row stops it."""
+    return UnreadableRows(Path(config.output_dir) / UNREADABLE_FILE) if config.skip_unreadable else None
+
+
 def build_model_and_data(config: TrainingConfig, *, pin_memory: bool = False):
     """The model (labels named after the dataset's classes), the training augmentation, both data loaders (of uint8
     images, normalised on the device) and the splits (`load_train_and_eval`)."""
@@ -277,7 +282,9 @@ def build_model_and_data(config: TrainingConfig, *, pin_memory: bool = False):
     augmentation = SeededAugmentation(augment, config.seed)
     train_source = f"{config.dataset} (split {config.train_split!r})"
     eval_source = f"{config.dataset} (split {config.eval_split!r})"
-    eval_data = with_transform(eval_data, eval_transform(size, mean, std, normalize=False), source=eval_source)
+    unreadable = unreadable_rows(config)
+    eval_transforms = eval_transform(size, mean, std, normalize=False)
+    eval_data = with_transform(eval_data, eval_transforms, source=eval_source, unreadable=unreadable)
     # Own generators: creating a loader iterator must not draw from the global RNG, or a resumed run
     # (which creates one more iterator) would drift from the uninterrupted one.
     workers = config.num_workers
@@ -286,9 +293,11 @@ def build_model_and_data(config: TrainingConfig, *, pin_memory: bool = False):
     )
     train_rng, eval_rng = (torch.Generator().manual_seed(config.seed + i) for i in range(2))
     if config.streaming:
-        train_loader = stream_loader(config, train_data, augmentation, source=train_source, pin_memory=pin_memory)
+        train_loader = stream_loader(
+            config, train_data, augmentation, source=train_source, pin_memory=pin_memory, unreadable=unreadable
+        )
     else:
-        train_data = with_transform(train_data, augmentation, source=train_source)
+        train_data = with_transform(train_data, augmentation, source=train_source, unreadable=unreadable)
         if len(train_data) < config.batch_size:
             raise ValueError(f"{len(train_data)} training images are fewer than one batch ({config.batch_size})")
         train_loader = DataLoader(
@@ -733,6 +742,9 @@ class TrainingSession:
                 ax = plot_reliability_diagram(reliability_diagram(self.logits.numpy(), self.labels.numpy()))
                 ax.figure.savefig(output_dir / "reliability_diagram.png", dpi=120)
                 plt.close(ax.figure)
+        unreadable = unreadable_rows(self.config)
+        if unreadable is not None and unreadable.rows():
+            accelerator.print(unreadable.summary())
         accelerator.end_training()
         unwrapped = accelerator.unwrap_model(self.model)
         return TrainResult(
@@ -740,11 +752,13 @@ class TrainingSession:
         )
 
 
-# What a resumed run may change: where it writes, and how fast (not what) it computes. Everything else
-# defines the run (model, data, augmentation, optimizer, schedule, seed) and must stay as it was.
+# What a resumed run may change: where it writes, and how fast (not what) it computes; and whether it leaves out
+# unreadable rows, so that a run stopped by one goes on. Everything else defines the run (model, data,
+# augmentation, optimizer, schedule, seed) and must stay as it was.
 RESUMABLE_CHANGES = tuple(
     "output_dir num_workers eval_batch_size eval_every_epochs log_every_steps save_every_epochs save_every_minutes "
-    "save_every_steps keep_checkpoints compile compile_mode channels_last mixed_precision deterministic".split()
+    "save_every_steps keep_checkpoints compile compile_mode channels_last mixed_precision deterministic "
+    "skip_unreadable".split()
 )
 
 

@@ -391,3 +391,66 @@ def test_an_output_folder_that_is_a_file_is_one_line_and_the_file_is_kept(tiny_m
         assert_clear_error(result, f"{a_file} is a file", "name a folder to write into")
         assert result.stderr.count("error:") == 1, (name, result.stderr)
     assert a_file.read_text() == "kept"
+
+
+def _damaged_image_folder(root: Path) -> tuple[Path, dict[str, str]]:
+    """Digits as an image folder whose training split holds four files that cannot be read, by what each says: three
+    the check before the run finds from their headers and ends, one (its compressed data garbled, its end intact) only
+    decoding finds."""
+    _image_folder(root, splits=True)
+    whole = next((root / "train" / "3").glob("*.png")).read_bytes()
+    middle = slice(len(whole) // 2, len(whole) // 2 + 8)
+    garbled = bytearray(whole)
+    garbled[middle] = bytes(b ^ 0xFF for b in whole[middle])
+    damaged = {
+        "3/zero.png": (b"", "the file is empty (0 bytes)"),
+        "3/cut.png": (whole[: len(whole) // 2], "the PNG file is cut short"),
+        "4/notes.png": (b"not an image at all", "the file is no image"),
+        "5/garbled.png": (bytes(garbled), "the image cannot be read"),
+    }
+    for name, (data, _) in damaged.items():
+        (root / "train" / name).write_bytes(data)
+    return root, {name: says for name, (_, says) in damaged.items()}
+
+
+def test_unreadable_images_stop_a_run_before_its_first_step_or_are_left_out_and_listed(tiny_model, tmp_path):
+    """Without --skip-unreadable, a folder's damaged files stop the run before anything trains, all counted and the
+    first named; with it, training (prepared or streamed), fine-tuning and evaluation go on without them, and the
+    summary and the output folder's list name all four, the garbled one found only as its batch is read (a stream's
+    all four)."""
+    folder, damaged = _damaged_image_folder(tmp_path / "digits")
+    train = ["alternet-train", "--model", tiny_model, "--dataset", folder, "--epochs", "1", "--batch-size", "16"]
+    commands = {
+        "train": [*train, "--output-dir", tmp_path / "stopped"],
+        "train, skipping": [*train, "--output-dir", tmp_path / "trained", "--skip-unreadable"],
+        "train streamed, skipping": [*train, "--output-dir", tmp_path / "streamed", "--streaming", "--skip-unreadable"],
+        "finetune, skipping": [
+            *("alternet-finetune", "--model", tiny_model, "--dataset", folder, "--epochs", "1"),
+            *("--output-dir", tmp_path / "finetuned", "--skip-unreadable"),
+        ],
+        "evaluate, skipping": [
+            *("alternet-evaluate", "--model", tiny_model, "--dataset", folder, "--split", "train"),
+            *("--output", tmp_path / "evaluated", "--skip-unreadable"),
+        ],
+    }
+    results = run_all(commands, tmp_path)
+    stopped = results.pop("train")
+    assert_clear_error(stopped, "3 of 64 image files cannot be read", "--skip-unreadable", "row ")
+    assert stopped.stderr.count("error:") == 1 and "epoch 1" not in stopped.stderr + stopped.stdout
+    assert not (tmp_path / "stopped" / "checkpoints").exists()
+    listed = {
+        "train, skipping": tmp_path / "trained" / "unreadable.jsonl",
+        "train streamed, skipping": tmp_path / "streamed" / "unreadable.jsonl",
+        "finetune, skipping": tmp_path / "finetuned" / "unreadable.jsonl",
+        "evaluate, skipping": tmp_path / "evaluated" / "eval_digits_train_unreadable.jsonl",
+    }
+    for name, result in results.items():
+        assert result.returncode == 0, (name, result.stderr[-3000:])
+        assert "4 unreadable image(s) left out (--skip-unreadable)" in result.stdout, (name, result.stdout[-3000:])
+        entries = [json.loads(line) for line in listed[name].read_text().splitlines()]
+        messages = {entry["message"].split("(file ")[1].split(")")[0]: entry["message"] for entry in entries}
+        assert sorted(messages) == sorted(str(folder / "train" / name) for name in damaged), name
+        for file, says in damaged.items():  # a stream has no check before the run: its reader names them all
+            expected = "the image cannot be read" if "streamed" in name else says
+            assert expected in messages[str(folder / "train" / file)], (name, file)
+    assert "60 images" in results["evaluate, skipping"].stdout  # the split's 64, less the four

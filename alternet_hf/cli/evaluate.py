@@ -8,6 +8,7 @@ alternet-evaluate --model <org>/alternet-50-imagenet --dataset ILSVRC/imagenet-1
 from pathlib import Path
 
 from alternet_hf.cli._common import command, flag_values, make_parser, model_source, output_folder, positive_int
+from alternet_hf.recipe import SKIP_UNREADABLE_HELP
 
 
 def build_parser():
@@ -35,24 +36,33 @@ def build_parser():
     parser.add_argument(
         "--output", type=output_folder, help="folder for metrics JSON and plot (default: the model folder if local)"
     )
+    parser.add_argument("--skip-unreadable", action="store_true", help=SKIP_UNREADABLE_HELP)
     return parser
 
 
 @command
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    from alternet_hf.data import SAMPLE_SHUFFLE_BUFFER
-    from alternet_hf.evaluation import evaluate_model, metric_lines, write_evaluation
+    from alternet_hf.data import SAMPLE_SHUFFLE_BUFFER, UnreadableRows
+    from alternet_hf.evaluation import evaluate_model, evaluation_stem, metric_lines, write_evaluation
 
     sample = None
     if args.max_images is not None:
         sample = {"num_images": args.max_images, "seed": args.seed, "shuffle_buffer": SAMPLE_SHUFFLE_BUFFER}
+    output = args.output or (Path(args.model) if Path(args.model).is_dir() else Path("results"))
+    unreadable = None
+    if args.skip_unreadable:
+        stem = evaluation_stem(args.dataset, args.split, sample)
+        unreadable = UnreadableRows(output / f"{stem}_unreadable.jsonl", fresh=True)
     options = "split image_column label_column batch_size num_workers mixed_precision max_images seed streaming"
-    metrics, logits, labels = evaluate_model(args.model, args.dataset, **flag_values(args, options))
+    metrics, logits, labels = evaluate_model(
+        args.model, args.dataset, **flag_values(args, options), unreadable=unreadable
+    )
     drawn = f": a sample, seed {args.seed}" if sample else (", streamed" if args.streaming else "")
     print(f"{args.model} on {args.dataset} ({args.split}, {len(labels):,} images{drawn})")
+    if unreadable is not None and unreadable.rows():
+        print(unreadable.summary())
     print("\n".join(metric_lines(metrics)))
-    output = args.output or (Path(args.model) if Path(args.model).is_dir() else Path("results"))
     run = flag_values(args, "model dataset split mixed_precision")
     path = write_evaluation(output, **run, metrics=metrics, logits=logits, labels=labels, sample=sample)
     print(f"wrote {path} and {path.stem}_reliability.png")

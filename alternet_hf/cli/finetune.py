@@ -5,7 +5,7 @@ alternet-finetune --model <org>/alternet-50-cifar100 --dataset uoft-cs/cifar10 -
 """
 
 from alternet_hf.cli._common import command, flag_values, json_object, make_parser, model_source, output_folder
-from alternet_hf.recipe import FINETUNE_DEFAULTS, FROM_SCRATCH_DEFAULTS
+from alternet_hf.recipe import FINETUNE_DEFAULTS, FROM_SCRATCH_DEFAULTS, SKIP_UNREADABLE_HELP
 
 
 def build_parser():
@@ -46,6 +46,7 @@ def build_parser():
     )
     parser.add_argument("--model-overrides", type=json_object, default={}, help="config fields as JSON")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--skip-unreadable", action="store_true", help=SKIP_UNREADABLE_HELP)
     return parser
 
 
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     options = flag_values(
         args,
         "image_column label_column train_split eval_split epochs learning_rate warmup batch_size horizontal_flip seed "
-        "model_overrides overwrite",
+        "model_overrides overwrite skip_unreadable",
     )
     result = finetune(args.model, args.dataset, args.output_dir, **options)
     if result.holdout_note:
