@@ -417,7 +417,7 @@ def test_unreadable_images_stop_a_run_before_its_first_step_or_are_left_out_and_
     """Without --skip-unreadable, a folder's damaged files stop the run before anything trains, all counted and the
     first named; with it, training (prepared or streamed), fine-tuning and evaluation go on without them, and the
     summary and the output folder's list name all four, the garbled one found only as its batch is read (a stream's
-    all four)."""
+    all four); the stopped run resumes with the flag."""
     folder, damaged = _damaged_image_folder(tmp_path / "digits")
     train = ["alternet-train", "--model", tiny_model, "--dataset", folder, "--epochs", "1", "--batch-size", "16"]
     commands = {
@@ -454,3 +454,6 @@ def test_unreadable_images_stop_a_run_before_its_first_step_or_are_left_out_and_
             expected = "the image cannot be read" if "streamed" in name else says
             assert expected in messages[str(folder / "train" / file)], (name, file)
     assert "60 images" in results["evaluate, skipping"].stdout  # the split's 64, less the four
+    resume = [*train, "--output-dir", tmp_path / "stopped", "--resume", "--skip-unreadable"]
+    resumed = run_all({"resume": resume}, tmp_path)["resume"]  # the stopped run goes on, leaving them out
+    assert resumed.returncode == 0 and "4 unreadable image(s) left out" in resumed.stdout, resumed.stderr[-3000:]
