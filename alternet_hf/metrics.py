@@ -20,20 +20,19 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     return exp / exp.sum(axis=-1, keepdims=True)
 
 
-def _as_probabilities(logits_or_probs: np.ndarray, from_logits: bool) -> np.ndarray:
-    values = np.asarray(logits_or_probs, dtype=np.float64)
-    if values.ndim != 2:
-        raise ValueError(f"expected (samples, classes) scores, got shape {values.shape}")
-    return softmax(values) if from_logits else values
-
-
-def _check_labels(labels: np.ndarray, num_samples: int, num_classes: int) -> np.ndarray:
+def _probabilities_and_labels(logits_or_probs, labels, from_logits: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(samples, classes) probabilities in float64 and one class index per sample, checked."""
+    probs = np.asarray(logits_or_probs, dtype=np.float64)
+    if probs.ndim != 2:
+        raise ValueError(f"expected (samples, classes) scores, got shape {probs.shape}")
+    probs = softmax(probs) if from_logits else probs
+    num_samples, num_classes = probs.shape
     labels = np.asarray(labels).astype(np.int64).reshape(-1)
     if labels.shape[0] != num_samples:
         raise ValueError(f"{labels.shape[0]} labels for {num_samples} predictions")
     if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
         raise ValueError(f"labels must lie in [0, {num_classes}), got [{labels.min()}, {labels.max()}]")
-    return labels
+    return probs, labels
 
 
 def mean_iou(predictions: np.ndarray, labels: np.ndarray, num_classes: int) -> float:
@@ -61,8 +60,7 @@ class ReliabilityDiagram:
 
 
 def reliability_diagram(logits_or_probs, labels, *, num_bins: int = 10, from_logits: bool = True) -> ReliabilityDiagram:
-    probs = _as_probabilities(logits_or_probs, from_logits)
-    labels = _check_labels(labels, probs.shape[0], probs.shape[1])
+    probs, labels = _probabilities_and_labels(logits_or_probs, labels, from_logits)
     confidence, correct = probs.max(axis=1), probs.argmax(axis=1) == labels
     # Bin i holds confidences in (i/n, (i+1)/n]; confidences are > 0 for a probability vector.
     bins = np.clip(np.ceil(confidence * num_bins).astype(np.int64) - 1, 0, num_bins - 1)
@@ -86,9 +84,8 @@ def classification_metrics(
     logits_or_probs, labels, *, num_bins: int = 10, from_logits: bool = True
 ) -> dict[str, float]:
     """Every metric of `METRIC_NAMES` for one set of predictions; accuracies as fractions in [0, 1]."""
-    probs = _as_probabilities(logits_or_probs, from_logits)
+    probs, labels = _probabilities_and_labels(logits_or_probs, labels, from_logits)
     num_samples, num_classes = probs.shape
-    labels = _check_labels(labels, num_samples, num_classes)
     if num_samples == 0:
         return {name: float("nan") for name in METRIC_NAMES}
     predictions, confidence = probs.argmax(axis=1), probs.max(axis=1)

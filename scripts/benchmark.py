@@ -19,12 +19,12 @@ one of the modes below, each timing one part of the zoo (the figures and their m
 import functools
 import importlib.util
 import itertools
-import json
 import tempfile
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
 from alternet_hf.cli._common import CommandError, command, make_parser, positive_int
+from alternet_hf.utils import write_json
 
 DTYPES = ("float32", "bfloat16", "float16")
 DEFAULT_MODELS = ("alternet-50-cifar100", "resnet-50-cifar100", "vit-ti-cifar100")
@@ -159,7 +159,6 @@ def main(argv: list[str] | None = None) -> None:
     args.models = args.models or list(DEFAULT_MODELS)
     compiled_options = COMPILED[args.compile or "no"]
     import torch
-    from tqdm import tqdm
 
     import zoo_benchmark as benchmark
     from zoo_benchmark import tables
@@ -169,11 +168,8 @@ def main(argv: list[str] | None = None) -> None:
 
         with tempfile.TemporaryDirectory(prefix="alternet-finetune-benchmark-") as work:
             faces = write_faces_dataset(Path(work) / "faces")
-            runs = [(name, seed) for name in args.models for seed in args.seeds]
-            rows = [
-                finetune_accuracy(name, faces, Path(work) / "runs" / f"{Path(name).name}-{seed}", seed=seed)
-                for name, seed in tqdm(runs, desc="fine-tuning", unit="run")
-            ]
+            over = {"model": args.models, "seed": args.seeds}
+            rows = sweep(finetune_accuracy, over, bar="fine-tuning", dataset=faces, runs=Path(work) / "runs")
         report = tables.finetune_table(rows)
     elif args.engine_overhead:
         result = benchmark.measure_engine_overhead(repeats=args.repeats)
@@ -215,10 +211,8 @@ def main(argv: list[str] | None = None) -> None:
         )
         report = tables.evaluation_table(rows)
     elif args.feature_maps:
-        rows = [
-            benchmark.per_block_speed(name, num_images=args.num_images, repeats=args.repeats, device=args.device)
-            for name in tqdm(args.models, desc="feature maps", unit="model")
-        ]
+        settings = dict(num_images=args.num_images, repeats=args.repeats, device=args.device)
+        rows = sweep(benchmark.per_block_speed, {"name": args.models}, bar="feature maps", **settings)
         report = tables.feature_maps_table(rows)
     elif args.corruptions:
         from analysis.cifar_c import CORRUPTIONS
@@ -232,11 +226,8 @@ def main(argv: list[str] | None = None) -> None:
         )
         report = tables.corruptions_table(rows)
     elif args.hessian:
-        rows = [
-            benchmark.hessian_convergence(name, batch_size=batch_size, device=args.device)
-            for name in tqdm(args.models, desc="hessian", unit="model")
-            for batch_size in args.batch_sizes
-        ]
+        over = {"name": args.models, "batch_size": args.batch_sizes}
+        rows = sweep(benchmark.hessian_convergence, over, bar="hessian", device=args.device)
         report = tables.hessian_table(rows)
     else:
         rows = sweep(
@@ -251,8 +242,7 @@ def main(argv: list[str] | None = None) -> None:
         report = tables.throughput_table(rows)
     print(f"\n{report}")
     if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps([asdict(row) if is_dataclass(row) else row for row in rows], indent=2))
+        write_json(args.output, [asdict(row) if is_dataclass(row) else row for row in rows])
         print(f"\nwrote {args.output}")
 
 

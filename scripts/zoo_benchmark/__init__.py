@@ -1,19 +1,14 @@
 """Speed measurement, in one place (`scripts/benchmark.py` and `scripts/device_check.py` run it). CPU figures are
-process time where a shared machine's other jobs would distort wall-clock time."""
+process time where a shared machine's other jobs would distort wall-clock time. Each module is imported when first
+used."""
 
-from .analyses import corruption_speed, hessian_convergence, per_block_speed
-from .engine import measure_data_path, measure_engine_overhead, measure_training_run, sample_speed
-from .models import evaluation_throughput, measure_throughput, race_reference
+from alternet_hf.utils import lazy_package
 
-__all__ = [
-    "corruption_speed",
-    "evaluation_throughput",
-    "hessian_convergence",
-    "measure_data_path",
-    "measure_engine_overhead",
-    "measure_throughput",
-    "measure_training_run",
-    "per_block_speed",
-    "race_reference",
-    "sample_speed",
-]
+__getattr__ = lazy_package(
+    __name__,
+    {
+        "analyses": ("corruption_speed", "hessian_convergence", "per_block_speed"),
+        "engine": ("measure_data_path", "measure_engine_overhead", "measure_training_run", "sample_speed"),
+        "models": ("evaluation_throughput", "measure_throughput", "race_reference"),
+    },
+)

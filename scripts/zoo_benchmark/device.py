@@ -12,6 +12,8 @@ from contextlib import contextmanager
 
 import torch
 
+from analysis._common import synchronize
+
 PACKAGES = ("torch", "triton", "transformers", "timm", "accelerate", "datasets", "huggingface_hub", "numpy", "pyarrow")
 
 
@@ -24,12 +26,6 @@ def device_name(device: str | torch.device | None = None) -> str:
     """The GPU's name, or "cpu": the device as the results name it."""
     device = chosen_device(device)
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-
-
-def synchronize(device: str | torch.device | None = None) -> None:
-    """Wait for the GPU's queued work, so that the clock read next counts it."""
-    if chosen_device(device).type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 @contextmanager
@@ -58,6 +54,21 @@ def timed(run, repeats: int = 1, *, calls: int = 1, warmup: int = 1, device=None
         wait()
         seconds.append(time.perf_counter() - started)
     return seconds
+
+
+def timed_in_turn(runs: dict, repeats: int) -> dict:
+    """Seconds of each of `runs` ({name: function}) by wall clock and by CPU (process) time, the runs taking turns
+    `repeats` times after one untimed call each: {(clock, name): [seconds, ...]}, the clock "wall" or "cpu"."""
+    for run in runs.values():
+        run()  # warm-up
+    timings = {(clock, name): [] for clock in ("wall", "cpu") for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            started_wall, started_cpu = time.perf_counter(), time.process_time()
+            run()
+            timings["wall", name].append(time.perf_counter() - started_wall)
+            timings["cpu", name].append(time.process_time() - started_cpu)
+    return timings
 
 
 def environment() -> dict:
@@ -215,7 +226,7 @@ def engine_steady_state(
     try:
         session.train_batches(itertools.islice(batches, warmup_steps), quiet)
         session.read_losses()
-        synchronize()
+        synchronize(chosen_device())
         warmup_seconds = time.perf_counter() - started
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
@@ -232,7 +243,7 @@ def engine_steady_state(
             timed_from = time.perf_counter()
             session.train_batches(until_time_is_up(), quiet)
             session.read_losses()
-            synchronize()
+            synchronize(chosen_device())
             elapsed = time.perf_counter() - timed_from
         steps = session.state.step_in_epoch - first_step
     finally:

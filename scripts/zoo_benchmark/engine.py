@@ -10,7 +10,7 @@ import torch
 
 from alternet_hf.augmentation import normalize_images
 
-from .device import device_name, torch_threads
+from .device import device_name, timed_in_turn, torch_threads
 
 
 def cifar_like_dataset(path: str, *, num_labels: int, image_size: int, train: int, test: int, seed: int = 0) -> str:
@@ -32,6 +32,12 @@ def cifar_like_dataset(path: str, *, num_labels: int, image_size: int, train: in
     return path
 
 
+def write_parquet_split(dataset, folder, split: str, files: int = 1) -> None:
+    """`dataset` as the `split` of `files` parquet files in `folder`/data, laid out as the Hub lays out a split."""
+    for index in range(files):
+        dataset.shard(files, index).to_parquet(f"{folder}/data/{split}-{index:05d}-of-{files:05d}.parquet")
+
+
 def _recipe_on_random_images(name: str, recipe: str, folder: str, *, train: int, test: int, **settings):
     """The config of `recipe` for `name` (`settings` override its fields) on `train` and `test` random images of the
     model's size and classes, written to `folder` (with `streaming`: as four parquet files)."""
@@ -46,9 +52,8 @@ def _recipe_on_random_images(name: str, recipe: str, folder: str, *, train: int,
     )
     if settings.get("streaming"):
         splits, data = datasets.load_from_disk(data), f"{folder}/parquet"
-        for index in range(4):
-            splits["train"].shard(4, index).to_parquet(f"{data}/data/train-{index:05d}-of-00004.parquet")
-        splits["test"].to_parquet(f"{data}/data/test-00000-of-00001.parquet")
+        write_parquet_split(splits["train"], data, "train", files=4)
+        write_parquet_split(splits["test"], data, "test")
     return recipe_config(name, recipe, dataset=data, image_column="img", **settings)
 
 
@@ -165,18 +170,14 @@ def measure_engine_overhead(*, steps: int = 50, batch_size: int = 8, repeats: in
                 session.train_batches(batches, progress)
             session.read_losses()
 
-        timings = {"hand-written loop": [], "engine": []}
+        loops = {"hand-written loop": hand_written, "engine": engine}
         with torch_threads(1):  # parallel kernels' spinning threads would bury the loops' own time on a busy CPU
             try:
                 model.train()
-                hand_written(), engine()  # warm-up
-                for _ in range(repeats):
-                    for label, loop in (("hand-written loop", hand_written), ("engine", engine)):
-                        started = time.process_time()
-                        loop()
-                        timings[label].append(1000 * (time.process_time() - started) / steps)
+                seconds = timed_in_turn(loops, repeats)
             finally:
                 session.accelerator.end_training()
+    timings = {label: [1000 * cpu / steps for cpu in seconds["cpu", label]] for label in loops}
     medians = {label: statistics.median(values) for label, values in timings.items()}
     differences = [engine - hand for engine, hand in zip(timings["engine"], timings["hand-written loop"])]
     return {
@@ -279,16 +280,12 @@ def sample_speed(*, num_images: int, split_images: int, files: int, workdir: str
     """Seconds to a streamed sample of `num_images` of a split of `files` parquet files (`split_images` images in
     all), against preparing the split first and drawing as many rows; and the bytes each wrote into the cache."""
     import datasets
-    import numpy as np
 
     from alternet_hf.data import load_image_classification, load_image_sample
 
     folder = Path(workdir) / "split"
-    (folder / "data").mkdir(parents=True, exist_ok=True)
     saved = cifar_like_dataset(str(Path(workdir) / "saved"), num_labels=100, image_size=32, train=1, test=split_images)
-    written = load_image_classification(saved, split="test")
-    for index, rows in enumerate(np.array_split(np.arange(len(written)), files)):
-        written.select(rows).to_parquet(str(folder / "data" / f"test-{index:05d}-of-{files:05d}.parquet"))
+    write_parquet_split(load_image_classification(saved, split="test"), folder, "test", files)
 
     def timed(way: str, load) -> dict:
         """Seconds of `load` with a datasets cache of its own, and the bytes it wrote there."""

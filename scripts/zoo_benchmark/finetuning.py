@@ -15,6 +15,8 @@ def write_faces_dataset(folder: Path) -> Path:
     from PIL import Image
     from skimage import data
 
+    from .engine import write_parquet_split
+
     faces = data.lfw_subset()  # (200, 25, 25) floats in [0, 1]: 100 faces, then 100 other photographs
     labels = np.repeat([0, 1], len(faces) // 2)
     rows = np.random.default_rng(0).permutation(len(faces))
@@ -28,18 +30,19 @@ def write_faces_dataset(folder: Path) -> Path:
             .resize((32, 32), Image.Resampling.BICUBIC)
             for i in chosen
         ]
-        datasets.Dataset.from_dict({"image": images, "label": labels[chosen].tolist()}, features=features).to_parquet(
-            str(Path(folder) / "data" / f"{split}-00000-of-00001.parquet")
-        )
+        written = datasets.Dataset.from_dict({"image": images, "label": labels[chosen].tolist()}, features=features)
+        write_parquet_split(written, folder, split)
     return Path(folder)
 
 
-def finetune_accuracy(model: str, dataset: Path, out: Path, *, seed: int) -> dict:
-    """One `finetune` with its defaults: held-out accuracy before and after, the defaults used, wall time."""
+def finetune_accuracy(model: str, dataset: Path, runs: Path, *, seed: int) -> dict:
+    """One `finetune` with its defaults, into `runs`/<model>-<seed>: held-out accuracy before and after, the defaults
+    used, wall time."""
     from alternet_hf.finetuning import finetune
 
     lines = []
     started = time.perf_counter()
+    out = runs / f"{Path(model).name}-{seed}"
     result = finetune(model, str(dataset), out, seed=seed, overwrite=True, say=lines.append)
     return {
         "model": model,

@@ -1,7 +1,6 @@
 """Speed of the zoo's models: images per second of bare forward and forward+backward steps (eager or compiled,
 any autocast dtype), and a training step of AlterNet-50 against the reference implementation's."""
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,7 +8,7 @@ import torch
 
 from alternet_hf.presets import create_model
 
-from .device import chosen_device, device_name, timed
+from .device import chosen_device, device_name, timed, timed_in_turn
 
 
 @dataclass
@@ -132,16 +131,9 @@ def race_reference(
         for kind, size in passes:
             images = torch.randn(size, 3, 32, 32, generator=generator).contiguous(memory_format=memory_format)
             labels = torch.randint(0, 100, (size,), generator=generator)
-            runs = {name: _pass(model, kind, images, labels) for name, model in models.items()}
-            for run in runs.values():
-                run()  # warm-up
-            timings = {(clock, name): [] for clock in ("wall", "cpu") for name in runs}
-            for _ in range(repeats):
-                for name, run in runs.items():
-                    started_wall, started_cpu = time.perf_counter(), time.process_time()
-                    run()
-                    timings["wall", name].append(time.perf_counter() - started_wall)
-                    timings["cpu", name].append(time.process_time() - started_cpu)
+            timings = timed_in_turn(
+                {name: _pass(model, kind, images, labels) for name, model in models.items()}, repeats
+            )
             seconds = {
                 f"{clock}_seconds_{name}": statistics.median(values) for (clock, name), values in timings.items()
             }

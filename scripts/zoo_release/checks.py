@@ -135,13 +135,16 @@ def check_cifar100c_dir(folder: Path | None) -> None:
     )
     if folder is None:
         raise ReleaseError(f"the release evaluates on CIFAR-100-C and publishes it: {where}")
+    check_folder_holds(folder, ["labels.npy", *(f"{c}.npy" for c in CORRUPTIONS)], where)
+
+
+def check_folder_holds(folder: Path, names, advice: str) -> None:
+    """`folder` holds the files `names`, or a `ReleaseError` says what is missing, then `advice`."""
     if not Path(folder).is_dir():
-        raise ReleaseError(f"there is no folder {folder}: {where}")
-    missing = [
-        name for name in ("labels.npy", *(f"{c}.npy" for c in CORRUPTIONS)) if not (Path(folder) / name).is_file()
-    ]
+        raise ReleaseError(f"there is no folder {folder}: {advice}")
+    missing = [name for name in names if not (Path(folder) / name).is_file()]
     if missing:
-        raise ReleaseError(f"{folder} lacks {', '.join(missing)}: {where}")
+        raise ReleaseError(f"{folder} lacks {', '.join(missing)}: {advice}")
 
 
 def check_cifar100c_labels(folder: Path, test_labels, dataset: str) -> None:
@@ -241,11 +244,7 @@ def check_reference_files(options: ReleaseOptions) -> None:
     if not presets or options.rehearsal:
         return
     if options.reference_dir is not None:
-        folder = Path(options.reference_dir)
-        missing = [REFERENCE_FILES[p] for p in presets if not (folder / REFERENCE_FILES[p]).is_file()]
-        if not folder.is_dir() or missing:
-            lacking = f"there is no folder {folder}" if not folder.is_dir() else f"{folder} lacks {', '.join(missing)}"
-            raise ReleaseError(f"{lacking}: {where_to_get_them(presets)}")
+        check_folder_holds(options.reference_dir, [REFERENCE_FILES[p] for p in presets], where_to_get_them(presets))
         return
     downloads = Path(options.out) / "work" / "reference"
     for preset in presets:

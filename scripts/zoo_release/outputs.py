@@ -1,12 +1,11 @@
 """What the release writes beside the model repos (`alternet_hf.hub`): each model's CIFAR-100-C evaluation within the
 machine's time budget, and the Space repo with its packages pinned."""
 
-import json
 import shutil
 import sys
 from pathlib import Path
 
-from alternet_hf.utils import format_duration
+from alternet_hf.utils import format_duration, write_json
 
 from .checks import SUBSET_SEED, ReleaseError, evaluation_batch
 
@@ -142,4 +141,4 @@ def write_space_repo(
     }
     if pending:
         defaults["ALTERNET_SPACE_PENDING"] = ",".join(pending)
-    (folder / "space.json").write_text(json.dumps(defaults, indent=2))
+    write_json(folder / "space.json", defaults)

@@ -2,8 +2,9 @@
 --rehearsal`; what they are and why: docs/release.md)."""
 
 import colorsys
-import json
 from pathlib import Path
+
+from alternet_hf.utils import write_json
 
 from .checks import COLUMN_NAMES
 
@@ -149,7 +150,4 @@ def write_reference_stand_in(dataset: Path, folder: Path, preset: str, *, say=pr
     path = save_reference_checkpoint(result.model, family, folder / REFERENCE_FILES[preset], name=preset)
     reported = {"top1": round(100 * result.metrics["accuracy"], 4), "cifar100c_mean": None}
     say(f"stand-in for {path.name}: top-1 {reported['top1']:.2f}% on the stand-in's test split")
-    table = folder / REPORTED / f"{preset}.json"
-    table.parent.mkdir(parents=True, exist_ok=True)
-    table.write_text(json.dumps(reported, indent=2))
-    return [path, table]
+    return [path, write_json(folder / REPORTED / f"{preset}.json", reported)]
