@@ -10,6 +10,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from alternet_hf.augmentation import channel_statistics
+
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
@@ -18,19 +20,20 @@ class AnalysisResult:
     """Base of every result: numpy arrays and plain values, `to_dict()` ready for `json.dump`."""
 
     def to_dict(self) -> dict:
-        return {field.name: _plain(getattr(self, field.name)) for field in dataclasses.fields(self)}
+        return {field.name: plain(getattr(self, field.name)) for field in dataclasses.fields(self)}
 
 
-def _plain(value):
-    """`value` with numpy arrays and scalars as Python lists and numbers, tuples as lists, dict keys as strings."""
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
+def plain(value, *, nulls: bool = False):
+    """`value` with numpy arrays and scalars as Python lists and numbers, tuples as lists, dict keys as strings; with
+    `nulls`, NaN and infinities as None (JSON has neither: what is written to a file)."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        value = value.tolist()  # a numpy scalar's is its Python number
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain(v, nulls=nulls) for v in value]
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): plain(v, nulls=nulls) for k, v in value.items()}
+    if nulls and isinstance(value, float) and not math.isfinite(value):
+        return None
     return value
 
 
@@ -131,7 +134,8 @@ BATCHNORM_MODES = ("eval", "train")
 @contextlib.contextmanager
 def analysis_mode(model: nn.Module, *, batchnorm: str = "eval", device: torch.device | None = None):
     """Eval mode (no dropout or stochastic depth) on `device`, BatchNorm with each batch's own statistics where
-    `batchnorm="train"`; afterwards the running statistics, every module's training flag and the device restored."""
+    `batchnorm="train"`; afterwards the running statistics, every module's training flag and the device restored.
+    Yields the device it runs on (`resolve_device`)."""
     if batchnorm not in BATCHNORM_MODES:
         raise ValueError(f"batchnorm must be one of {BATCHNORM_MODES}, not {batchnorm!r}")
     flags = {module: module.training for module in model.modules()}
@@ -145,7 +149,7 @@ def analysis_mode(model: nn.Module, *, batchnorm: str = "eval", device: torch.de
         if batchnorm == "train":
             for module in norms:
                 module.train()
-        yield model
+        yield resolve_device(model, device)
     finally:
         for module, buffers in zip(norms, saved_buffers):
             for name, value in buffers.items():
@@ -155,12 +159,13 @@ def analysis_mode(model: nn.Module, *, batchnorm: str = "eval", device: torch.de
         model.to(original_device)
 
 
-def model_normalization(model: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
-    """The mean and std a model's inputs are normalised with (its config's, else 0.5)."""
+def model_normalization(model: nn.Module, mean=None, std=None, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mean and std to normalise a model's inputs with (those given, else its config's, else 0.5), as
+    `alternet_hf.augmentation.channel_statistics` gives them on `device`."""
     config = getattr(model, "config", None)
-    mean = getattr(config, "image_mean", None) or (0.5, 0.5, 0.5)
-    std = getattr(config, "image_std", None) or (0.5, 0.5, 0.5)
-    return torch.tensor(mean).view(1, -1, 1, 1), torch.tensor(std).view(1, -1, 1, 1)
+    mean = (getattr(config, "image_mean", None) or (0.5, 0.5, 0.5)) if mean is None else mean
+    std = (getattr(config, "image_std", None) or (0.5, 0.5, 0.5)) if std is None else std
+    return channel_statistics(mean, std, device)
 
 
 def count_batches(data, max_batches: int | None = None) -> int | None:
@@ -225,11 +230,8 @@ def legend_beside(ax, **options):
 
 
 def new_axes(ax, figsize=(5, 3.5)):
-    if ax is not None:
-        return ax
-    import matplotlib.pyplot as plt
-
-    return plt.subplots(figsize=figsize, constrained_layout=True)[1]
+    """`ax`, else the axes of a new figure of `figsize`."""
+    return ax if ax is not None else row_of_axes(1, *figsize)[1][0]
 
 
 # --- figures of several models (the comparisons) -------------------------------------------------------
@@ -346,17 +348,6 @@ def panels(found: dict, plot, title: str, size: tuple[float, float]):
 def as_arrays(values: dict) -> dict:
     """JSON lists back as float arrays (a result nested in another, such as the Hessian's density)."""
     return {key: np.asarray(value, dtype=float) if isinstance(value, list) else value for key, value in values.items()}
-
-
-def finite(value):
-    """JSON has no NaN or infinity: write null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, list):
-        return [finite(v) for v in value]
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    return value
 
 
 def last_with_map(values, kinds: list[str]) -> tuple[float, str]:

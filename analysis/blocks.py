@@ -18,7 +18,7 @@ import alternet_hf
 from alternet_hf.blocks import Block, BlockAdapter, hooked_states, timm_cut
 
 from . import _common
-from ._common import AnalysisResult, analysis_mode, logits_of, resolve_device
+from ._common import AnalysisResult, analysis_mode, logits_of
 
 
 class UndescribedModelError(TypeError, ValueError):
@@ -356,13 +356,12 @@ def block_batches(
 ) -> Iterator[BlockBatch]:
     """For each batch of `data` (inputs, a batch `(inputs, targets)` or a DataLoader), in eval mode and
     without gradients: the input and every block's state. The per-block analyses reduce this stream."""
-    device = resolve_device(model, device)
     adapter = describe_blocks(model, adapter)
     kinds, names = ["input", *adapter.kinds], ["input", *adapter.names]
     batches = _common.batches(
         data, max_batches=max_batches, enabled=progress, desc=desc, iterate=_common.iterate_inputs_and_targets
     )
-    with analysis_mode(model, device=device), torch.no_grad():
+    with analysis_mode(model, device=device) as device, torch.no_grad():
         for inputs, targets in batches:
             inputs = inputs.to(device)
             run = run_blocks(model, inputs, adapter)

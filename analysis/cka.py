@@ -16,7 +16,7 @@ from torch import nn
 
 from . import _common
 from ._common import AnalysisResult, analysis_mode, new_axes, resolve_device
-from .blocks import BlockAdapter, accumulate, describe_blocks, run_blocks
+from .blocks import BlockAdapter, accumulate, block_batches, describe_blocks, run_blocks
 
 MIN_BATCH_SIZE = 4  # the unbiased HSIC estimator divides by n(n-3)
 
@@ -129,21 +129,19 @@ class CKAResult(AnalysisResult):
 
 
 class CKAAccumulator:
-    """CKA of a model's blocks with each other, fed by `block_batches`; `cka` also feeds its `minibatch` two models'."""
+    """CKA of a model's blocks with each other, or with a second model's (`cka`), fed by `block_batches`."""
 
-    def __init__(self, kinds: list[str] | None = None):
-        self.minibatch, self.kinds, self.skipped = MinibatchCKA(), kinds, 0
+    def __init__(self):
+        self.minibatch, self.kinds, self.skipped = MinibatchCKA(), None, 0
 
-    def too_small(self, size: int) -> bool:
-        """Whether a batch of `size` samples is to be skipped (then counted in `skipped`)."""
-        if size < MIN_BATCH_SIZE:
-            self.skipped += size
-        return size < MIN_BATCH_SIZE
-
-    def update(self, batch) -> None:
+    def update(self, batch, other_states: list[torch.Tensor] | None = None) -> None:
+        """Add a batch of `block_batches` (with `other_states`: the second model's on its inputs); one smaller than
+        `MIN_BATCH_SIZE` is skipped and counted in `skipped`."""
         self.kinds = batch.kinds[1:]  # blocks only, as `block_kinds`
-        if not self.too_small(len(batch.states[0])):
-            self.minibatch.update(batch.states)
+        if len(batch.states[0]) < MIN_BATCH_SIZE:
+            self.skipped += len(batch.states[0])
+        else:
+            self.minibatch.update(batch.states, other_states)
 
     def result(self, other_kinds: list[str] | None = None) -> CKAResult:
         """The similarity of the blocks fed (with `other_kinds`: those of a second model along the second axis)."""
@@ -169,21 +167,14 @@ def cka(
 ) -> CKAResult:
     """Block × block minibatch CKA of `model` with itself, or with `other` on the same `data` (inputs, a batch or a
     DataLoader); batches under `MIN_BATCH_SIZE` samples (a DataLoader's last) are skipped with a warning."""
+    options = dict(adapter=adapter, max_batches=max_batches, progress=progress, desc="CKA")
     if other is None:
-        options = dict(adapter=adapter, max_batches=max_batches, device=device, progress=progress)
-        return accumulate(model, data, [CKAAccumulator()], desc="CKA", **options)[0]
-    device = resolve_device(model, device)
-    adapter, other_adapter = describe_blocks(model, adapter), describe_blocks(other, other_adapter)
-    accumulator = CKAAccumulator(adapter.kinds)
-    batches = _common.batches(
-        data, max_batches=max_batches, enabled=progress, desc="CKA", iterate=_common.iterate_inputs_and_targets
-    )
-    with analysis_mode(model, device=device), analysis_mode(other, device=device):
-        for inputs, _ in batches:
-            if not accumulator.too_small(len(inputs)):
-                inputs = inputs.to(device)
-                states = run_blocks(model, inputs, adapter).states, run_blocks(other, inputs, other_adapter).states
-                accumulator.minibatch.update(*states)
+        return accumulate(model, data, [CKAAccumulator()], device=device, **options)[0]
+    other_adapter = describe_blocks(other, other_adapter)
+    accumulator = CKAAccumulator()
+    with analysis_mode(other, device=resolve_device(model, device)) as device:
+        for batch in block_batches(model, data, device=device, **options):  # the inputs, on the device: its first map
+            accumulator.update(batch, run_blocks(other, batch.maps[0], other_adapter).states)
     return accumulator.result(other_adapter.kinds)
 
 

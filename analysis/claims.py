@@ -151,6 +151,11 @@ def evaluate_claims(
     return claims
 
 
+def _measured(results: dict[str, dict], analysis: str) -> list[tuple[str, object]]:
+    """(model, result) of every model whose results hold `analysis`."""
+    return [(name, found[analysis]) for name, found in results.items() if analysis in found]
+
+
 def _kinds_of(found: dict) -> list[str]:
     for analysis in ("fourier", "variance"):
         if analysis in found:
@@ -177,15 +182,13 @@ def _filter_claim(results, kinds: tuple[str, ...], *, low_pass: bool) -> Claim:
             "over the test images, whichever is larger; downsampling blocks apart)"
         ),
     )
-    for name, found in results.items():
-        if "fourier" not in found:
-            continue
+    for name, result in _measured(results, "fourier"):
         for kind in kinds:
-            changes = block_changes(found["fourier"], kind)
+            changes = block_changes(result, kind)
             if not changes.size:
                 continue
             mean, over_blocks = mean_and_error(changes)
-            over_images = getattr(found["fourier"], "kind_change_error", {}).get(kind)
+            over_images = getattr(result, "kind_change_error", {}).get(kind)
             error, spread_of = larger_error(over_blocks, over_images, changes.size)
             claim.checks[f"{name} {kind}"] = decide(-mean if low_pass else mean, error)
             claim.numbers.setdefault(name, {})[kind] = {
@@ -202,7 +205,7 @@ def _filter_claim(results, kinds: tuple[str, ...], *, low_pass: bool) -> Claim:
                 f"average over {changes.size} block{'s' if changes.size > 1 else ''}"
                 + (f" ({spread})" if spread else "")
             )
-        pools = block_changes(found["fourier"], "pool")
+        pools = block_changes(result, "pool")
         if pools.size and not low_pass:
             claim.evidence.append(f"{name}: downsampling blocks (not counted) {pools.mean():+.3f} on average")
     return claim
@@ -223,10 +226,7 @@ def _variance_claim(results, kinds: tuple[str, ...], *, reduces: bool) -> Claim:
             "blocks or the test images, whichever is larger; our definition, the reference notebook's in brackets)"
         ),
     )
-    for name, found in results.items():
-        if "variance" not in found:
-            continue
-        result = found["variance"]
+    for name, result in _measured(results, "variance"):
         for kind in kinds:
             ratios = variance_ratios(result.variance, result.kinds, kind)
             if not ratios.size:
@@ -263,9 +263,8 @@ def variance_definitions_agree(results: dict[str, dict]) -> dict:
     same maps, and whether they point the same way (both above or both below 1): if they do, a
     difference from the paper comes from the models, not from the metric."""
     rows = {}
-    for name, found in results.items():
-        result = found.get("variance")
-        if result is None or result.reference_variance is None:
+    for name, result in _measured(results, "variance"):
+        if result.reference_variance is None:
             continue
         for kind in ("msa", "conv", "mlp", "pool"):
             ours = variance_ratios(result.variance, result.kinds, kind)
@@ -287,14 +286,15 @@ def _pairs(roles: dict, measured, chosen=("transformer", "hybrid")):
     return [(other, cnn) for other in measured if roles[other] in chosen for cnn in cnns]
 
 
-def _pair_checks(claim: Claim, roles: dict, key: str, *, larger: bool, chosen=("transformer", "hybrid")) -> None:
+def _pair_checks(claim: Claim, roles: dict, key: str, *, larger: bool, chosen=("transformer", "hybrid")) -> Claim:
     """Check every (model, CNN) pair of `_pairs`: the model's `claim.numbers[key]` above (`larger`) or below the
-    CNN's by more than `NOISE_MULTIPLE` standard errors of the difference."""
+    CNN's by more than `NOISE_MULTIPLE` standard errors of the difference; returns the claim."""
     for other, cnn in _pairs(roles, claim.numbers, chosen):
         a, b = claim.numbers[other], claim.numbers[cnn]
         difference = a[key] - b[key] if larger else b[key] - a[key]
         error = np.hypot(a["standard_error"], b["standard_error"])
         claim.checks[f"{other} {'>' if larger else '<'} {cnn}"] = decide(difference, error)
+    return claim
 
 
 def _hessian_flatness(results, roles) -> Claim:
@@ -305,22 +305,20 @@ def _hessian_flatness(results, roles) -> Claim:
         rule=f"the mean over minibatches of the largest Hessian eigenvalue of each model with MSAs is below the "
         f"CNN's by more than {NOISE_MULTIPLE:g} standard errors of the difference",
     )
-    for name, found in results.items():
-        if "hessian" in found:
-            tops = np.asarray(found["hessian"].eigenvalues, dtype=float)[:, 0]
-            (mean, error), median = mean_and_error(tops), float(np.median(tops))
-            claim.numbers[name] = {
-                "median_top_eigenvalue": median,
-                "mean_top_eigenvalue": mean,
-                "standard_error": error,
-                "minibatches": int(tops.size),
-            }
-            claim.evidence.append(
-                f"{name} ({roles[name]}): λmax {mean:.4g} ± {error:.2g} (mean of {tops.size} minibatches, median "
-                f"{median:.4g})"
-            )
-    _pair_checks(claim, roles, "mean_top_eigenvalue", larger=False)
-    return claim
+    for name, result in _measured(results, "hessian"):
+        tops = np.asarray(result.eigenvalues, dtype=float)[:, 0]
+        (mean, error), median = mean_and_error(tops), float(np.median(tops))
+        claim.numbers[name] = {
+            "median_top_eigenvalue": median,
+            "mean_top_eigenvalue": mean,
+            "standard_error": error,
+            "minibatches": int(tops.size),
+        }
+        claim.evidence.append(
+            f"{name} ({roles[name]}): λmax {mean:.4g} ± {error:.2g} (mean of {tops.size} minibatches, median "
+            f"{median:.4g})"
+        )
+    return _pair_checks(claim, roles, "mean_top_eigenvalue", larger=False)
 
 
 def _negative_eigenvalues(results, roles) -> Claim:
@@ -331,9 +329,8 @@ def _negative_eigenvalues(results, roles) -> Claim:
         rule=f"|most negative eigenvalue| / largest (per minibatch, then the mean) is larger for each ViT-like model "
         f"than for the CNN by more than {NOISE_MULTIPLE:g} standard errors of the difference",
     )
-    for name, found in results.items():
-        result = found.get("hessian")
-        if result is None or not np.size(result.smallest_eigenvalues):
+    for name, result in _measured(results, "hessian"):
+        if not np.size(result.smallest_eigenvalues):
             continue
         smallest = np.asarray(result.smallest_eigenvalues, dtype=float)[:, 0]
         largest = np.abs(np.asarray(result.eigenvalues, dtype=float)[:, 0])
@@ -346,8 +343,7 @@ def _negative_eigenvalues(results, roles) -> Claim:
         claim.evidence.append(
             f"{name} ({roles[name]}): λmin {np.median(smallest):.4g} (median), |λmin|/λmax {ratio:.3g} ± {error:.2g}"
         )
-    _pair_checks(claim, roles, "negative_ratio", larger=True, chosen=("transformer",))
-    return claim
+    return _pair_checks(claim, roles, "negative_ratio", larger=True, chosen=("transformer",))
 
 
 def landscape_rise(result) -> float:
@@ -365,13 +361,10 @@ def _landscape_flatness(results, roles) -> Claim:
         rule="the mean rise of NLL + L2 over the grid from the trained weights is smaller than the CNN's (one surface "
         "per model: no spread to weigh the difference against)",
     )
-    for name, found in results.items():
-        if "landscape" in found:
-            rise = landscape_rise(found["landscape"])
-            claim.numbers[name] = {"mean_rise": rise, "protocol": found["landscape"].protocol}
-            claim.evidence.append(
-                f"{name} ({roles[name]}): mean rise {rise:.4g} ({found['landscape'].protocol} protocol)"
-            )
+    for name, result in _measured(results, "landscape"):
+        rise = landscape_rise(result)
+        claim.numbers[name] = {"mean_rise": rise, "protocol": result.protocol}
+        claim.evidence.append(f"{name} ({roles[name]}): mean rise {rise:.4g} ({result.protocol} protocol)")
     for other, cnn in _pairs(roles, claim.numbers):
         claim.checks[f"{other} < {cnn}"] = claim.numbers[other]["mean_rise"] < claim.numbers[cnn]["mean_rise"]
     return claim
@@ -389,10 +382,7 @@ def _high_frequency_robustness(results, roles) -> Claim:
         rule=f"the mean Δaccuracy over noise bands ≥ {HIGH_FREQUENCIES}π of each ViT-like model is above (less "
         f"negative than) the CNN's by more than {NOISE_MULTIPLE:g} standard errors (over the bands) of the difference",
     )
-    for name, found in results.items():
-        result = found.get("frequency-noise")
-        if result is None:
-            continue
+    for name, result in _measured(results, "frequency-noise"):
         frequencies, delta = np.asarray(result.frequencies), np.asarray(result.delta_accuracy)
         high = delta[frequencies >= HIGH_FREQUENCIES - 1e-9]
         if not high.size:
@@ -407,8 +397,7 @@ def _high_frequency_robustness(results, roles) -> Claim:
             f"{name} ({roles[name]}): {100 * mean:+.1f} ± {100 * error:.1f} points at ≥ {HIGH_FREQUENCIES}π "
             f"({100 * delta[-1]:+.1f} at {frequencies[-1]:.1f}π)"
         )
-    _pair_checks(claim, roles, "mean_high_frequency_delta", larger=True, chosen=("transformer",))
-    return claim
+    return _pair_checks(claim, roles, "mean_high_frequency_delta", larger=True, chosen=("transformer",))
 
 
 def stage_ends(kinds: list[str]) -> list[int]:
@@ -431,9 +420,8 @@ def _stage_end_lesion(results, roles) -> Claim:
         f"its other removable blocks (downsampling blocks apart) by more than {NOISE_MULTIPLE:g} standard errors "
         "(binomial, over the test images)",
     )
-    for name, found in results.items():
-        result = found.get("lesion")
-        if result is None or roles.get(name) not in ("hybrid", "transformer") or "pool" not in result.kinds:
+    for name, result in _measured(results, "lesion"):
+        if roles.get(name) not in ("hybrid", "transformer") or "pool" not in result.kinds:
             continue
         drops = np.asarray(result.accuracy_drop, dtype=float)
         ends = [i for i in stage_ends(list(result.kinds)) if result.kinds[i] == "msa" and np.isfinite(drops[i])]

@@ -394,7 +394,6 @@ def max_eigenvalue_spectrum(
     minibatch of `data`, pooled into a histogram. `on_batch(result)` gets the spectrum so far after every minibatch;
     after `time_limit` seconds the minibatch in progress stops (kept if it found its eigenvalues, unconverged) and so
     does the run (`complete=False`). `density_vectors > 0` adds the SLQ density of the first minibatch."""
-    device = resolve_device(model, device)
     deadline = None if time_limit is None else time.monotonic() + time_limit
     total = _common.count_batches(data, max_batches)
     per_batch, num_hvps, complete, first_batch = [], 0, True, None
@@ -423,7 +422,7 @@ def max_eigenvalue_spectrum(
             density=density,
         )
 
-    with analysis_mode(model, batchnorm=batchnorm, device=device):
+    with analysis_mode(model, batchnorm=batchnorm, device=device) as device:
         batches = _common.batches(data, max_batches=max_batches, enabled=progress, desc="max-eigenvalue spectrum")
         for index, (inputs, targets) in enumerate(batches):
             batch = [(inputs.to(device), targets.to(device))]

@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 from . import _common
-from ._common import AnalysisResult, analysis_mode, materialize, new_axes, resolve_device
-from .blocks import AccuracyAccumulator, BlockAdapter, describe_blocks, residual_branches
+from ._common import AnalysisResult, analysis_mode, materialize, new_axes
+from .blocks import AccuracyAccumulator, AccuracyResult, BlockAdapter, describe_blocks, residual_branches
 
 
 @dataclass
@@ -39,12 +39,11 @@ def zero_branch_output(module: nn.Module, args, output):
     return torch.zeros_like(output)
 
 
-def _accuracy_and_nll(model: nn.Module, batches: list[_common.Batch], device) -> tuple[float, float]:
+def _evaluate(model: nn.Module, batches: list[_common.Batch], device) -> AccuracyResult:
     accumulator = AccuracyAccumulator()
     for inputs, targets in batches:
         accumulator.add(model(inputs.to(device, non_blocking=True)), targets)
-    result = accumulator.result()
-    return result.accuracy, result.nll
+    return accumulator.result()
 
 
 @torch.no_grad()
@@ -60,23 +59,22 @@ def lesion_study(
     """Accuracy and NLL of `model` on `data` intact, then once per residual block with its branch removed, on batches
     drawn once (every lesion sees the same images) and kept where the loader made them (a test set may not fit on the
     GPU), moved to `device` one at a time."""
-    device = resolve_device(model, device)
     adapter = describe_blocks(model, adapter)
     kinds = adapter.kinds
     branches = residual_branches(model, adapter)
     batches = materialize(data, max_batches=max_batches)
     accuracy, nll = np.full(len(kinds), np.nan), np.full(len(kinds), np.nan)
     lesions = [(index, branch) for index, branch in enumerate(branches) if branch is not None]
-    with analysis_mode(model, device=device):
-        baseline_accuracy, baseline_nll = _accuracy_and_nll(model, batches, device)
+    with analysis_mode(model, device=device) as device:
+        baseline = _evaluate(model, batches, device)
         for index, branch in _common.progress(lesions, enabled=progress, desc="lesion", unit="block"):
             handle = branch.register_forward_hook(zero_branch_output)
             try:
-                accuracy[index], nll[index] = _accuracy_and_nll(model, batches, device)
+                lesioned = _evaluate(model, batches, device)
             finally:
                 handle.remove()
-    num_samples = sum(len(targets) for _, targets in batches)
-    return LesionResult(kinds, baseline_accuracy, baseline_nll, accuracy, nll, num_samples)
+            accuracy[index], nll[index] = lesioned.accuracy, lesioned.nll
+    return LesionResult(kinds, baseline.accuracy, baseline.nll, accuracy, nll, baseline.num_samples)
 
 
 # Bar colours of the lesion plot by block kind (the shading behind them is `_common.SHADES`).

@@ -43,11 +43,10 @@ class Analysis:
     - `summary(result)` is the line printed once it is done;
     - `estimate(costs, settings)` is (seconds, how that was reckoned) from `runner.measure_costs`, None where the
       costs lack what it needs (per-block analyses share the pass's estimate);
-    - `comparisons`: (file stem, function of {model: result} returning a Figure, caption of the report).
+    - `comparisons`: (file stem, function of {model: result} returning a Figure or an Axes, caption of the report).
 
     `training_batches` names the setting that counts its augmented training minibatches (the Hessian's and the
-    landscape's), `corruptions` says that it reads CIFAR-C; `asked=False` marks the clean accuracy, computed
-    whenever the per-block pass runs and never asked for by name."""
+    landscape's), `corruptions` says that it reads CIFAR-C."""
 
     name: str
     result: str
@@ -61,7 +60,6 @@ class Analysis:
     per_block: bool = False
     training_batches: str | None = None
     corruptions: bool = False
-    asked: bool = True
 
     def load(self, name: str):
         """The object called `name` in the analysis's module (`module`, else its own name): `entry.load(entry.run)`."""
@@ -217,7 +215,7 @@ _ANALYSES = (
         comparisons=(
             (
                 "frequency_noise",
-                "frequency_noise_comparison",
+                "plot_frequency_noise",
                 "Accuracy change under noise restricted to one frequency band.",
             ),
         ),
@@ -249,8 +247,9 @@ _ANALYSES = (
 )
 # The analyses a user asks for, by name, in the paper's order.
 ANALYSES: dict[str, Analysis] = {analysis.name: analysis for analysis in _ANALYSES}
-# Every result the per-block pass and the analyses write (`runner.read_result`): the clean accuracy too.
-RESULTS = ANALYSES | {"accuracy": Analysis("accuracy", "AccuracyResult", "AccuracyAccumulator", "blocks", asked=False)}
+# Every result the per-block pass and the analyses write (`runner.read_result`): the clean accuracy too, computed
+# whenever the per-block pass runs and never asked for by name.
+RESULTS = ANALYSES | {"accuracy": Analysis("accuracy", "AccuracyResult", "AccuracyAccumulator", "blocks")}
 
 # How the Hessian and landscape batches are augmented (`--augmentation`), or the path of a training_config.json.
 AUGMENTATIONS = ("model", "paper", "none")

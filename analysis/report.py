@@ -8,7 +8,7 @@ import numpy as np
 
 from alternet_hf.utils import write_json
 
-from ._common import _plain, finite
+from ._common import plain
 from .claims import (
     COMPETENCE,
     HOLDS,
@@ -32,7 +32,8 @@ def comparison_figures(results: dict[str, dict]) -> dict[str, object]:
     for name, entry in ANALYSES.items():
         found = {model: measured[name] for model, measured in results.items() if name in measured}
         for stem, function, _ in entry.comparisons if found else ():
-            figures[stem] = entry.load(function)(found)
+            drawn = entry.load(function)(found)
+            figures[stem] = getattr(drawn, "figure", drawn)  # an Axes draws into its Figure
     return figures
 
 
@@ -79,7 +80,7 @@ def write_comparison(
         "variance_definitions": definitions,
     }
     written["json"] = out / "comparison.json"
-    write_json(written["json"], finite(_plain(payload)))
+    write_json(written["json"], plain(payload, nulls=True))
     written["report"] = out / "report.md"
     written["report"].write_text(report_markdown(results, summaries, claims, definitions, written, meta, notes))
     return written
@@ -138,7 +139,7 @@ def report_markdown(results, summaries, claims: list[Claim], definitions: dict, 
     lines += ["## Settings", ""]
     for key in ("augmentation", "landscape_protocol", "settings"):
         if key in meta:
-            lines.append(f"- {key.replace('_', ' ')}: `{json.dumps(_plain(meta[key]))}`")
+            lines.append(f"- {key.replace('_', ' ')}: `{json.dumps(plain(meta[key]))}`")
     lines += [f"- {note}" for note in notes]
     lines += ["", "## Figures", ""]
     for stem, caption in FIGURE_CAPTIONS.items():

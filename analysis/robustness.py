@@ -25,7 +25,7 @@ from alternet_hf.metrics import classification_metrics
 from alternet_hf.utils import quiet_progress_bars
 
 from . import _common
-from ._common import AnalysisResult, analysis_mode, logits_of, model_normalization, resolve_device
+from ._common import AnalysisResult, analysis_mode, logits_of, model_normalization
 from .cifar_c import CORRUPTIONS, SEVERITIES, ZENODO_URL
 from .corruptions import corrupt, load_frost_photos, resolve_frost_dir
 
@@ -361,11 +361,10 @@ class CorruptionResult(AnalysisResult):
     mean_accuracy_standard_error: float | None = None  # None: every image of every set
 
 
-def _classifier(model: nn.Module, mean: torch.Tensor, std: torch.Tensor, device, compile_mode: str | None):
+def _classifier(model: nn.Module, mean: torch.Tensor, std: torch.Tensor, compile_mode: str | None):
     """Images (uint8, or floats in 0…1) -> logits, normalisation and model as one function: under `compile_mode`, one
     graph, the training engine's evaluation step's (a release compiles a model once for its clean and CIFAR-C
     evaluation), every batch padded to the first's size so that a set's smaller last batch compiles no other."""
-    mean, std = (v.reshape(-1, 1, 1).to(device) for v in (mean, std))  # the engine's shape (`channel_statistics`)
 
     def classify(images: torch.Tensor) -> torch.Tensor:
         return logits_of(model(normalize_images(images, mean, std).contiguous()))  # the step's NCHW, too
@@ -407,13 +406,11 @@ def images_per_second(
     `repeats` batches after two untimed ones (which compile, with `compile_mode`): what a budget is weighed by."""
     import time
 
-    device = resolve_device(model, device)
-    mean, std = model_normalization(model)
     size = image_size or getattr(getattr(model, "config", None), "image_size", None) or 32
     generator = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (batch_size, 3, size, size), dtype=torch.uint8, generator=generator)
-    with analysis_mode(model, device=device):
-        classify = _classifier(model, mean, std, device, compile_mode)
+    with analysis_mode(model, device=device) as device:
+        classify = _classifier(model, *model_normalization(model, device=device), compile_mode)
         for index in range(2 + repeats):
             if index == 2:
                 _common.synchronize(device)
@@ -443,22 +440,17 @@ def evaluate_corruptions(
     to [0, 1], resized to `image_size` where they differ and normalised with `image_mean`/`image_std` (default: the
     model config's); `clean`: uint8 images and labels to report too; `rows`: these positions of every set only
     (`stratified_subset`), with the standard error they leave; `compile_mode`: run under `torch.compile`."""
-    device = resolve_device(model, device)
-    mean, std = model_normalization(model)
-    if image_mean is not None:
-        mean = torch.tensor(image_mean, dtype=torch.float32).view(1, -1, 1, 1)
-    if image_std is not None:
-        std = torch.tensor(image_std, dtype=torch.float32).view(1, -1, 1, 1)
     size = image_size or getattr(getattr(model, "config", None), "image_size", None)
     shape = (len(corruptions), len(severities))
     metrics = {name: np.full(shape, np.nan) for name in ("accuracy", "nll", "ece")}
     sets = [(i, c, j, s) for i, c in enumerate(corruptions) for j, s in enumerate(severities)]
     correct = []  # per set, whether each image of the subset was classified right
-    with analysis_mode(model, device=device):
-        classify = _classifier(model, mean, std, device, compile_mode)
+    with analysis_mode(model, device=device) as device:
+        mean, std = model_normalization(model, image_mean, image_std, device)
+        classify = _classifier(model, mean, std, compile_mode)
         clean_metrics = None
         if clean is not None:
-            logits, labels = _predict(_classifier(model, mean, std, device, None), [clean], device, size)
+            logits, labels = _predict(_classifier(model, mean, std, None), [clean], device, size)
             clean_metrics = classification_metrics(logits, labels)
         for i, corruption, j, severity in _common.progress(sets, enabled=progress, desc="CIFAR-C", unit="set"):
             batches = source.batches(corruption, severity, batch_size=batch_size, rows=rows)
@@ -472,17 +464,14 @@ def evaluate_corruptions(
         set_labels = source.set_labels(corruptions[0], severities[0])
         standard_error = subset_standard_error(np.stack(correct), set_labels[np.asarray(rows)], set_labels)
         subset = dict(images_per_set=len(rows), set_size=len(set_labels), mean_accuracy_standard_error=standard_error)
+    means = {f"mean_{name}": float(values.mean()) for name, values in metrics.items()}
     return CorruptionResult(
         list(corruptions),
         list(severities),
-        metrics["accuracy"],
-        metrics["nll"],
-        metrics["ece"],
-        float(metrics["accuracy"].mean()),
-        float(metrics["nll"].mean()),
-        float(metrics["ece"].mean()),
-        clean_metrics,
-        getattr(source, "name", None),
+        **metrics,
+        **means,
+        clean=clean_metrics,
+        source=getattr(source, "name", None),
         **subset,
     )
 
@@ -555,10 +544,9 @@ def frequency_noise(
 ) -> FrequencyNoiseResult:
     """Δaccuracy of `model` per band when band-limited noise is added to its inputs after normalisation, as the
     reference's generator adds it; the noise is drawn once per batch, so bands differ only in where its energy lies."""
-    device = resolve_device(model, device)
     frequencies = np.asarray(frequencies, dtype=float)
     correct, clean_correct, count = np.zeros(len(frequencies)), 0, 0
-    with analysis_mode(model, device=device):
+    with analysis_mode(model, device=device) as device:
         batches = _common.batches(data, max_batches=max_batches, enabled=progress, desc="frequency noise")
         for index, (inputs, targets) in enumerate(batches):
             inputs, targets = inputs.to(device), targets.to(device)
@@ -630,7 +618,7 @@ def corruption_comparison(found: dict[str, CorruptionResult]):
     ax.set_title(f"Corruption robustness: {', '.join(sources) or 'CIFAR-C'}\n({shown})", fontsize=9)
     ax.set_xticks(sorted({s for r in found.values() for s in r.severities}))
     _common.legend_beside(ax)
-    return ax.figure
+    return ax
 
 
 def frequency_noise_analysis(model: nn.Module, inputs, settings, *, on_partial=None, **common) -> FrequencyNoiseResult:
@@ -645,7 +633,3 @@ def frequency_noise_summary(result: FrequencyNoiseResult) -> str:
 
 def frequency_noise_estimate(costs: dict, settings) -> tuple[float, str]:
     return _common.passes(costs, 10)
-
-
-def frequency_noise_comparison(found: dict[str, FrequencyNoiseResult]):
-    return plot_frequency_noise(found).figure

@@ -25,7 +25,7 @@ from alternet_hf.run_lock import hold_folder
 from alternet_hf.utils import format_duration, write_json
 
 from . import _common
-from ._common import AnalysisResult, count_batches, finite, iterate_batches
+from ._common import AnalysisResult, count_batches, iterate_batches, plain
 from .blocks import BlockAdapter, accumulate, describe_blocks
 from .claims import COMPETENCE
 from .hessian import HessianOperator
@@ -132,9 +132,8 @@ def measure_costs(
     run with) per Hessian-vector product on the training batch, measured on the batches given: what
     `estimate_seconds` multiplies. A product is timed, not reckoned from forward passes: its double backward costs
     a different multiple of a forward pass for every architecture."""
-    device = _common.resolve_device(model, device)
     costs = {}
-    with _common.analysis_mode(model, device=device), torch.no_grad():
+    with _common.analysis_mode(model, device=device) as device, torch.no_grad():
         inputs = test_batch[0].to(device)
         costs["test_forward"] = _forward_seconds(model, inputs)
         costs["test_batch_size"] = len(inputs)
@@ -388,7 +387,7 @@ def analyse_loaded(
 def write_result(out: Path, name: str, result, meta: dict, figure=None, *, stem: str | None = None) -> Path:
     """`<out>/<stem>.json` ({..meta, "analysis": name, "result"}; `stem`: the analysis's name unless given) written
     atomically, and `<stem>.png` (`figure`: a Figure or an Axes of one). `read_result` reads it back."""
-    payload = {**meta, "analysis": name, "result": finite(result.to_dict())}
+    payload = {**meta, "analysis": name, "result": plain(result.to_dict(), nulls=True)}
     path = write_json(Path(out) / f"{stem or name}.json", payload)
     if figure is not None:
         figure = getattr(figure, "figure", figure)  # an Axes draws into its Figure

@@ -30,14 +30,10 @@ class VarianceResult(AnalysisResult):
     kind_log_ratio_error: dict[str, float] = field(default_factory=dict)
 
 
-def spatial_variance(feature_map: torch.Tensor, definition: str = "population") -> torch.Tensor:
-    """Variance over positions per sample and channel, averaged over channels, summed over the batch; `definition=
-    "reference"`: the notebook's `latent.var(dim=[-1, -2])` (divided by H·W − 1, float32)."""
-    if definition == "reference":
-        return feature_map.float().flatten(2).var(dim=-1).mean(dim=1).double().sum()
-    if definition != "population":
-        raise ValueError(f"definition must be 'population' or 'reference', not {definition!r}")
-    return image_variances(feature_map).sum()
+def reference_spatial_variance(feature_map: torch.Tensor) -> torch.Tensor:
+    """The notebook's `latent.var(dim=[-1, -2])` (divided by H·W − 1, float32) per sample and channel, averaged over
+    channels, summed over the batch."""
+    return feature_map.float().flatten(2).var(dim=-1).mean(dim=1).double().sum()
 
 
 def image_variances(feature_map: torch.Tensor) -> torch.Tensor:
@@ -56,7 +52,7 @@ class VarianceAccumulator:
         self.kinds = batch.kinds
         per_image = [None if m is None else image_variances(m) for m in batch.maps]  # one pass serves both sums
         sums = np.array([np.nan if v is None else v.sum().item() for v in per_image])
-        reference = np.array([np.nan if m is None else spatial_variance(m, "reference").item() for m in batch.maps])
+        reference = np.array([np.nan if m is None else reference_spatial_variance(m).item() for m in batch.maps])
         self.sums = sums if self.sums is None else self.sums + sums
         self.reference_sums = reference if self.reference_sums is None else self.reference_sums + reference
         size = len(batch.maps[0])
