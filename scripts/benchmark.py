@@ -32,7 +32,7 @@ COMPILED = {"no": [False], "yes": [True], "both": [False, True]}  # --compile: e
 # The modes that exclude each other (flags joined by "/" are one mode), as the error names them.
 EXCLUSIVE_MODES = (
     "--corruptions/--hessian/--feature-maps, --evaluation, --training, --data-only, --engine-overhead, "
-    "--reference-dir, --finetune, --sample"
+    "--reference-dir, --finetune, --sample, --image-check"
 )
 
 
@@ -124,6 +124,11 @@ def build_parser():
         "files, against preparing the split first",
     )
     parser.add_argument("--split-images", type=positive_int, default=50_000, help="images of the --sample split")
+    flag(
+        "--image-check",
+        help="files per second of the check a folder of images gets before a run (headers and ends), on "
+        "--num-images 224×224 JPEGs",
+    )
     parser.add_argument("--split-files", type=positive_int, default=20, help="parquet files of the --sample split")
     parser.add_argument("--output", type=Path, default=None, help="also write the results as JSON here")
     return parser
@@ -204,6 +209,10 @@ def main(argv: list[str] | None = None) -> None:
                 )
             ]
         report = tables.sample_table(rows)
+    elif args.image_check:
+        with tempfile.TemporaryDirectory(prefix="alternet-image-check-") as workdir:
+            rows = [benchmark.image_check_speed(num_images=args.num_images, workdir=workdir)]
+        report = tables.image_check_table(rows)
     elif args.evaluation:
         over = {"name": args.models, "compiled": compiled_options, "batch_size": args.batch_sizes}
         rows = sweep(

@@ -214,3 +214,15 @@ def test_the_sample_benchmark_writes_nothing_to_the_cache_where_preparing_writes
     assert row["num_images"] == 8 and row["split_images"] == 60 and row["files"] == 3
     assert row["sample_cache_bytes"] == 0 < row["prepare_cache_bytes"]
     assert "| 60 | 3 | 8 |" in completed.stdout
+
+
+@pytest.mark.commands
+def test_the_image_check_benchmark_times_the_check_over_every_file(tmp_path):
+    """`--image-check`: the check a folder gets before a run, timed over all the files the benchmark wrote."""
+    completed = run_command(
+        [*tool_command("benchmark"), "--image-check", "--num-images", "30", "--output", "check.json"], cwd=tmp_path
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    (row,) = json.loads((tmp_path / "check.json").read_text())
+    assert row["num_images"] == row["sound_files"] == 30 and row["seconds"] > 0 and row["mean_file_bytes"] > 25_000
+    assert "| 30 |" in completed.stdout and "files per second" in completed.stdout

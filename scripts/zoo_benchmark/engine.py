@@ -276,6 +276,37 @@ def measure_training_run(
     )
 
 
+def image_check_speed(*, num_images: int, workdir: str, repeats: int = 2, size: int = 224) -> dict:
+    """Files per second of the check an image folder gets before a run (`data.check_image_files`: headers and ends,
+    no pixel decoded), on `num_images` JPEGs of `size`² noise (about an ImageNet photo's bytes), the best of
+    `repeats` (the files in the page cache, as after the folder was written or read once)."""
+    import datasets
+    import numpy as np
+    from PIL import Image
+
+    from alternet_hf.data import check_image_files
+
+    folder, rng = Path(workdir) / "images", np.random.default_rng(0)
+    for i in range(num_images):
+        (folder / str(i % 10)).mkdir(parents=True, exist_ok=True)
+        pixels = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(folder / str(i % 10) / f"{i}.jpg", quality=90)
+    split = datasets.load_dataset("imagefolder", data_dir=str(folder), split="train", cache_dir=f"{workdir}/cache")
+    split = split.cast_column("image", datasets.Image(decode=False))
+    seconds = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        sound = check_image_files(split, "the benchmark's folder", None)
+        seconds.append(time.perf_counter() - started)
+    files_bytes = sum(path.stat().st_size for path in folder.rglob("*.jpg"))
+    return {
+        "num_images": num_images,
+        "sound_files": len(sound),
+        "mean_file_bytes": files_bytes / num_images,
+        "seconds": min(seconds),
+    }
+
+
 def sample_speed(*, num_images: int, split_images: int, files: int, workdir: str, seed: int = 0) -> dict:
     """Seconds to a streamed sample of `num_images` of a split of `files` parquet files (`split_images` images in
     all), against preparing the split first and drawing as many rows; and the bytes each wrote into the cache."""

@@ -143,6 +143,19 @@ def finetune_table(rows: list[dict]) -> str:
     )
 
 
+def image_check_table(rows: list[dict]) -> str:
+    """The check of a folder's image files before a run: files per second."""
+    return _table(
+        "files | mean file | seconds | files per second",
+        (
+            f"{r['num_images']:,} | {r['mean_file_bytes'] / 1024:.0f} KiB | {r['seconds']:.2f} | "
+            f"{r['num_images'] / r['seconds']:,.0f}"
+            for r in rows
+        ),
+        f"{machine()}; JPEGs in a folder of classes, read from the page cache",
+    )
+
+
 def sample_table(rows: list[dict]) -> str:
     """A streamed sample of a split against preparing the split first: seconds and bytes written to the cache."""
     return _table(
