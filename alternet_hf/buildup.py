@@ -251,8 +251,7 @@ def _train_side_by_side(config: TrainingConfig, root: Path, layouts, seeds: Sequ
     processes = []
     for index, run in enumerate(runs):
         settings = Path(run.output_dir).with_suffix(".json")
-        settings.parent.mkdir(parents=True, exist_ok=True)
-        run.save(settings)
+        run.save(settings)  # the folder made too
         environment = dict(os.environ)
         if gpus >= len(runs):
             environment["CUDA_VISIBLE_DEVICES"] = str(index)
@@ -292,7 +291,6 @@ def train_candidate(config: TrainingConfig, say: Callable[[str], None] = print) 
 
     folder = Path(config.output_dir)
     record_path = folder / RECORD
-    settings = json.loads(json.dumps(config.to_dict()))
     if record_path.is_file():
         record = json.loads(record_path.read_text())
         changed = changed_settings(record["training_config"], config)
@@ -318,7 +316,7 @@ def train_candidate(config: TrainingConfig, say: Callable[[str], None] = print) 
         "parameters": sum(p.numel() for p in result.model.parameters()),
         "flops": _forward_flops(result.model),
         "folder": str(folder),
-        "training_config": settings,
+        "training_config": config.to_dict(),
     }
     write_json(record_path, record, indent=None)  # whole or not at all: a kill here retrains the candidate
     return record
@@ -345,7 +343,7 @@ def _write_outputs(result: BuildUp, final: Step) -> None:
         source = Path(final.folders[0]) / name
         if source.is_file():
             shutil.copy2(source, root / "final" / name)
-    (root / "buildup.json").write_text(json.dumps(result.to_dict(), indent=2))
+    write_json(root / "buildup.json", result.to_dict())
     (root / "buildup.md").write_text(path_table(result))
     plot_path(result, root / "buildup.png")
 

@@ -18,7 +18,7 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from .augmentation import SeededAugmentation
-from .utils import FORBIDDEN, GATED, NOT_FOUND, UNAUTHENTICATED, hub_failure, quiet_progress_bars, to_rgb
+from .utils import FORBIDDEN, GATED, NOT_FOUND, UNAUTHENTICATED, hub_failure, quiet_progress_bars, to_rgb, write_json
 
 DIGITS = "digits"
 
@@ -80,17 +80,14 @@ def _load_local(path: Path, split: str | None) -> datasets.Dataset:
     if path.is_file():
         if path.suffix != ".parquet":
             raise ValueError(f"{path}: a dataset file must be .parquet (or give a folder)")
-        cache = _local_cache_dir(path)
-        splits = {
-            "train": lambda: datasets.load_dataset("parquet", data_files=str(path), split="train", cache_dir=cache)
-        }
-        kind = "one parquet file"
-    elif _read_whole(path):
+        _choose_split(str(path), split, ["train"], "one parquet file")
+        return datasets.load_dataset("parquet", data_files=str(path), split="train", cache_dir=_local_cache_dir(path))
+    if _read_whole(path):
         loaded = datasets.load_from_disk(str(path))
         if isinstance(loaded, datasets.DatasetDict):
-            splits, kind = {name: (lambda name=name: loaded[name]) for name in loaded}, "a saved DatasetDict"
+            splits, kind = loaded, "a saved DatasetDict"
         else:
-            splits, kind = {"train": lambda: loaded}, "one saved Dataset (not a DatasetDict)"
+            splits, kind = {"train": loaded}, "one saved Dataset (not a DatasetDict)"
     else:
         # datasets infers the format (parquet, images) and the splits from the file and folder names:
         # train/ and test/ folders, data/train-*.parquet, test.parquet, ...; anything else is "train".
@@ -98,9 +95,8 @@ def _load_local(path: Path, split: str | None) -> datasets.Dataset:
         only = _load_split_only(str(path), split, "a folder", cache_dir=cache)
         if only is not None:
             return only
-        loaded = datasets.load_dataset(str(path), cache_dir=cache)
-        splits, kind = {name: (lambda name=name: loaded[name]) for name in loaded}, "a folder"
-    return splits[_choose_split(str(path), split, sorted(splits), kind)]()
+        splits, kind = datasets.load_dataset(str(path), cache_dir=cache), "a folder"
+    return splits[_choose_split(str(path), split, sorted(splits), kind)]
 
 
 def _read_whole(path: Path) -> bool:
@@ -424,10 +420,9 @@ def _image_classification(dataset, source: str, image_column, label_column, clas
     if isinstance(dataset, datasets.IterableDataset) and isinstance(dataset.features[columns.image], datasets.Image):
         # a stream's column operations run row by row: with images kept encoded, none decodes and re-encodes them
         dataset = dataset.cast_column(columns.image, datasets.Image(decode=False))
-    if columns.image != "image":
-        dataset = dataset.rename_column(columns.image, "image")
-    if columns.label != "label":
-        dataset = dataset.rename_column(columns.label, "label")
+    renamed = {old: new for old, new in ((columns.image, "image"), (columns.label, "label")) if old != new}
+    if renamed:
+        dataset = dataset.rename_columns(renamed)
     return encode_labels(dataset, class_names, num_classes=num_classes).cast_column("image", datasets.Image())
 
 
@@ -438,6 +433,13 @@ class TrainEvalSplits:
     train: datasets.Dataset
     eval: datasets.Dataset
     holdout: dict | None = None  # {"fraction", "seed", "rows"} where eval was carved out of the training split
+
+    def write_holdout(self, folder: str | Path, source: str, train_split: str) -> None:
+        """`holdout.json` in `folder` where there is a hold-out: which rows were never trained on, for evaluation and
+        analyses later."""
+        if self.holdout is not None:
+            holdout = {"dataset": source, "split": train_split, **self.holdout}
+            write_json(Path(folder) / "holdout.json", holdout, indent=None)
 
     def holdout_note(self, source: str, train_split: str) -> str | None:
         """One line for the user where the evaluation split is a hold-out, else None."""
@@ -578,11 +580,12 @@ def decode_image(value, *, source: str, row: int) -> Image.Image:
         where = f" (file {path})" if path else ""
         raise DataRowError(
             f"{source}, row {row}{where}: the image cannot be read ({type(error).__name__}: {error}); "
-            f"replace or remove it, or pass {SKIP_UNREADABLE} to leave out such rows"
+            f"replace or remove it, or pass {SKIP_HINT} to leave out such rows"
         ) from None
 
 
-SKIP_UNREADABLE = "--skip-unreadable"
+SKIP_UNREADABLE = "--skip-unreadable"  # of alternet-train, -finetune and -evaluate
+SKIP_HINT = f"{SKIP_UNREADABLE} (alternet-train, -finetune, -evaluate)"
 UNREADABLE_FILE = "unreadable.jsonl"  # in a run's output folder
 # What a file of each format ends with, among its last bytes: a file cut short lacks it.
 IMAGE_ENDINGS = {"PNG": b"IEND\xaeB`\x82", "JPEG": b"\xff\xd9", "GIF": b";"}
@@ -614,9 +617,14 @@ class UnreadableRows:
         rows = self.rows()
         if not rows:
             return None
-        more = f"; and {len(rows) - shown} more" if len(rows) > shown else ""
-        first = "; ".join(entry["message"] for entry in rows[:shown])
-        return f"{len(rows)} unreadable image(s) left out ({SKIP_UNREADABLE}): {first}{more}. All in {self.path}"
+        first = _first_few([entry["message"] for entry in rows], shown)
+        return f"{len(rows)} unreadable image(s) left out ({SKIP_UNREADABLE}): {first}. All in {self.path}"
+
+
+def _first_few(messages: list[str], shown: int = 3) -> str:
+    """The first `shown` of `messages`, and how many more there are."""
+    more = f"; and {len(messages) - shown} more" if len(messages) > shown else ""
+    return "; ".join(messages[:shown]) + more
 
 
 def image_file_problem(path: str) -> str | None:
@@ -660,10 +668,9 @@ def check_image_files(dataset: datasets.Dataset, source: str, unreadable: Unread
         problems = list(tqdm(checked, total=len(paths), desc="checking image files", unit="file", leave=False))
     damaged = [(row, f"{source}, row {row} (file {paths[row]}): {why}") for row, why in enumerate(problems) if why]
     if damaged and unreadable is None:
-        more = f"; and {len(damaged) - 3} more" if len(damaged) > 3 else ""
         raise DataRowError(
-            f"{len(damaged)} of {len(rows)} image files cannot be read: {'; '.join(m for _, m in damaged[:3])}"
-            f"{more}. Replace or remove them, or pass {SKIP_UNREADABLE} to leave them out (counted and listed)"
+            f"{len(damaged)} of {len(rows)} image files cannot be read: {_first_few([m for _, m in damaged])}. "
+            f"Replace or remove them, or pass {SKIP_HINT} to leave them out (counted and listed)"
         )
     for row, message in damaged:
         unreadable.add(source, row, message)

@@ -1,7 +1,6 @@
 """A trained model's evaluation: the paper's metrics on a split of a dataset (`alternet-evaluate`), written as the
 `eval_<dataset>_<split>.json` and reliability diagram that model cards read (`alternet_hf.hub.find_evaluation`)."""
 
-import json
 import math
 from pathlib import Path
 
@@ -19,9 +18,9 @@ from .data import (
     stream_image_classification,
     with_transform,
 )
-from .metrics import plot_reliability_diagram, reliability_diagram
 from .presets import create_model
-from .training import build_steps, evaluate
+from .training import build_steps, evaluate, save_reliability_diagram
+from .utils import write_json
 
 PERCENT_METRICS = ("accuracy", "acc_90", "unc_90", "freq_90", "iou", "iou_90")
 
@@ -105,10 +104,6 @@ def write_evaluation(
     sample: dict | None = None,
 ) -> Path:
     """`<output>/<evaluation_stem>.json` (undefined metrics as null) and its reliability diagram; returns the JSON."""
-    import matplotlib.pyplot as plt
-
-    output = Path(output)
-    output.mkdir(parents=True, exist_ok=True)
     stem = evaluation_stem(dataset, split, sample)
     payload = {
         "model": model,
@@ -119,11 +114,8 @@ def write_evaluation(
         "mixed_precision": mixed_precision,
         "metrics": {k: v if math.isfinite(v) else None for k, v in metrics.items()},
     }
-    path = output / f"{stem}.json"
-    path.write_text(json.dumps(payload, indent=2))
-    ax = plot_reliability_diagram(reliability_diagram(logits.numpy(), labels.numpy()))
-    ax.figure.savefig(output / f"{stem}_reliability.png", dpi=120)
-    plt.close(ax.figure)
+    path = write_json(Path(output) / f"{stem}.json", payload)
+    save_reliability_diagram(logits, labels, path.with_name(f"{stem}_reliability.png"))
     return path
 
 

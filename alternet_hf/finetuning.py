@@ -16,7 +16,7 @@ from .augmentation import eval_transform, train_transform
 from .data import DIGITS, UNREADABLE_FILE, UnreadableRows, collate_images, load_train_and_eval, with_transform
 from .metrics import EVALUATE_METRIC_PATH
 from .modeling_common import build_image_processor
-from .presets import create_model, loads_weights
+from .presets import create_classifier, loads_weights
 from .recipe import FINETUNE_DEFAULTS, FROM_SCRATCH_DEFAULTS
 from .run_lock import hold_folder
 
@@ -115,10 +115,7 @@ def finetune(
             seed=seed,
         )
         train_data, eval_data = splits.train, splits.eval
-        names = train_data.features["label"].names
-        model = create_model(model_name_or_path, num_labels=len(names), **(model_overrides or {}))
-        model.config.id2label = dict(enumerate(names))
-        model.config.label2id = {name: i for i, name in enumerate(names)}
+        model = create_classifier(model_name_or_path, train_data.features["label"].names, **(model_overrides or {}))
 
         size, mean, std = model.config.image_size, model.config.image_mean, model.config.image_std
         unreadable = UnreadableRows(output_dir / UNREADABLE_FILE, fresh=True) if skip_unreadable else None
@@ -163,10 +160,7 @@ def finetune(
         after = trainer.evaluate()
         trainer.save_model(str(output_dir))
         build_image_processor(model.config).save_pretrained(str(output_dir))
-        if splits.holdout is not None:
-            (output_dir / "holdout.json").write_text(
-                json.dumps({"dataset": dataset, "split": train_split, **splits.holdout})
-            )
+        splits.write_holdout(output_dir, dataset, train_split)
         note = splits.holdout_note(dataset, train_split)
         if unreadable is not None and unreadable.rows():
             say(unreadable.summary())

@@ -3,11 +3,12 @@ small offline default, as one dataclass that the command line and JSON config fi
 """
 
 import dataclasses
-import json
 import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .utils import write_json
 
 # torch and transformers are imported where they are used: a TrainingConfig is plain data (JSON files, flags).
 
@@ -141,7 +142,7 @@ class TrainingConfig:
         return dataclasses.asdict(self)
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2))
+        write_json(path, self.to_dict())
 
     def validate(self) -> None:
         """Types and ranges of every field, with errors that name the field (configs come from JSON files)."""

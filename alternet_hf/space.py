@@ -20,6 +20,7 @@ from PIL import Image, UnidentifiedImageError
 from transformers import AutoModelForImageClassification
 
 import alternet_hf  # noqa: F401  (registers the zoo's classes: no remote code is ever run)
+from alternet_hf.augmentation import channel_statistics, eval_transform, normalize_images
 from alternet_hf.utils import UNREACHABLE, damaged_model_file, hub_failure, to_rgb, write_atomically
 from analysis.blocks import as_feature_map, run_blocks
 from analysis.cifar_c import CORRUPTIONS, SEVERITIES
@@ -95,10 +96,9 @@ def load_models(spec: str) -> list[LoadedModel]:
 def _short_reason(error: Exception, source: str, local: bool) -> str:
     if not local and hub_failure(error) == UNREACHABLE:
         return "the Hugging Face Hub is unreachable (offline or no network)"
-    if not local and "/" in source and not source.startswith((".", "/", "~")):
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        return f"no local folder of that name, and the Hub says: {first}"
     first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    if not local and "/" in source and not source.startswith((".", "/", "~")):
+        return f"no local folder of that name, and the Hub says: {first or type(error).__name__}"
     return f"{type(error).__name__}: {first}"
 
 
@@ -128,7 +128,6 @@ def start(spec: str, results_dir: Path | None = None, *, mini_zoo: Path = MINI_Z
 def example_files(kind: str = "photos") -> list[str]:
     """Example images as PNG files (examples go through the upload path): photographs, or (`kind="digits"`) digits."""
     folder = Path(tempfile.gettempdir()) / "alternet-space-examples"
-    folder.mkdir(exist_ok=True)
     if kind == "digits":
         from .data import load_digits_dataset
 
@@ -167,7 +166,6 @@ def image_file(image: Image.Image) -> str:
     atomically, but rewrites a returned PIL image's on every request, cutting short identical replies being sent."""
     data = _png(image)
     folder = Path(tempfile.gettempdir()) / "alternet-space-outputs"
-    folder.mkdir(exist_ok=True)
     path = folder / f"{hashlib.sha256(data).hexdigest()[:32]}.png"
     _write_once(path, data)
     _prune(folder, keep=KEPT_OUTPUTS)
@@ -216,26 +214,20 @@ def to_inputs(model, image: Image.Image) -> torch.Tensor:
 
 def _pixels(model, image: Image.Image) -> torch.Tensor:
     """The image as the model's (1, 3, S, S) float tensor in [0, 1], before normalisation."""
-    size = model.config.image_size
-    resized = np.array(image.resize((size, size), Image.Resampling.BILINEAR))
-    return torch.from_numpy(resized).permute(2, 0, 1)[None] / 255
+    config = model.config
+    return eval_transform(config.image_size, config.image_mean, config.image_std, normalize=False)(image)[None] / 255
 
 
 def _probabilities(model, inputs: torch.Tensor) -> torch.Tensor:
     return model(inputs).logits.float().softmax(-1)
 
 
-def _statistics(model) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.tensor(model.config.image_mean).view(1, 3, 1, 1), torch.tensor(model.config.image_std).view(1, 3, 1, 1)
-
-
 def _normalise(model, pixels: torch.Tensor) -> torch.Tensor:
-    mean, std = _statistics(model)
-    return (pixels - mean) / std
+    return normalize_images(pixels, *channel_statistics(model.config.image_mean, model.config.image_std))
 
 
 def _denormalise(model, inputs: torch.Tensor) -> torch.Tensor:
-    mean, std = _statistics(model)
+    mean, std = channel_statistics(model.config.image_mean, model.config.image_std)
     return (inputs * std + mean).clamp(0, 1)
 
 

@@ -59,13 +59,7 @@ def timm_settings(family: str, data, **overrides) -> dict:
     `pretrained_cfg` and the zoo's fields; `overrides` are zoo fields or timm's arguments. Plain values, so that
     registering the timm names (while timm imports) needs no config class."""
     spec = FAMILIES[family]
-    fields = dict(
-        num_labels=data.num_labels,
-        image_size=data.image_size,
-        num_channels=3,
-        image_mean=list(data.image_mean),
-        image_std=list(data.image_std),
-    )
+    fields = dict(data.config_fields(), num_channels=3)
     model_args = dict(spec["cifar_args"]) if data.is_small else {}
     for key, value in overrides.items():
         if key in fields or key in CONFIG_FIELDS:

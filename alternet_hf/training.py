@@ -39,7 +39,7 @@ from .augmentation import (
 )
 from .data import UNREADABLE_FILE, UnreadableRows, collate_images, load_train_and_eval, with_transform
 from .metrics import classification_metrics, plot_reliability_diagram, reliability_diagram
-from .presets import create_model
+from .presets import create_classifier
 from .recipe import TrainingConfig, build_optimizer, build_scheduler
 from .run_lock import hold_folder
 from .streaming import StreamBrokenError, StreamLoader, stream_loader
@@ -262,13 +262,7 @@ def build_model_and_data(config: TrainingConfig, *, pin_memory: bool = False):
     images, normalised on the device) and the splits (`load_train_and_eval`)."""
     splits = load_train_and_eval(config.dataset, **{name: getattr(config, name) for name in DATA_FIELDS})
     train_data, eval_data = splits.train, splits.eval
-    names = train_data.features["label"].names
-    labels = {"id2label": dict(enumerate(names)), "label2id": {name: i for i, name in enumerate(names)}}
-    if Path(config.model).is_dir() or "/" in config.model:
-        model = create_model(config.model, num_labels=len(names), **config.model_overrides)
-        model.config.id2label, model.config.label2id = labels["id2label"], labels["label2id"]
-    else:
-        model = create_model(config.model, **labels, **config.model_overrides)
+    model = create_classifier(config.model, train_data.features["label"].names, **config.model_overrides)
     size, mean, std = model.config.image_size, model.config.image_mean, model.config.image_std
     augment = train_transform(
         size,
@@ -342,6 +336,14 @@ def plot_training_curves(history: list[dict], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def save_reliability_diagram(logits: torch.Tensor, labels: torch.Tensor, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    ax = plot_reliability_diagram(reliability_diagram(logits.numpy(), labels.numpy()))
+    ax.figure.savefig(path, dpi=120)
+    plt.close(ax.figure)
 
 
 def resolve_compile_mode(config: TrainingConfig, accelerator: Accelerator) -> str:
@@ -478,11 +480,8 @@ class TrainingSession:
         if resume:
             self.state = self.resumed_state() or self.state
         if accelerator.is_main_process:
-            self.output_dir.mkdir(parents=True, exist_ok=True)
             config.save(self.output_dir / "training_config.json")
-            if self.splits.holdout is not None:  # which rows were never trained on, for evaluation and analyses later
-                holdout = {"dataset": config.dataset, "split": config.train_split, **self.splits.holdout}
-                (self.output_dir / "holdout.json").write_text(json.dumps(holdout))
+            self.splits.write_holdout(self.output_dir, config.dataset, config.train_split)
         hparams = config.to_dict()  # TensorBoard takes scalars and strings only
         hparams = {k: v if isinstance(v, int | float | str | bool) else json.dumps(v) for k, v in hparams.items()}
         accelerator.init_trackers("train", config=hparams)
@@ -734,14 +733,10 @@ class TrainingSession:
         accelerator, state, output_dir = self.accelerator, self.state, self.output_dir
         if accelerator.is_main_process and state.history:
             _save_model(accelerator, self.model, output_dir, self.metrics)
-            (output_dir / "history.json").write_text(json.dumps(state.history, indent=2))
+            write_json(output_dir / "history.json", state.history)
             plot_training_curves(state.history, output_dir / "training_curves.png")
             if self.logits is not None:
-                import matplotlib.pyplot as plt
-
-                ax = plot_reliability_diagram(reliability_diagram(self.logits.numpy(), self.labels.numpy()))
-                ax.figure.savefig(output_dir / "reliability_diagram.png", dpi=120)
-                plt.close(ax.figure)
+                save_reliability_diagram(self.logits, self.labels, output_dir / "reliability_diagram.png")
         unreadable = unreadable_rows(self.config)
         if unreadable is not None and unreadable.rows():
             accelerator.print(unreadable.summary())

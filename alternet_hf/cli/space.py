@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from alternet_hf.cli._common import command, make_parser
+from alternet_hf.cli.analyze import comma_list
 
 DEFAULT_MODELS = (
     "ResNet-50=alternet-hf/resnet-50-cifar100,ViT-Ti=alternet-hf/vit-ti-cifar100,"
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
 
     parse_models(args.models)  # a malformed --models is an error before anything loads
     Image.MAX_IMAGE_PIXELS = MAX_SIDE * MAX_SIDE  # a second guard behind the header check of every upload
-    space = start(args.models, args.results, pending=[name.strip() for name in args.pending.split(",") if name.strip()])
+    space = start(args.models, args.results, pending=comma_list(args.pending))
     print(space.status())
     demo = build_demo(space)
     # Two requests at a time bound the memory (each holds one image of at most MAX_SIDE² pixels).
