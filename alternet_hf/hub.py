@@ -15,9 +15,11 @@ from .metrics import METRIC_NAMES
 from .modeling_common import ZooModelMixin
 from .presets import create_model, list_models
 from .timm_families import is_timm_wrapper
-from .timm_models import timm_name
+from .timm_models import TIMM_ARGUMENTS, timm_name
 
-PAPER = "https://arxiv.org/abs/2202.06709"
+PAPER_ID = "2202.06709"  # arXiv
+PAPER = f"https://arxiv.org/abs/{PAPER_ID}"  # every card links it: the Hub lists the repo on the paper's page
+RUNS = "runs"  # a repo's TensorBoard event files, which the Hub shows on its metrics tab
 CITATION = """@inproceedings{park2022how,
   title={How Do Vision Transformers Work?},
   author={Namuk Park and Songkuk Kim},
@@ -181,6 +183,7 @@ def build_model_card(
         eval_results=results or None,
     )
     remote = isinstance(model, ZooModelMixin)
+    zoo_model = None if timm_family else _zoo_timm_model(model_dir, provenance and provenance["preset"])
     architecture = f"timm's {type(model.timm_model).__name__}" if timm_family else type(model).__name__
     clean = [r for r in results if r.dataset_name == dataset]
     table = "\n".join(f"| {METRIC_LABELS[r.metric_type]} | {r.metric_value:.4f} |" for r in clean)
@@ -202,11 +205,12 @@ classifier = pipeline("image-classification", model="{repo_id}")
 ```
 {"Without `alternet_hf`, pass `trust_remote_code=True`: the repo carries its own modeling code." if remote else ""}
 
-{_timm_native_usage(repo_id) if timm_family else _timm_usage(repo_id, model_dir, provenance and provenance["preset"])}
+{_timm_usage(repo_id, zoo_model) if timm_family or zoo_model else ""}
 
 Fine-tune with the HF `Trainer` (`forward(pixel_values, labels)` returns the loss), e.g.
 `alternet-finetune --model {repo_id} --dataset <your dataset>` from alternet-hf.
 
+{_scripts_section(repo_id, dataset, remote, zoo_model, timm=timm_family or zoo_model is not None)}
 ## Evaluation on `{dataset}` ({split})
 {f"{chr(10)}Evaluated on {evaluated_on}, in float32.{chr(10)}" if evaluated_on else ""}
 | metric | value |
@@ -260,6 +264,12 @@ def write_release(
             "plan": evaluated.get("plan", {}),
             "repo_id": cifar100c_repo or "cifar100-c",
         }
+    if not _copy_training_logs(model_dir, output_dir):  # converted weights: their evaluation instead
+        clean = [name for name in ("accuracy", "nll", "ece") if metrics.get(name) is not None]
+        scalars = {f"eval/{name}": metrics[name] for name in clean}
+        if robustness_payload is not None:
+            scalars["eval/cifar100c_mean_accuracy"] = robustness_payload["mean_accuracy"]
+        write_scalar_events(output_dir / RUNS / "evaluation", scalars)
     shown = {}
     for title, path in (figures or {}).items():
         (output_dir / "figures").mkdir(exist_ok=True)
@@ -284,6 +294,35 @@ def write_release(
     return output_dir
 
 
+def _copy_training_logs(model_dir: Path, output_dir: Path) -> bool:
+    """Copy the TensorBoard event files `alternet-train` wrote (`logs/`) into the repo's `runs/training/`, where the
+    Hub's metrics tab finds them; whether there were any."""
+    logs = model_dir / "logs"
+    events = sorted(p for p in logs.rglob("*") if p.is_file() and "tfevents" in p.name) if logs.is_dir() else []
+    for path in events:
+        target = output_dir / RUNS / "training" / path.relative_to(logs)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, target)
+    return bool(events)
+
+
+def write_scalar_events(folder: Path, scalars: dict[str, float], step: int = 0) -> Path:
+    """`scalars` ({tag: value}) as a TensorBoard event file at `step`, in the format training logs: the same scalars
+    give the same bytes (no wall time, a fixed name), so a release written twice is the same release."""
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "events.out.tfevents.0.alternet-hf"
+    with path.open("wb") as file:
+        writer = RecordWriter(file)
+        writer.write(event_pb2.Event(wall_time=0.0, file_version="brain.Event:2").SerializeToString())
+        for tag, value in scalars.items():
+            summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=float(value))])
+            writer.write(event_pb2.Event(wall_time=0.0, step=step, summary=summary).SerializeToString())
+    return path
+
+
 def _is_hub_id(name: str) -> bool:
     """Whether `name` reads as a Hub repo id (`owner/name`), not a local path, for the card's `datasets`."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
@@ -295,17 +334,31 @@ def _is_hub_id(name: str) -> bool:
     return name.count("/") == 1 and not name.startswith((".", "/", "~"))
 
 
-def _timm_usage(repo_id: str, model_dir: Path, preset: str | None = None) -> str:
-    """How to load the weights in timm, with the config fields the model was built with beyond its preset."""
+def _zoo_timm_model(model_dir: Path, preset: str | None = None) -> tuple[str, dict] | None:
+    """(timm's name of a zoo model, the config fields it was built with beyond its preset), or None."""
     config_file = model_dir / "training_config.json"
     training = json.loads(config_file.read_text()) if config_file.is_file() else {}
     preset = preset or training.get("model")
     if preset not in list_models():
-        return ""
-    architecture, dataset = preset.rsplit("-", 1)
-    fields = training.get("model_overrides") or {}
-    fields = {key: value for key, value in fields.items() if key != "drop_path_rate"}  # training only
+        return None
+    fields = {key: value for key, value in (training.get("model_overrides") or {}).items() if key != "drop_path_rate"}
+    return timm_name(*preset.rsplit("-", 1)), {TIMM_ARGUMENTS.get(key, key): value for key, value in fields.items()}
+
+
+def _timm_usage(repo_id: str, zoo_model: tuple[str, dict] | None) -> str:
+    """How to load the weights in timm: by the repo id for timm's own families (PiT, Swin, `zoo_model` None), by the
+    zoo's timm name and the downloaded file for the zoo's (`import alternet_hf` registers the names)."""
+    if zoo_model is None:
+        return f"""In timm (the repo is a timm model: no `alternet_hf` needed):
+
+```python
+import timm
+
+model = timm.create_model("hf-hub:{repo_id}", pretrained=True)
+```"""
+    name, fields = zoo_model
     extra = "".join(f", {key}={value!r}" for key, value in fields.items())
+    overlay = "".join(f", {key}={value!r}" for key, value in _overlay_fields(fields).items())
     return f"""In timm (the same weights; `import alternet_hf` registers the zoo's names):
 
 ```python
@@ -313,20 +366,72 @@ import alternet_hf, timm
 from huggingface_hub import hf_hub_download
 
 weights = hf_hub_download("{repo_id}", "model.safetensors")
-model = timm.create_model("{timm_name(architecture, dataset)}", pretrained=True,
-                          pretrained_cfg_overlay=dict(file=weights){extra})
+model = timm.create_model("{name}", pretrained=True,
+                          pretrained_cfg_overlay=dict(file=weights{overlay}){extra})
 ```"""
 
 
-def _timm_native_usage(repo_id: str) -> str:
-    """timm's own Hub loading, for the families that are timm's modules (PiT, Swin)."""
-    return f"""In timm (the repo is a timm model: no `alternet_hf` needed):
+def _overlay_fields(fields: dict) -> dict:
+    """What timm's `pretrained_cfg_overlay` must repeat of the model's arguments: a class count other than the
+    tag's, or timm drops the classifier's weights."""
+    return {key: value for key, value in fields.items() if key == "num_classes"}
 
-```python
-import timm
 
-model = timm.create_model("hf-hub:{repo_id}", pretrained=True)
-```"""
+# timm's scripts see the zoo's names once `alternet_hf` is imported: this runs the script that follows it so.
+TIMM_SCRIPT_WRAPPER = (
+    "python -c \"import alternet_hf, runpy, sys; sys.argv.pop(0); runpy.run_path(sys.argv[0], run_name='__main__')\""
+)
+
+
+def _scripts_section(
+    repo_id: str, dataset: str, remote: bool, zoo_model: tuple[str, dict] | None, *, timm: bool
+) -> str:
+    """The commands of transformers' example script and, where timm loads the repo (`timm`), timm's `validate.py` and
+    `train.py` for this repo, with the column flags of a dataset whose columns are not `image`/`label`."""
+    from .data import DEFAULT_COLUMNS, KNOWN_COLUMNS
+
+    name = repo_id.split("/")[-1]
+    hub_dataset = dataset if _is_hub_id(dataset) else "<dataset on the Hub>"
+    columns = KNOWN_COLUMNS.get(dataset, DEFAULT_COLUMNS)
+    hf_columns = timm_columns = ""
+    if columns != DEFAULT_COLUMNS:
+        hf_columns = f" --image_column_name {columns.image} --label_column_name {columns.label}"
+        timm_columns = f" --input-key {columns.image} --target-key {columns.label}"
+    if zoo_model is None:  # a timm repo: timm's scripts load it by its id
+        download, script, model = "", "python", f"hf-hub:{repo_id} --pretrained"
+    else:
+        timm_model, fields = zoo_model
+        download = f"hf download {repo_id} model.safetensors --local-dir {name}\n"
+        script, model = TIMM_SCRIPT_WRAPPER, f"{timm_model} --pretrained"
+        overlay = {"file": f"{name}/model.safetensors", **_overlay_fields(fields)}
+        model += " --model-kwargs " + " ".join(
+            f'"{key}={value!r}"' for key, value in {"pretrained_cfg_overlay": overlay, **fields}.items()
+        )
+    through = "" if zoo_model is None else ", through the one-line wrapper that imports `alternet_hf` first"
+    timm_scripts = f"""
+timm's `validate.py` and `train.py`{through} (`--device cpu` where there is no GPU):
+
+```bash
+{download}{script} validate.py \\
+    --model {model} \\
+    --dataset hfds/{hub_dataset} --split test{timm_columns}
+{script} train.py \\
+    --model {model} \\
+    --dataset hfds/{hub_dataset} --train-split train --val-split test{timm_columns} --output {name}-timm
+```
+"""
+    return f"""## With the ecosystem's scripts
+
+transformers' `examples/pytorch/image-classification/run_image_classification.py` evaluates and fine-tunes this
+repo by its id (it evaluates the dataset's `validation` split, or a share of the training split where there is none,
+as in CIFAR-100; `--ignore_mismatched_sizes True` gives a dataset with other classes a new head):
+
+```bash
+python run_image_classification.py --model_name_or_path {repo_id}{" --trust_remote_code True" if remote else ""} \\
+    --dataset_name {hub_dataset}{hf_columns} \\
+    --do_train --do_eval --remove_unused_columns False --output_dir {name}-finetuned
+```
+{timm_scripts if timm else ""}"""
 
 
 def _robustness_section(robustness: dict | None) -> str:
@@ -446,7 +551,9 @@ evaluate_corruptions(model, ParquetCorruptions("{repo_id}"))
 |---|---|
 {table}
 
-Published with `alternet-publish-cifar100c` of alternet-hf. Licence of the original arrays: CC BY 4.0.
+Published with `alternet-publish-cifar100c` of alternet-hf, the model zoo of ["How Do Vision Transformers
+Work?"]({PAPER}) (Park & Kim, ICLR 2022), whose robustness results it is measured on. Licence of the original
+arrays: CC BY 4.0.
 
 ```bibtex
 {CIFAR_C_CITATION}

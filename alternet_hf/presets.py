@@ -38,6 +38,15 @@ class DatasetSpec:
         """32×32 data: CIFAR stem, 4×4 attention windows, 2×2 ViT patches."""
         return self.image_size <= 64
 
+    def config_fields(self) -> dict:
+        """The fields of every preset's config that the dataset fixes."""
+        return dict(
+            num_labels=self.num_labels,
+            image_size=self.image_size,
+            image_mean=list(self.image_mean),
+            image_std=list(self.image_std),
+        )
+
 
 DATASETS = {
     "cifar10": DatasetSpec(10, 32, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
@@ -56,26 +65,17 @@ def register_architecture(name: str):
     return decorator
 
 
-def _dataset_fields(data: DatasetSpec) -> dict:
-    return dict(
-        num_labels=data.num_labels,
-        image_size=data.image_size,
-        image_mean=list(data.image_mean),
-        image_std=list(data.image_std),
-    )
-
-
 def _alternet(data: DatasetSpec, **fields) -> AlterNetConfig:
     from .configuration_alternet import AlterNetConfig
 
     stem = dict(stem_type="cifar", window_size=4) if data.is_small else dict(stem_type="imagenet", window_size=7)
-    return AlterNetConfig(**stem, **_dataset_fields(data), **fields)
+    return AlterNetConfig(**stem, **data.config_fields(), **fields)
 
 
 def _resnet(data: DatasetSpec, **fields) -> CifarResNetConfig:
     from .configuration_cifar_resnet import CifarResNetConfig
 
-    return CifarResNetConfig(stem_type="cifar" if data.is_small else "imagenet", **_dataset_fields(data), **fields)
+    return CifarResNetConfig(stem_type="cifar" if data.is_small else "imagenet", **data.config_fields(), **fields)
 
 
 # transformers' ViTConfig checks none of these; a typo would divide by zero or build for minutes. Upper bounds
@@ -121,7 +121,7 @@ def _vit(data: DatasetSpec, **fields) -> ViTConfig:
         layer_norm_eps=1e-6,
         qkv_bias=False,
         drop_path_rate=0.0,
-        **_dataset_fields(data),
+        **data.config_fields(),
         **fields,
     )
 
@@ -306,10 +306,24 @@ def create_model(name: str, *, num_labels: int | None = None, **overrides) -> Pr
                 f"({', '.join(changed[:5])}...); a loaded model keeps its architecture: drop those overrides"
             )
         return _finish(model)
-    if num_labels is not None:
-        overrides["num_labels"] = num_labels
-    config = create_config(name, **overrides)
-    return _finish(AutoModelForImageClassification.from_config(config))
+    return build_preset(name, **overrides, **({} if num_labels is None else {"num_labels": num_labels}))
+
+
+def build_preset(name: str, **overrides) -> PreTrainedModel:
+    """The preset `name`, randomly initialised, even where a folder of that name is at hand (timm builds presets by
+    name, beside a user's `--local-dir alternet-50-cifar100`)."""
+    from transformers import AutoModelForImageClassification
+
+    return _finish(AutoModelForImageClassification.from_config(create_config(name, **overrides)))
+
+
+def create_classifier(name: str, class_names: list[str], **overrides) -> PreTrainedModel:
+    """`create_model` with a classifier for `class_names` (a loaded model's replaced where the count differs), its
+    labels named after them: the model a training or fine-tuning run starts from."""
+    model = create_model(name, num_labels=len(class_names), **overrides)
+    model.config.id2label = dict(enumerate(class_names))
+    model.config.label2id = {label: i for i, label in enumerate(class_names)}
+    return model
 
 
 def _check_config_fields(name: str, overrides: dict) -> None:

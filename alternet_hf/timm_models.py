@@ -14,7 +14,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .modeling_common import check_pixel_values, close_match_hints, compute_layout
-from .presets import ARCHITECTURES, DATASETS, TIMM_ARCHITECTURES, DatasetSpec, create_config, create_model
+from .presets import ARCHITECTURES, DATASETS, TIMM_ARCHITECTURES, DatasetSpec, build_preset, create_config
 from .timm_families import PAPER, SQUASH_RESIZE, timm_family_model, timm_settings
 
 # One call each in an fx graph: fx cannot branch on a traced tensor's shape or device.
@@ -31,6 +31,10 @@ _FAMILIES = {
     "cifar_resnet": dict(backbone="resnet", first_conv="resnet.embedder.embedder.convolution", pool="avg"),
     "vit": dict(backbone="vit", first_conv="vit.embeddings.patch_embeddings.projection", pool="token"),
 }
+
+
+# Config fields that timm's models take under timm's own names.
+TIMM_ARGUMENTS = {"num_labels": "num_classes", "num_channels": "in_chans"}
 
 
 def timm_name(architecture: str, dataset: str) -> str:
@@ -109,7 +113,7 @@ class TimmZooModel(nn.Module):
         if img_size is not None:  # timm's name for image_size, which it passes to fixed-size models from the cfg
             config_fields.setdefault("image_size", _square_size(img_size))  # so an image_size given wins
         with torch.device(device) if device is not None else contextlib.nullcontext():
-            model = create_model(preset, num_labels=num_classes, num_channels=in_chans, **config_fields)
+            model = build_preset(preset, num_labels=num_classes, num_channels=in_chans, **config_fields)
         if device is not None or dtype is not None:
             model.to(device=device, dtype=dtype)
         for name, child in model.named_children():
@@ -141,7 +145,7 @@ class TimmZooModel(nn.Module):
 
     @staticmethod
     def _check_config_fields(preset: str, fields: dict) -> None:
-        for field, argument in (("num_labels", "num_classes"), ("num_channels", "in_chans")):
+        for field, argument in TIMM_ARGUMENTS.items():
             if field in fields:
                 raise TypeError(f"{field} is timm's {argument} here: pass {argument}={fields[field]!r}")
         config = create_config(preset)

@@ -103,3 +103,56 @@ def test_the_card_reports_the_evaluation_on_the_training_dataset(tmp_path):
     with pytest.warns(UserWarning, match=r"not \['eval_cifar100_train.json'\]"):
         assert find_evaluation(tmp_path)[0] == {"accuracy": 0.8}
     assert find_evaluation(tmp_path, tmp_path / "eval_cifar100_train.json")[2] == "train"  # asked for by name
+
+
+# What timm's validate.py and train.py do to build their model: parse --model, --pretrained and --model-kwargs with
+# timm's own `ParseKwargs`, then `timm.create_model`; without importing alternet_hf, as those scripts do not.
+TIMM_SCRIPT_STAND_IN = """
+import argparse, json, timm, torch
+from timm.utils import ParseKwargs
+parser = argparse.ArgumentParser()
+parser.add_argument("--model")
+parser.add_argument("--pretrained", action="store_true")
+parser.add_argument("--model-kwargs", nargs="*", default={}, action=ParseKwargs)
+args, _ = parser.parse_known_args()
+model = timm.create_model(args.model, pretrained=args.pretrained, **args.model_kwargs).eval()
+with torch.no_grad():
+    print(json.dumps(model(torch.load("input.pt", weights_only=True)).tolist()))
+"""
+
+
+def test_the_card_s_script_commands_name_the_repo_the_columns_and_timm_s_wrapper_runs_them(tmp_path):
+    """The card's commands for transformers' and timm's scripts: the repo, remote code, CIFAR-100's columns; and its
+    timm line, typed into a shell as the card gives it, builds the zoo's model with the repo's weights in a script
+    that never imports alternet_hf (a stand-in for validate.py that builds its model as validate.py does)."""
+    from alternet_hf.hub import TIMM_SCRIPT_WRAPPER, write_release
+
+    preset, repo_id = "alternet-50-cifar100", "me/alternet-50-cifar100"
+    overrides = TINY[preset]
+    model = tmp_path / "model"
+    alternet_hf.create_model(preset, **overrides).save_pretrained(model)
+    training = {"model": preset, "model_overrides": overrides, "dataset": "uoft-cs/cifar100"}
+    (model / "training_config.json").write_text(json.dumps(training))
+    evaluation = {"dataset": "uoft-cs/cifar100", "split": "test", "metrics": {"accuracy": 0.5, "nll": 2.0, "ece": 0.1}}
+    (model / "eval_cifar100_test.json").write_text(json.dumps(evaluation))
+    text = (write_release(model, tmp_path / "repo", repo_id) / "README.md").read_text()
+    assert "https://arxiv.org/abs/2202.06709" in text
+    assert f"--model_name_or_path {repo_id} --trust_remote_code True" in text
+    assert "--dataset_name uoft-cs/cifar100 --image_column_name img --label_column_name fine_label" in text
+    assert "--dataset hfds/uoft-cs/cifar100 --split test --input-key img --target-key fine_label" in text
+
+    work = tmp_path / "user"
+    (work / "alternet-50-cifar100").mkdir(parents=True)  # what the card's `hf download` line fetches
+    (work / "alternet-50-cifar100" / "model.safetensors").write_bytes((model / "model.safetensors").read_bytes())
+    (work / "validate.py").write_text(TIMM_SCRIPT_STAND_IN)
+    pixel_values = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    torch.save(pixel_values, work / "input.pt")
+    start = text.index(f"{TIMM_SCRIPT_WRAPPER} validate.py")
+    command = text[start : text.index("\n", text.index("--dataset hfds", start))]  # as the card gives it
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"  # `python` is this environment's
+    completed = run_command(["bash", "-c", command], cwd=work, env={**os.environ, "PATH": path})
+    assert completed.returncode == 0, command + "\n" + completed.stderr[-3000:]
+    loaded = AutoModelForImageClassification.from_pretrained(model).eval()  # the repo's weights, as transformers reads
+    with torch.no_grad():
+        expected = loaded(pixel_values).logits
+    torch.testing.assert_close(torch.tensor(json.loads(completed.stdout.splitlines()[-1])), expected)

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -27,7 +28,7 @@ from test_space import free_port
 
 import alternet_hf
 import zoo_release as release
-from alternet_hf.presets import display_name
+from alternet_hf.presets import PAPER_MODELS, display_name
 from alternet_hf.reference import REFERENCE_FILES
 from analysis.cifar_c import CORRUPTIONS
 from analysis.runner import read_result
@@ -180,6 +181,7 @@ def test_a_second_run_adds_alternet_and_redoes_only_what_depends_on_it(rehearsal
     assert changed == {
         "compare",
         "space",
+        "collection",
         *(f"{kind}/{TRAINED}" for kind in ("train", "evaluate", "analyze", "card", "verify")),
     }
     unchanged = {
@@ -198,7 +200,7 @@ def test_a_second_run_adds_alternet_and_redoes_only_what_depends_on_it(rehearsal
     )
     # The last run finds everything complete and changes nothing.
     again = rehearsal_run["again"].stdout
-    assert "0 steps run, 37 already complete" in again
+    assert "0 steps run, 38 already complete" in again
     assert manifest(out)["steps"] == steps
     assert "release summary (rehearsal)" in again and f"{ORG}/{TRAINED}: top-1" in again
     assert "(converted from the reference's release)" in again and "(trained)" in again
@@ -219,6 +221,55 @@ def test_every_repository_is_laid_out_as_uploaded(rehearsal_run):
         p.name for p in space.iterdir()
     }
     assert not list(space.rglob("__pycache__"))
+
+
+def test_every_card_links_the_paper_and_the_collection_is_recorded_in_the_paper_s_order(rehearsal_run):
+    """The Hub lists a repo on the paper's page when its card links the paper on arXiv: every card does, the
+    models', the dataset's and the Space's; the dry run records the Collection it would create."""
+    out = rehearsal_run["out"]
+    cards = [out / "models" / p / "README.md" for p in PRESETS]
+    cards += [out / "datasets" / "cifar100-c" / "README.md", out / "spaces" / "how-do-vits-work" / "README.md"]
+    for card in cards:
+        assert "https://arxiv.org/abs/2202.06709" in card.read_text(), card
+    collection = json.loads((out / "collection.json").read_text())
+    assert collection["title"] == "How Do Vision Transformers Work?" and collection["namespace"] == ORG
+    assert collection["items"] == [
+        {"type": "paper", "id": "2202.06709"},
+        *({"type": "model", "id": f"{ORG}/{p}"} for p in PAPER_MODELS),
+        {"type": "dataset", "id": f"{ORG}/cifar100-c"},
+        {"type": "space", "id": f"{ORG}/how-do-vits-work"},
+    ]
+
+
+def test_each_repo_carries_the_tensorboard_events_of_its_metrics_tab(rehearsal_run):
+    """Read with TensorBoard's own reader: the trained model's repo holds its training run (losses, learning rate,
+    every evaluation, the last one the card's); a converted model's, its evaluation as scalars at step 0."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = rehearsal_run["out"]
+
+    def scalars(folder: Path) -> dict:
+        found = {}
+        for events in sorted(folder.rglob("*tfevents*")):
+            reader = EventAccumulator(str(events))
+            reader.Reload()
+            for tag in reader.Tags()["scalars"]:
+                found.setdefault(tag, []).extend((event.step, event.value) for event in reader.Scalars(tag))
+        return found
+
+    for preset in PRESETS:
+        repo = out / "models" / preset
+        numbers = card_numbers(repo)
+        logged = scalars(repo / "runs")
+        if preset == TRAINED:
+            assert not (repo / "runs" / "evaluation").exists() and {"train/loss", "train/lr"} <= set(logged)
+            assert logged["eval/accuracy"][-1][1] == pytest.approx(
+                json.loads((out / "work" / "train" / preset / "metrics.json").read_text())["accuracy"], abs=1e-6
+            )
+            continue
+        for metric in ("accuracy", "nll", "ece"):
+            assert logged[f"eval/{metric}"] == [(0, pytest.approx(numbers[(rehearsal.STAND_IN_NAME, metric)]))]
+        assert logged["eval/cifar100c_mean_accuracy"] == [(0, pytest.approx(numbers[("CIFAR-100-C", "accuracy")]))]
 
 
 def test_the_converted_models_score_what_the_stand_ins_reported(rehearsal_run):
@@ -468,6 +519,13 @@ def recording_hub(monkeypatch) -> list:
         def upload_folder(self, *, repo_id, repo_type, folder_path, **kwargs):
             calls.append(("upload", repo_id, repo_type, sorted(p.name for p in Path(folder_path).iterdir())))
 
+        def create_collection(self, title, *, namespace, exists_ok, **kwargs):
+            calls.append(("collection", title, namespace, exists_ok))
+            return SimpleNamespace(slug=f"{namespace}/how-do-vision-transformers-work-0123")
+
+        def add_collection_item(self, collection_slug, item_id, item_type, *, exists_ok, **kwargs):
+            calls.append(("item", collection_slug, item_id, (item_type, exists_ok)))
+
     monkeypatch.setattr(huggingface_hub, "HfApi", RecordingApi)
     return calls
 
@@ -487,8 +545,8 @@ def test_publishing_after_the_dry_run_uploads_each_repo_and_redoes_nothing(rehea
     lines = []
     runner = release.Release(options, say=lines.append)
     summary = runner.run()
-    assert runner.ran == [f"upload/{name}" for name in ("cifar100-c", *PRESETS, "how-do-vits-work")]
-    assert len(runner.skipped) == 37
+    assert runner.ran == [f"upload/{name}" for name in ("cifar100-c", *PRESETS, "how-do-vits-work", "collection")]
+    assert len(runner.skipped) == 38
     created = [(repo_id, kind, sdk) for what, repo_id, kind, sdk in calls if what == "create"]
     assert created == [(f"{ORG}/cifar100-c", "dataset", None)] + [(f"{ORG}/{p}", "model", None) for p in PRESETS] + [
         (f"{ORG}/how-do-vits-work", "space", "gradio")
@@ -497,6 +555,15 @@ def test_publishing_after_the_dry_run_uploads_each_repo_and_redoes_nothing(rehea
     assert "model.safetensors" in uploaded[f"{ORG}/{TRAINED}"] and "space.json" in uploaded[f"{ORG}/how-do-vits-work"]
     assert "provenance.json" not in uploaded[f"{ORG}/resnet-50-cifar100"]  # the card states it; the file stays here
     assert summary["models"][TRAINED]["repo_id"] == f"{ORG}/{TRAINED}" and summary["pending"] == {}
+    # One Collection, found by its title where it exists, the paper first and the models in the paper's order.
+    assert [call for call in calls if call[0] == "collection"] == [
+        ("collection", "How Do Vision Transformers Work?", ORG, True)
+    ]
+    items = [(item_id, kind) for what, _, item_id, (kind, exists_ok) in calls if what == "item" and exists_ok]
+    assert items == [("2202.06709", "paper"), *((f"{ORG}/{p}", "model") for p in PAPER_MODELS)] + [
+        (f"{ORG}/cifar100-c", "dataset"),
+        (f"{ORG}/how-do-vits-work", "space"),
+    ]
     again = release.Release(options, say=lines.append)
     again.run()
     assert again.ran == []  # uploaded once

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-from alternet_hf.hub import write_release
-from alternet_hf.presets import display_name
+from alternet_hf.hub import PAPER_ID, write_release
+from alternet_hf.presets import PAPER_MODELS, display_name
 from alternet_hf.recipe import recipe_config
 from alternet_hf.reference import PAPER_RESULTS, REFERENCE_FILES
 from alternet_hf.run_lock import hold_folder
@@ -25,6 +25,7 @@ from alternet_hf.utils import format_duration, machine, write_json
 from . import rehearsal
 from .checks import (
     CIFAR100C_REPO,
+    COLLECTION_TITLE,
     COLUMN_NAMES,
     DATASET,
     MANIFEST,
@@ -240,10 +241,12 @@ class Release:
             self.step(f"verify/{preset}", {"inputs": self.outputs_of(f"card/{preset}")}, self.verify, preset)
         settings = {"models": self.space_models(), "pending": self.pending_names(), "inputs": analysed}
         self.step("space", settings, self.write_space)
+        self.step("collection", self.collection(), self.write_collection)
         if not options.dry_run:
             for kind, name, folder, written_by in self.uploads():
                 repo = {"repo_id": f"{options.org}/{name}", "repo_type": kind, "inputs": self.outputs_of(written_by)}
                 self.step(f"upload/{name}", repo, self.upload, kind, name, folder)
+            self.step("upload/collection", {"inputs": self.outputs_of("collection")}, self.publish_collection)
         summary = self.summary()
         self.manifest.data["summary"] = summary
         self.manifest.save()
@@ -642,6 +645,32 @@ class Release:
         api.upload_folder(repo_id=repo_id, repo_type=kind, folder_path=folder, commit_message="scripts/release.py")
         self.say(f"published https://huggingface.co/{'' if kind == 'model' else kind + 's/'}{repo_id}")
         return tree_files(folder)
+
+    def collection(self) -> dict:
+        """The release's Hub Collection: the paper, then the released models in the paper's order, CIFAR-100-C and
+        the Space."""
+        items = [{"type": "paper", "id": PAPER_ID}]
+        items += [{"type": "model", "id": self.repo_id(p)} for p in PAPER_MODELS if p in self.released]
+        items += [{"type": "dataset", "id": self.dataset_id}] if self.cifar100c_arrays is not None else []
+        items += [{"type": "space", "id": f"{self.options.org}/{SPACE_REPO}"}]
+        return {"title": COLLECTION_TITLE, "namespace": self.options.org, "items": items}
+
+    def write_collection(self) -> list[Path]:
+        """What the Collection will hold (`collection.json`): what a dry run would create."""
+        return [write_json(self.out / "collection.json", self.collection())]
+
+    def publish_collection(self) -> list[Path]:
+        """Create the Collection, or find it by its title, and add what it lacks: run twice, it changes nothing."""
+        from huggingface_hub import HfApi
+
+        api, wanted = HfApi(), json.loads((self.out / "collection.json").read_text())
+        collection = api.create_collection(
+            wanted["title"], namespace=wanted["namespace"], private=self.options.private, exists_ok=True
+        )
+        for item in wanted["items"]:
+            api.add_collection_item(collection.slug, item["id"], item["type"], exists_ok=True)
+        self.say(f"published the collection https://huggingface.co/collections/{collection.slug}")
+        return [self.out / "collection.json"]
 
     def summary(self) -> dict:
         models = {}
