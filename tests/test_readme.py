@@ -39,6 +39,12 @@ RUN, CLEAR_ERROR, PARSE_ONLY, SERVER, SKIP = "run", "clear error", "parse-only",
 RULES = [
     (r"^pip install", SKIP, "the install itself: .ci/run does it on a fresh machine"),
     (r"-m pytest", SKIP, "the test command: .ci/run runs it"),
+    (
+        r"^hf download|validate\.py",
+        SKIP,
+        "a released repo's file from the Hub, for timm's own validate.py (a timm checkout, not installed): "
+        "tests/test_push_to_hub.py types a card's line into a shell with a stand-in for validate.py",
+    ),
     (r"scripts/release\.py(?!.*--rehearsal)", CLEAR_ERROR, "needs CIFAR-100-C's Zenodo arrays, then the Hub"),
     (
         r"scripts/release\.py .*--rehearsal",
@@ -55,12 +61,6 @@ RULES = [
     (r"scripts/device_check\.py", PARSE_ONLY, "minutes, or a GPU; tests/test_device_check.py runs its rehearsal"),
     (r"--paper", CLEAR_ERROR, "the paper's five models (AlterNet-50: no released weights) and CIFAR-100, from the Hub"),
     (r"^alternet-space", SERVER, "a web server: it must come up and serve the page"),
-    (
-        r"^hf download|validate\.py",
-        SKIP,
-        "a released repo's file from the Hub, for timm's own validate.py (a timm checkout, not installed): "
-        "tests/test_push_to_hub.py types a card's line into a shell with a stand-in for validate.py",
-    ),
 ]
 CLEAR_MESSAGES = (
     r"error: .*(cannot be reached|from the Hugging Face Hub|no Hugging Face token|there is no folder|is not a folder"
