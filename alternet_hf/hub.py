@@ -401,9 +401,9 @@ def _scripts_section(
         download, script, model = "", "python", f"hf-hub:{repo_id} --pretrained"
     else:
         timm_model, fields = zoo_model
-        download = f"hf download {repo_id} model.safetensors --local-dir {name}\n"
+        download = f"hf download {repo_id} model.safetensors --local-dir {name}-weights\n"
         script, model = TIMM_SCRIPT_WRAPPER, f"{timm_model} --pretrained"
-        overlay = {"file": f"{name}/model.safetensors", **_overlay_fields(fields)}
+        overlay = {"file": f"{name}-weights/model.safetensors", **_overlay_fields(fields)}
         model += " --model-kwargs " + " ".join(
             f'"{key}={value!r}"' for key, value in {"pretrained_cfg_overlay": overlay, **fields}.items()
         )

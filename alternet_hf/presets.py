@@ -270,8 +270,12 @@ def unknown_preset_message(name: str) -> str:
 
 
 def loads_weights(name: str) -> bool:
-    """Whether `create_model(name)` loads trained weights (a folder or a Hub id), rather than building a preset."""
-    return os.path.isdir(name) or ("/" in name and name not in list_models())
+    """Whether `create_model(name)` loads trained weights (a folder or a Hub id), rather than building a preset. A
+    preset's name is the preset unless a saved model of that name is at hand (a folder with its `config.json`), not
+    where some other folder has that name (`hf download ... --local-dir <preset>`)."""
+    if name in list_models():
+        return os.path.isfile(os.path.join(name, "config.json"))
+    return os.path.isdir(name) or "/" in name
 
 
 def create_model(name: str, *, num_labels: int | None = None, **overrides) -> PreTrainedModel:
@@ -310,8 +314,8 @@ def create_model(name: str, *, num_labels: int | None = None, **overrides) -> Pr
 
 
 def build_preset(name: str, **overrides) -> PreTrainedModel:
-    """The preset `name`, randomly initialised, even where a folder of that name is at hand (timm builds presets by
-    name, beside a user's `--local-dir alternet-50-cifar100`)."""
+    """The preset `name`, randomly initialised, even where a saved model of that name is at hand (timm builds presets
+    by name)."""
     from transformers import AutoModelForImageClassification
 
     return _finish(AutoModelForImageClassification.from_config(create_config(name, **overrides)))

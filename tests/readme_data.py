@@ -77,6 +77,32 @@ def timm054_layout(model) -> dict:
     return state
 
 
+# What timm's validate.py does to build its model (its own argument parsing, then `timm.create_model`), without its
+# data: the docs run timm's scripts through a one-line wrapper that imports alternet_hf first.
+TIMM_VALIDATE_STAND_IN = """
+import argparse, timm
+from timm.utils import ParseKwargs
+parser = argparse.ArgumentParser()
+parser.add_argument("--model")
+parser.add_argument("--pretrained", action="store_true")
+parser.add_argument("--model-kwargs", nargs="*", default={}, action=ParseKwargs)
+args, _ = parser.parse_known_args()
+model = timm.create_model(args.model, pretrained=args.pretrained, **args.model_kwargs)
+print(f"{args.model}: {sum(p.numel() for p in model.parameters()):,} parameters, pretrained weights loaded")
+"""
+
+
+def timm_validate_stand_in(root: Path) -> dict[str, str]:
+    """A stand-in for timm's validate.py and the released AlterNet-50's weights the docs' timm line reads."""
+    import alternet_hf
+
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "validate.py").write_text(TIMM_VALIDATE_STAND_IN)
+    alternet_hf.create_model("alternet-50-cifar100").save_pretrained(root / "alternet-50-cifar100-weights")
+    weights = "alternet-50-cifar100-weights/model.safetensors"
+    return {" validate.py": f" {root / 'validate.py'}", weights: str(root / weights)}
+
+
 def build(folder: str) -> None:
     root = Path(folder)
     placeholders = {
@@ -86,6 +112,7 @@ def build(folder: str) -> None:
         "CIFAR-100-C/": str(zenodo_arrays(root / "CIFAR-100-C")) + "/",
         **reference_checkpoints(root / "checkpoints"),
         "my_run.json": str(root / "my_run.json"),
+        **timm_validate_stand_in(root / "timm"),
     }
     (root / "my_run.json").write_text(json.dumps({"model": "resnet-18-cifar10", "dataset": "uoft-cs/cifar10"}))
     (root / "placeholders.json").write_text(json.dumps(placeholders, indent=2))

@@ -142,8 +142,10 @@ def test_the_card_s_script_commands_name_the_repo_the_columns_and_timm_s_wrapper
     assert "--dataset hfds/uoft-cs/cifar100 --split test --input-key img --target-key fine_label" in text
 
     work = tmp_path / "user"
-    (work / "alternet-50-cifar100").mkdir(parents=True)  # what the card's `hf download` line fetches
-    (work / "alternet-50-cifar100" / "model.safetensors").write_bytes((model / "model.safetensors").read_bytes())
+    (work / "alternet-50-cifar100-weights").mkdir(parents=True)  # what the card's `hf download` line fetches
+    weights = (model / "model.safetensors").read_bytes()
+    (work / "alternet-50-cifar100-weights" / "model.safetensors").write_bytes(weights)
+    (work / "alternet-50-cifar100").mkdir()  # a folder named as the preset (not a saved model) leaves it the preset
     (work / "validate.py").write_text(TIMM_SCRIPT_STAND_IN)
     pixel_values = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     torch.save(pixel_values, work / "input.pt")

@@ -561,7 +561,7 @@ def test_publishing_after_the_dry_run_uploads_each_repo_and_redoes_nothing(rehea
     assert [call for call in calls if call[0] == "collection"] == [
         ("collection", "How Do Vision Transformers Work?", ORG, True)
     ]
-    items = [(item_id, kind) for what, _, item_id, (kind, exists_ok) in calls if what == "item" and exists_ok]
+    items = [(call[2], call[3][0]) for call in calls if call[0] == "item" and call[3][1]]  # exists_ok: never doubled
     assert items == [("2202.06709", "paper"), *((f"{ORG}/{p}", "model") for p in PAPER_MODELS)] + [
         (f"{ORG}/cifar100-c", "dataset"),
         (f"{ORG}/how-do-vits-work", "space"),

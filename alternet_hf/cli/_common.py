@@ -146,6 +146,8 @@ def model_source(text: str) -> str:
     path = Path(text).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
+            if text in list_models():
+                return text  # a folder that merely has a preset's name (`hf download --local-dir`): the preset
             raise argparse.ArgumentTypeError(
                 f"{text} is a folder but holds no config.json, so it is no saved model; --model takes {MODEL_SOURCES}"
             )
