@@ -77,18 +77,23 @@ def timm054_layout(model) -> dict:
     return state
 
 
-# What timm's validate.py does to build its model (its own argument parsing, then `timm.create_model`), without its
-# data: the docs run timm's scripts through a one-line wrapper that imports alternet_hf first.
+# What timm's validate.py and train.py do to build their model (timm's own `ParseKwargs` for --model-kwargs, then
+# `timm.create_model`), without their data and without importing alternet_hf, as those scripts do not: the docs and
+# cards run them through a one-line wrapper that imports it first. With an `input.pt` beside it, it prints the
+# model's outputs on it as JSON (tests/test_push_to_hub.py compares them).
 TIMM_VALIDATE_STAND_IN = """
-import argparse, timm
+import argparse, json, os, timm, torch
 from timm.utils import ParseKwargs
 parser = argparse.ArgumentParser()
 parser.add_argument("--model")
 parser.add_argument("--pretrained", action="store_true")
 parser.add_argument("--model-kwargs", nargs="*", default={}, action=ParseKwargs)
 args, _ = parser.parse_known_args()
-model = timm.create_model(args.model, pretrained=args.pretrained, **args.model_kwargs)
+model = timm.create_model(args.model, pretrained=args.pretrained, **args.model_kwargs).eval()
 print(f"{args.model}: {sum(p.numel() for p in model.parameters()):,} parameters, pretrained weights loaded")
+if os.path.exists("input.pt"):
+    with torch.no_grad():
+        print(json.dumps(model(torch.load("input.pt", weights_only=True)).tolist()))
 """
 
 

@@ -13,6 +13,7 @@ import torch
 from commands import run_command
 from conftest import TINY, installed_command
 from huggingface_hub import ModelCard
+from readme_data import TIMM_VALIDATE_STAND_IN
 from transformers import AutoModelForImageClassification, pipeline
 
 import alternet_hf
@@ -105,22 +106,6 @@ def test_the_card_reports_the_evaluation_on_the_training_dataset(tmp_path):
     assert find_evaluation(tmp_path, tmp_path / "eval_cifar100_train.json")[2] == "train"  # asked for by name
 
 
-# What timm's validate.py and train.py do to build their model: parse --model, --pretrained and --model-kwargs with
-# timm's own `ParseKwargs`, then `timm.create_model`; without importing alternet_hf, as those scripts do not.
-TIMM_SCRIPT_STAND_IN = """
-import argparse, json, timm, torch
-from timm.utils import ParseKwargs
-parser = argparse.ArgumentParser()
-parser.add_argument("--model")
-parser.add_argument("--pretrained", action="store_true")
-parser.add_argument("--model-kwargs", nargs="*", default={}, action=ParseKwargs)
-args, _ = parser.parse_known_args()
-model = timm.create_model(args.model, pretrained=args.pretrained, **args.model_kwargs).eval()
-with torch.no_grad():
-    print(json.dumps(model(torch.load("input.pt", weights_only=True)).tolist()))
-"""
-
-
 def test_the_card_s_script_commands_name_the_repo_the_columns_and_timm_s_wrapper_runs_them(tmp_path):
     """The card's commands for transformers' and timm's scripts: the repo, remote code, CIFAR-100's columns; and its
     timm line, typed into a shell as the card gives it, builds the zoo's model with the repo's weights in a script
@@ -146,7 +131,7 @@ def test_the_card_s_script_commands_name_the_repo_the_columns_and_timm_s_wrapper
     weights = (model / "model.safetensors").read_bytes()
     (work / "alternet-50-cifar100-weights" / "model.safetensors").write_bytes(weights)
     (work / "alternet-50-cifar100").mkdir()  # a folder named as the preset (not a saved model) leaves it the preset
-    (work / "validate.py").write_text(TIMM_SCRIPT_STAND_IN)
+    (work / "validate.py").write_text(TIMM_VALIDATE_STAND_IN)
     pixel_values = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     torch.save(pixel_values, work / "input.pt")
     start = text.index(f"{TIMM_SCRIPT_WRAPPER} validate.py")
