@@ -47,8 +47,9 @@ def hold_folder(
     folder: str | Path, *, advice: str = "wait for it to end, or stop it, then run this again"
 ) -> Iterator[Path]:
     """Hold `folder` (created if missing) for the block; `FolderInUse`, naming the holder, where another holds it."""
-    if not_a_folder(folder):
-        raise NotADirectoryError(not_a_folder(folder))
+    problem = not_a_folder(folder)
+    if problem:
+        raise NotADirectoryError(problem)
     folder = Path(folder).resolve()
     if folder in _held or not _is_rank_zero():
         _held[folder] = _held.get(folder, 0) + 1

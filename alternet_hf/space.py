@@ -81,8 +81,9 @@ def load_models(spec: str) -> list[LoadedModel]:
         if hub_down and not local:
             loaded.append(LoadedModel(name, source, None, "not tried: the Hugging Face Hub is unreachable"))
             continue
-        if local and damaged_model_file(source):
-            loaded.append(LoadedModel(name, source, None, damaged_model_file(source)))
+        problem = damaged_model_file(source) if local else None
+        if problem:
+            loaded.append(LoadedModel(name, source, None, problem))
             continue
         try:
             model = AutoModelForImageClassification.from_pretrained(source, trust_remote_code=False).eval()

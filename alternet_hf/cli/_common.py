@@ -171,8 +171,9 @@ def model_source(text: str) -> str:
 
 def output_folder(text: str) -> Path:
     """argparse type of a folder a command writes into: refused where it, or a folder above it, is a file."""
-    if not_a_folder(text):
-        raise argparse.ArgumentTypeError(not_a_folder(text))
+    problem = not_a_folder(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
     return Path(text)
 
 

@@ -28,8 +28,9 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if not args.model.is_dir():
         raise CommandError(f"{args.model} is not a folder: give the output folder of alternet-train")
-    if damaged_model_file(args.model):
-        raise CommandError(damaged_model_file(args.model))
+    problem = damaged_model_file(args.model)
+    if problem:
+        raise CommandError(problem)
     from alternet_hf.hub import write_release
 
     def write(folder: Path) -> None:
