@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> None:
     sample = None
     if args.max_images is not None:
         sample = {"num_images": args.max_images, "seed": args.seed, "shuffle_buffer": SAMPLE_SHUFFLE_BUFFER}
-    output = args.output or (Path(args.model) if Path(args.model).is_dir() else Path("results"))
+    saved = (Path(args.model) / "config.json").is_file()  # a model folder, not a preset beside a folder of its name
+    output = args.output or (Path(args.model) if saved else Path("results"))
     unreadable = None
     if args.skip_unreadable:
         stem = evaluation_stem(args.dataset, args.split, sample)
