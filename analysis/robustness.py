@@ -9,7 +9,10 @@ current `datasets` refuses), or clean images corrupted on the fly (`GeneratedCor
 reads any of them.
 """
 
+import functools
 import tempfile
+import time
+import types
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -361,19 +364,81 @@ class CorruptionResult(AnalysisResult):
     mean_accuracy_standard_error: float | None = None  # None: every image of every set
 
 
-def _classifier(model: nn.Module, mean: torch.Tensor, std: torch.Tensor, compile_mode: str | None):
-    """Images (uint8, or floats in 0…1) -> logits, normalisation and model as one function: under `compile_mode`, one
-    graph, the training engine's evaluation step's (a release compiles a model once for its clean and CIFAR-C
-    evaluation), every batch padded to the first's size so that a set's smaller last batch compiles no other."""
+def bf16_matrix_units() -> str | None:
+    """The CPU's bf16 matrix instructions ("AMX", "AVX-512 BF16"), or None: where bf16 inference pays on a CPU
+    (elsewhere bf16 products are emulated, no faster than float32's)."""
+    if torch.cpu._is_amx_tile_supported():
+        return "AMX"
+    return "AVX-512 BF16" if torch.cpu._is_avx512_bf16_supported() else None
+
+
+ONEDNN_MIN_GAIN = 1.2  # how much faster oneDNN's float32 linear layers must be than MKL's for the evaluation to use it
+
+
+@functools.cache
+def onednn_linear_gain() -> float:
+    """How many times faster this CPU runs a float32 linear layer (a ViT-Ti block's shape) through oneDNN than through
+    MKL, best of five each; 0 without oneDNN. Inductor's frozen graphs call MKL for float32 linear layers unless their
+    batch is dynamic, and on some CPUs MKL's float32 products run at half of oneDNN's (docs/benchmarks.md)."""
+    if not torch.backends.mkldnn.is_available():
+        return 0.0
+    generator = torch.Generator().manual_seed(0)
+    inputs, weight, bias = (torch.randn(*shape, generator=generator) for shape in ((4096, 192), (768, 192), (768,)))
+    runs = {
+        "mkl": lambda: F.linear(inputs, weight, bias),
+        "onednn": lambda: torch.ops.mkldnn._linear_pointwise(inputs, weight, bias, "none", [], ""),
+    }
+    best = {}
+    with torch.no_grad():
+        for name, run in runs.items():
+            run()
+            seconds = []
+            for _ in range(5):
+                started = time.perf_counter()
+                run()
+                seconds.append(time.perf_counter() - started)
+            best[name] = min(seconds)
+    return best["mkl"] / best["onednn"]
+
+
+def _linear_through_onednn(model: nn.Module) -> bool:
+    """Whether a CPU evaluation of `model` in float32 marks the batch dynamic, so that inductor calls oneDNN for its
+    linear layers: for a model built of them (not a CNN with a linear head, whose convolutions are oneDNN's already
+    and run faster with a static batch) where oneDNN multiplies faster here."""
+    linear_layers = sum(isinstance(module, nn.Linear) for module in model.modules())
+    return linear_layers > 1 and onednn_linear_gain() >= ONEDNN_MIN_GAIN
+
+
+def _classifier(model: nn.Module, mean: torch.Tensor, std: torch.Tensor, compile_mode: str | None, bf16: bool = False):
+    """Images (uint8, or floats in 0…1) -> float32 logits, normalisation and model as one function, under bf16
+    autocast where `bf16`: under `compile_mode`, one graph, every batch padded to the first's size so that a set's
+    smaller last batch compiles no other. On a CPU the graph freezes the weights: inductor folds them in as constants
+    and prepacks them for oneDNN (the function is for inference only and never sees the weights change)."""
 
     def classify(images: torch.Tensor) -> torch.Tensor:
-        return logits_of(model(normalize_images(images, mean, std).contiguous()))  # the step's NCHW, too
+        with torch.autocast(images.device.type, dtype=torch.bfloat16, enabled=bf16):
+            return logits_of(model(normalize_images(images, mean, std).contiguous())).float()  # the step's NCHW
 
     if not compile_mode:
         return classify
+    from torch._inductor import config as inductor_config
+
     from alternet_hf.utils import padded_to_first_batch
 
-    return padded_to_first_batch(torch.compile(classify, mode=compile_mode))
+    # Its own code object: dynamo keeps compiled graphs per code object, guarded by the model's identity, not by its
+    # weights, which the graphs hold frozen; so a later classifier of the same model after training must not find
+    # them, and a process that evaluates many models must not reach dynamo's recompile limit (and run them eager).
+    classify = types.FunctionType(classify.__code__.replace(), classify.__globals__, closure=classify.__closure__)
+    compiled = torch.compile(classify, mode=compile_mode)
+    dynamic_batch = not bf16 and _linear_through_onednn(model)  # bf16 linear layers are oneDNN's anyway
+
+    def frozen(images: torch.Tensor) -> torch.Tensor:
+        if dynamic_batch:
+            torch._dynamo.maybe_mark_dynamic(images, 0)
+        with inductor_config.patch(freezing=True):  # read when a graph compiles (torch.compile's options are not)
+            return compiled(images)
+
+    return padded_to_first_batch(frozen if mean.device.type == "cpu" else compiled)
 
 
 @torch.no_grad()
@@ -388,7 +453,7 @@ def _predict(classify, batches: Batches, device, size: int | None) -> tuple[np.n
             images = F.interpolate(
                 images.float() / 255.0, size=(size, size), mode="bilinear", antialias=True, align_corners=False
             )
-        logits.append(classify(images).float().cpu())
+        logits.append(classify(images).cpu())
         labels.append(targets)
     return torch.cat(logits).numpy(), torch.cat(labels).numpy()
 
@@ -399,18 +464,17 @@ def images_per_second(
     batch_size: int = 256,
     image_size: int | None = None,
     compile_mode: str | None = None,
+    bf16: bool = False,
     device: str | torch.device | None = None,
     repeats: int = 3,
 ) -> float:
     """Images per second of `evaluate_corruptions`'s pass over batches of `batch_size` uint8 images, timed over
     `repeats` batches after two untimed ones (which compile, with `compile_mode`): what a budget is weighed by."""
-    import time
-
     size = image_size or getattr(getattr(model, "config", None), "image_size", None) or 32
     generator = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (batch_size, 3, size, size), dtype=torch.uint8, generator=generator)
     with analysis_mode(model, device=device) as device:
-        classify = _classifier(model, *model_normalization(model, device=device), compile_mode)
+        classify = _classifier(model, *model_normalization(model, device=device), compile_mode, bf16)
         for index in range(2 + repeats):
             if index == 2:
                 _common.synchronize(device)
@@ -418,6 +482,39 @@ def images_per_second(
             _predict(classify, [(images, torch.zeros(batch_size))], device, size)
         _common.synchronize(device)
     return repeats * batch_size / (time.perf_counter() - started)
+
+
+def bf16_agreement(
+    model: nn.Module,
+    source,
+    *,
+    rows: Sequence[int],
+    severity: int = 3,
+    batch_size: int = 256,
+    compile_mode: str | None = None,
+    device: str | torch.device | None = None,
+) -> dict:
+    """float32's and bf16's top-1 through the evaluation's own function on a fixed set: the positions `rows` of every
+    corruption of `source` at `severity`. The images, how many each gets right, and on how many they disagree."""
+    size = getattr(getattr(model, "config", None), "image_size", None)
+    predictions = {}
+    with analysis_mode(model, device=device) as device:
+        mean, std = model_normalization(model, device=device)
+        for bf16 in (False, True):
+            classify = _classifier(model, mean, std, compile_mode, bf16)
+            found = [
+                _predict(classify, source.batches(name, severity, batch_size=batch_size, rows=rows), device, size)
+                for name in source.available()
+            ]
+            predictions[bf16] = np.concatenate([logits.argmax(-1) for logits, _ in found])
+            labels = np.concatenate([labels for _, labels in found])
+    return {
+        "images": len(labels),
+        "severity": severity,
+        "correct_float32": int((predictions[False] == labels).sum()),
+        "correct_bf16": int((predictions[True] == labels).sum()),
+        "disagreements": int((predictions[False] != predictions[True]).sum()),
+    }
 
 
 def evaluate_corruptions(
@@ -433,13 +530,15 @@ def evaluate_corruptions(
     image_std: Sequence[float] | None = None,
     rows: Sequence[int] | None = None,
     compile_mode: str | None = None,
+    bf16: bool = False,
     device: str | torch.device | None = None,
     progress: bool = False,
 ) -> CorruptionResult:
     """Accuracy, NLL and ECE of `model` on every corruption × severity of `source`, and their means. Images are scaled
     to [0, 1], resized to `image_size` where they differ and normalised with `image_mean`/`image_std` (default: the
     model config's); `clean`: uint8 images and labels to report too; `rows`: these positions of every set only
-    (`stratified_subset`), with the standard error they leave; `compile_mode`: run under `torch.compile`."""
+    (`stratified_subset`), with the standard error they leave; `compile_mode`: run under `torch.compile`; `bf16`: under
+    bf16 autocast (the clean images too), for a model that `bf16_agreement` found unchanged by it."""
     size = image_size or getattr(getattr(model, "config", None), "image_size", None)
     shape = (len(corruptions), len(severities))
     metrics = {name: np.full(shape, np.nan) for name in ("accuracy", "nll", "ece")}
@@ -447,10 +546,10 @@ def evaluate_corruptions(
     correct = []  # per set, whether each image of the subset was classified right
     with analysis_mode(model, device=device) as device:
         mean, std = model_normalization(model, image_mean, image_std, device)
-        classify = _classifier(model, mean, std, compile_mode)
+        classify = _classifier(model, mean, std, compile_mode, bf16)
         clean_metrics = None
         if clean is not None:
-            logits, labels = _predict(_classifier(model, mean, std, None), [clean], device, size)
+            logits, labels = _predict(_classifier(model, mean, std, None, bf16), [clean], device, size)
             clean_metrics = classification_metrics(logits, labels)
         for i, corruption, j, severity in _common.progress(sets, enabled=progress, desc="CIFAR-C", unit="set"):
             batches = source.batches(corruption, severity, batch_size=batch_size, rows=rows)

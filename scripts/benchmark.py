@@ -55,7 +55,13 @@ def build_parser():
         help="time torch.compile'd models too (compilation is not timed, except inside --training; default: no, "
         "and for --training the engine's default, compiled on CUDA)",
     )
-    parser.add_argument("--dtype", choices=DTYPES, default="float32", help="autocast dtype of bare steps")
+    parser.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        nargs="+",
+        default=["float32"],
+        help="autocast dtypes of bare steps and of --evaluation (there float32 and bfloat16)",
+    )
     parser.add_argument("--device", default=None, help="default: cuda if available, else cpu")
     parser.add_argument("--iterations", type=positive_int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
@@ -214,7 +220,8 @@ def main(argv: list[str] | None = None) -> None:
             rows = [benchmark.image_check_speed(num_images=args.num_images, workdir=workdir)]
         report = tables.image_check_table(rows)
     elif args.evaluation:
-        over = {"name": args.models, "compiled": compiled_options, "batch_size": args.batch_sizes}
+        bf16 = [dtype == "bfloat16" for dtype in args.dtype]
+        over = {"name": args.models, "compiled": compiled_options, "bf16": bf16, "batch_size": args.batch_sizes}
         rows = sweep(
             benchmark.evaluation_throughput, over, bar="evaluation", device=args.device, repeats=args.iterations
         )
@@ -241,10 +248,15 @@ def main(argv: list[str] | None = None) -> None:
     else:
         rows = sweep(
             benchmark.measure_throughput,
-            {"name": args.models, "batch_size": args.batch_sizes, "mode": args.modes, "compiled": compiled_options},
+            {
+                "name": args.models,
+                "batch_size": args.batch_sizes,
+                "mode": args.modes,
+                "compiled": compiled_options,
+                "dtype": [getattr(torch, dtype) for dtype in args.dtype],
+            },
             bar="benchmark",
             device=args.device,
-            dtype=getattr(torch, args.dtype),
             warmup=args.warmup,
             iterations=args.iterations,
         )

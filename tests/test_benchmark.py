@@ -49,7 +49,7 @@ def test_the_evaluation_benchmark_times_the_release_pass_per_core():
     assert row["images_per_second"] > 0 and row["threads"] >= 1
     assert row["images_per_second_per_core"] == pytest.approx(row["images_per_second"] / row["threads"])
     assert row["cifar100c_hours"] == pytest.approx(750_000 / row["images_per_second"] / 3600)
-    assert "| resnet-18-cifar10 | no | 4 |" in evaluation_table([row])
+    assert "| resnet-18-cifar10 | no | float32 | 4 |" in evaluation_table([row])
 
 
 @pytest.mark.commands

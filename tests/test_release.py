@@ -136,6 +136,9 @@ def test_the_four_released_models_go_out_and_alternet_waits(rehearsal_run):
             first["steps"]
         )
         assert f"{preset}: top-1 " in log and " points apart (at most 5)" in log
+    lines = log.splitlines()  # the release's first lines: what CIFAR-100-C is evaluated in here, before any step
+    opening = next(index for index, line in enumerate(lines) if line.startswith("release of "))
+    assert lines[opening + 1] == f"CIFAR-100-C is evaluated in {release.evaluation_precision('cpu')}"
 
 
 def test_the_same_release_run_again_elsewhere_gives_the_same_files_and_numbers(rehearsal_run):
@@ -775,6 +778,39 @@ def test_cifar100c_is_evaluated_whole_without_a_budget_and_on_a_subset_within_on
     assert plan["per_class"] == 1 and subset["images_per_set"] == 5 and subset["set_size"] == 20
     assert subset["mean_accuracy_standard_error"] > 0 and paths[1].is_file()
     assert "evaluating 1 images of each class per set (5 of 20, seed 0)" in said[-2]
+
+
+@pytest.mark.parametrize("units", [None, "AVX-512 BF16"])
+def test_a_cpu_evaluates_cifar100c_in_bf16_only_where_a_fixed_set_s_top1_is_unchanged(tmp_path, monkeypatch, units):
+    """Without bf16 matrix instructions, float32 and no check; with them, float32's and bf16's top-1 on the same fixed
+    images (two of each class per corruption at severity 3), counted in the plan; bf16 only where they are equal."""
+    from alternet_hf.hub import write_hub_dataset
+    from analysis import robustness
+
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (20, 3, 32, 32), dtype=torch.uint8, generator=generator)
+    arrays = robustness.save_as_arrays(
+        robustness.GeneratedCorruptions(images, torch.arange(20) % 5), tmp_path / "arrays", corruptions=["fog", "snow"]
+    )
+    repo = write_hub_dataset(arrays, tmp_path / "repo", "someone/c", corruptions=["fog", "snow"])
+    folder = tmp_path / "model"
+    tiny = {**rehearsal.REHEARSAL_MODELS["vit-ti"], "num_labels": 5}
+    alternet_hf.create_model("vit-ti-cifar100", **tiny).save_pretrained(folder)
+    monkeypatch.setattr(robustness, "bf16_matrix_units", lambda: units)
+    said = []
+    paths = release.write_robustness(
+        folder, repo, "someone/c", device="cpu", compile=False, budget=None, say=said.append
+    )
+    plan = json.loads(paths[0].read_text())["plan"]
+    if units is None:
+        assert plan["precision"] == "float32" and "bf16_check" not in plan and len(said) == 1
+        return
+    check = plan["bf16_check"]
+    assert check["images"] == 2 * 5 * 2 and check["severity"] == 3  # 2 per class, 5 classes, 2 corruptions
+    assert abs(check["correct_bf16"] - check["correct_float32"]) <= check["disagreements"] <= check["images"]
+    unchanged = check["correct_bf16"] == check["correct_float32"]
+    assert plan["precision"] == ("bf16" if unchanged else "float32")
+    assert f"{check['disagreements']:,} predictions differ; evaluating in {plan['precision']}" in said[0]
 
 
 # --- refusals before anything runs ---------------------------------------------------------------------------

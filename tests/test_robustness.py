@@ -188,3 +188,47 @@ def test_frequency_noise_accuracy_is_that_of_the_noisy_inputs():
     with torch.no_grad():
         expected = (model(inputs + noise).logits.argmax(-1) == targets).float().mean().item()
     assert result.accuracy[6] == pytest.approx(expected)
+
+
+def test_each_compiled_classifier_holds_the_weights_it_was_built_with():
+    """The CPU evaluation's graphs hold the weights frozen: a classifier built after the weights changed computes with
+    the new ones, and a process building many (a release evaluates every model) compiles each, never reaching
+    dynamo's recompile limit, past which it would run them eager."""
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(12, 8), nn.ReLU(), nn.Linear(8, 3)).eval()
+    mean, std = torch.zeros(3, 1, 1), torch.ones(3, 1, 1)
+    images = torch.rand(4, 3, 2, 2)
+    with torch.no_grad():
+        before = robustness._classifier(model, mean, std, "default")(images)
+        for parameter in model.parameters():
+            parameter.add_(0.5)
+        after = robustness._classifier(model, mean, std, "default")(images)
+        torch.testing.assert_close(after, model(images))
+        assert not torch.allclose(before, after)
+        counters.clear()
+        many = torch._dynamo.config.recompile_limit + 1
+        for _ in range(many):
+            robustness._classifier(model, mean, std, "default")(images)
+    assert counters["stats"]["unique_graphs"] == many  # each compiled: none run eager
+
+
+@pytest.mark.parametrize("preset", ["resnet-50-cifar100", "vit-ti-cifar100"])
+def test_the_frozen_compiled_evaluation_predicts_what_eager_does_to_the_image(preset):
+    """The CPU evaluation compiled with frozen weights (and, for a model of linear layers where oneDNN is the faster
+    here, a dynamic batch): the top-1 of every image of the release rehearsal's stand-in test split is eager's."""
+    from zoo_release.rehearsal import REFERENCE_STAND_INS, stand_in_images
+
+    images, labels = stand_in_images("test")
+    batch = torch.stack([torch.from_numpy(np.array(image.convert("RGB"))).permute(2, 0, 1) for image in images])
+    torch.manual_seed(0)
+    model = alternet_hf.create_model(preset, **REFERENCE_STAND_INS[preset]).eval()
+    source = robustness.GeneratedCorruptions(batch, torch.tensor(labels), seed=0)
+    logits = {}
+    with torch.no_grad():
+        for mode in (None, "default"):
+            classify = robustness._classifier(model, *robustness.model_normalization(model), mode)
+            logits[mode], _ = robustness._predict(classify, source.batches("contrast", 1, batch_size=32), "cpu", 32)
+    assert (logits[None].argmax(-1) == logits["default"].argmax(-1)).all()
+    np.testing.assert_allclose(logits["default"], logits[None], atol=1e-4, rtol=1e-4)

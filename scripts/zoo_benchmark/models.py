@@ -78,24 +78,27 @@ def evaluation_throughput(
     *,
     batch_size: int,
     compiled: bool,
+    bf16: bool = False,
     device: str | torch.device | None = None,
     repeats: int = 3,
     **overrides,
 ) -> dict:
-    """Images/s of the release's CIFAR-100-C pass for the preset `name`, also per core, and the hours all of
-    CIFAR-100-C takes at that speed; compilation not timed."""
+    """Images/s of the release's CIFAR-100-C pass for the preset (or model folder) `name`, also per core, and the
+    hours all of CIFAR-100-C takes at that speed; compilation not timed."""
     from analysis.robustness import images_per_second
 
     device = chosen_device(device)
     model = create_model(name, **overrides).eval()
+    compile_mode = "default" if compiled else None
     rate = images_per_second(
-        model, batch_size=batch_size, compile_mode="default" if compiled else None, device=device, repeats=repeats
+        model, batch_size=batch_size, compile_mode=compile_mode, bf16=bf16, device=device, repeats=repeats
     )
     cores = torch.get_num_threads() if device.type == "cpu" else None
     return {
         "model": name,
         "device": device_name(device),
         "compiled": compiled,
+        "precision": "bf16" if bf16 else "float32",
         "batch_size": batch_size,
         "images_per_second": rate,
         "images_per_second_per_core": rate / cores if cores else None,

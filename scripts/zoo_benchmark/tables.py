@@ -25,13 +25,14 @@ def evaluation_table(rows: list[dict]) -> str:
     """The release's CIFAR-100-C pass: images/s, per core, and the hours of all of it at that speed."""
     threads = rows[0]["threads"]
     return _table(
-        "model | compile | batch | images/s | images/s per core | all of CIFAR-100-C (h)",
+        "model | compile | precision | batch | images/s | images/s per core | all of CIFAR-100-C (h)",
         (
-            f"{r['model']} | {'yes' if r['compiled'] else 'no'} | {r['batch_size']} | {r['images_per_second']:,.1f} | "
-            f"{r['images_per_second_per_core'] or float('nan'):,.1f} | {r['cifar100c_hours']:.1f}"
+            f"{r['model']} | {'yes' if r['compiled'] else 'no'} | {r['precision']} | {r['batch_size']} | "
+            f"{r['images_per_second']:,.1f} | {r['images_per_second_per_core'] or float('nan'):,.1f} | "
+            f"{r['cifar100c_hours']:.1f}"
             for r in rows
         ),
-        f"{machine()}" + (f", {threads} threads" if threads else "") + "; eval, no grad, float32",
+        f"{machine()}" + (f", {threads} threads" if threads else "") + "; eval, no grad",
     )
 
 

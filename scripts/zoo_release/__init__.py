@@ -17,6 +17,7 @@ __getattr__ = lazy_package(
             "ReleaseOptions",
             "check_out_dir",
             "check_reference_files",
+            "evaluation_precision",
             "inductor_available",
             "preflight",
         ),

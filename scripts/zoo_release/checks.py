@@ -32,6 +32,7 @@ TRAINING_BUDGET = 24 * 3600.0  # seconds of training per model on this machine b
 CPU_EVALUATION_BATCH = 32  # the fastest batch of the four models, compiled, on a 2-core CPU (docs/benchmarks.md)
 GPU_EVALUATION_BATCH = 1024
 SUBSET_SEED = 0
+BF16_CHECK_PER_CLASS = 2  # images of each class and corruption (severity 3) on which a CPU release weighs bf16
 
 
 class ReleaseError(ValueError):
@@ -284,3 +285,16 @@ def inductor_available() -> bool:
 def evaluation_batch(device) -> int:
     """The batch of every evaluation of a release, clean and CIFAR-100-C: one compiled graph per model serves both."""
     return GPU_EVALUATION_BATCH if torch.device(device).type == "cuda" else CPU_EVALUATION_BATCH
+
+
+def evaluation_precision(device) -> str:
+    """What CIFAR-100-C is evaluated in on `device`, in words: bf16 only on a CPU with bf16 matrix instructions, for
+    a model whose top-1 on a fixed set bf16 leaves unchanged (`analysis.robustness.bf16_agreement`)."""
+    from analysis.robustness import bf16_matrix_units
+
+    if torch.device(device).type != "cpu":
+        return "float32"
+    units = bf16_matrix_units()
+    if units is None:
+        return "float32 (this CPU has no bf16 matrix instructions)"
+    return f"bf16 where it leaves a model's top-1 on a fixed set of images unchanged, else float32 ({units} here)"

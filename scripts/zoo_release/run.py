@@ -35,6 +35,7 @@ from .checks import (
     ReleaseOptions,
     check_cifar100c_labels,
     evaluation_batch,
+    evaluation_precision,
     inductor_available,
 )
 from .estimates import CIFAR_TRAIN_IMAGES, h100_estimate, seconds_per_training_image
@@ -193,6 +194,8 @@ class Release:
             f"({'rehearsal, ' if options.rehearsal else ''}{'dry run' if options.dry_run else 'uploading'}; "
             f"{self.device}, torch.compile {'on' if self.compile else 'off: no C++ compiler'})"
         )
+        if self.cifar100c_arrays is not None:
+            self.say(f"CIFAR-100-C is evaluated in {evaluation_precision(self.device)}")
         if options.rehearsal:
             stand_in = {"images_per_class": rehearsal.IMAGES_PER_CLASS, "hues": rehearsal.HUES}
             self.step("stand-in", stand_in, self.build_stand_in)
