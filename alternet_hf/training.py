@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from accelerate.utils import (
     broadcast_object_list,
     set_seed,
 )
+from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
@@ -432,12 +434,16 @@ class TrainingSession:
             accelerator.print(f"--overwrite: removed the earlier run's {', '.join(earlier)} from {output_dir}")
         accelerator.wait_for_everyone()
 
-    def build(self) -> None:
-        """Data, model, optimizer and schedule prepared by Accelerate; the steps; the batch mixer, if any."""
+    def build(self, model_init: Callable[[nn.Module], nn.Module] | None = None) -> None:
+        """Data, model, optimizer and schedule prepared by Accelerate; the steps; the batch mixer, if any.
+        `model_init`: the model to train in place of the config's, given the config's (a benchmark's peer: a module
+        whose output has `.logits` and which carries the config's `config`)."""
         config, accelerator = self.config, self.accelerator
         model, self.augmentation, train_loader, eval_loader, self.splits = build_model_and_data(
             config, pin_memory=self.on_cuda
         )
+        if model_init is not None:
+            model = model_init(model)
         if self.splits.holdout is not None:
             accelerator.print(self.splits.holdout_note(config.dataset, config.train_split))
         if config.channels_last:

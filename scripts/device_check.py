@@ -6,11 +6,14 @@ part that fails or runs out of time leaves the others' numbers).
     python scripts/device_check.py --wheels .whl          # on the GPU machine, from a copy of the repo, no install
     python scripts/device_check.py --cpu-rehearsal        # every part at tiny sizes, on this CPU
     python scripts/device_check.py --wheels .whl --parts engine-alternet-50 --compile-mode default
+    python scripts/device_check.py --wheels .whl --reference-dir how-do-vits-work  # with the reference beside ours
 
 Parts, in order (`--parts` picks some), after the engine parts' training data is written (outside their budgets):
   machine       versions, the bf16 matrix rate; bf16 against fp32 on one batch per model
   engine-*      the paper recipe's training steps of AlterNet-50, ResNet-50 and ViT-Ti through the engine's own loop
                 and loader workers, bf16 and fp32, compiled and eager (docs/benchmarks.md lists what is measured)
+  reference     the reference code's own AlterNet-50 (a copy given by --reference-dir) in the engine's loop, and ours
+                beside it, in turn: the same data, batch and optimizer, eager, in fp32 and in bf16 autocast
   evaluation    the release's CIFAR-100-C pass, compiled
   analyses      Hessian-vector products, one feature-map pass for Fourier and variance, CIFAR-C generation
 """
@@ -34,6 +37,8 @@ WHEELS = ("datasets", "dill", "multiprocess", "pyarrow")
 WHEEL_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64")
 # The engine's runs of one model, most important first: the engine's own setting on CUDA (bf16, compiled) leads.
 ENGINE_VARIANTS = (("bf16", True), ("bf16", False), ("fp32", False), ("fp32", True))
+# The reference part's runs, each of the reference's model and then ours: as a user of the reference code runs it.
+REFERENCE_VARIANTS = (("fp32", False), ("bf16", False))
 # The engine's compile modes (a test keeps them equal to alternet_hf.recipe's).
 COMPILE_MODES = ("auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -61,6 +66,9 @@ class Sizes:
     hessian_steps: int = 60
     feature_map_images: int = 256
     corruption_images: int = 10_000
+    # The reference part's AlterNet, in the zoo config's terms (the reference's widths are fixed), on 32×32 images
+    # (its attention windows need them); {}: AlterNet-50.
+    reference_overrides: dict = field(default_factory=dict)
 
     def overrides(self, name: str) -> dict:
         return self.model_overrides.get(name, {})
@@ -95,6 +103,7 @@ REHEARSAL = Sizes(
     hessian_steps=4,
     feature_map_images=16,
     corruption_images=16,
+    reference_overrides=dict(depths=[1, 1, 1, 2], num_attention_blocks=[0, 0, 0, 1], num_attention_heads=[1, 1, 1, 1]),
 )
 
 
@@ -107,12 +116,15 @@ class Part:
 PARTS = (
     Part("machine", 40),
     *(Part(f"engine-{name.rsplit('-', 1)[0]}", 95) for name in MODELS),
+    Part("reference", 60),
     Part("evaluation", 45),
     Part("analyses", 50),
 )
 PART_NAMES = tuple(part.name for part in PARTS)
 DATA_STEP, DATA_SECONDS = "data", 120.0  # the engine parts' data, written before them, outside their budgets
-GPU_BUDGET, REHEARSAL_BUDGET = 420.0, 1800.0
+GPU_BUDGET, REHEARSAL_BUDGET = 480.0, 1800.0
+REFERENCE_CODE = "https://github.com/xxxnell/how-do-vits-work"  # the reference part's model comes from a clone
+REFERENCE_IMAGE_SIZE = 32
 MIN_PART_SECONDS = 5.0  # a part whose share of the budget is smaller is skipped
 
 
@@ -164,16 +176,17 @@ def run_machine(sizes: Sizes, record: Recorder) -> None:
         )
 
 
-def write_engine_data(sizes: Sizes, record: Recorder, workdir: Path) -> str | None:
-    """The engine parts' CIFAR-schema dataset (PNG images, 100 classes), written once for all of them; its path, or
-    None where it could not be written."""
-    folder = workdir / f"data-{sizes.image_size}"
+def write_engine_data(sizes: Sizes, record: Recorder, workdir: Path, image_size: int | None = None) -> str | None:
+    """The engine parts' CIFAR-schema dataset (PNG images, 100 classes, `image_size` or the sizes' own), written once
+    for all of them; its path, or None where it could not be written."""
+    size = image_size or sizes.image_size
+    folder = workdir / f"data-{size}"
 
     def write() -> dict:
         from zoo_benchmark.engine import cifar_like_dataset
 
         if not (folder / "written").exists():
-            size, images = sizes.image_size, sizes.train_images
+            images = sizes.train_images
             cifar_like_dataset(str(folder), num_labels=100, image_size=size, train=images, test=1)
             (folder / "written").touch()
         return {"path": str(folder)}
@@ -208,6 +221,38 @@ def run_engine(model: str, sizes: Sizes, record: Recorder, workdir: Path, compil
             ),
             needs=sizes.timed_seconds + (sizes.compile_seconds if compiled else sizes.build_seconds),
         )
+
+
+def run_reference(sizes: Sizes, record: Recorder, workdir: Path, reference_dir: str | None) -> None:
+    from zoo_benchmark.device import engine_steady_state
+
+    model = "alternet-50-cifar100"
+    if reference_dir is None:
+        advice = f"no copy of the reference code: git clone {REFERENCE_CODE}, bring it along, give --reference-dir"
+        record.measure({"what": "reference", "model": model}, lambda: {"skipped": advice})
+        return
+    data = write_engine_data(sizes, record, workdir, image_size=REFERENCE_IMAGE_SIZE)
+    for precision, compiled in REFERENCE_VARIANTS:
+        for code in ("reference", "alternet_hf"):
+            variant = {"what": "reference", "model": model, "code": code, "precision": precision, "compiled": compiled}
+            record.measure(
+                variant,
+                lambda precision=precision, compiled=compiled, code=code: engine_steady_state(
+                    model,
+                    dataset=data,
+                    workdir=str(workdir / f"reference-{code}-{precision}"),
+                    compiled=compiled,
+                    bf16=precision == "bf16",
+                    batch_size=sizes.batch_size,
+                    num_workers=sizes.num_workers,
+                    warmup_steps=sizes.warmup_steps,
+                    seconds=sizes.timed_seconds,
+                    min_steps=sizes.min_steps,
+                    model_overrides=sizes.reference_overrides,
+                    reference_dir=reference_dir if code == "reference" else None,
+                ),
+                needs=sizes.timed_seconds + sizes.build_seconds,
+            )
 
 
 def run_evaluation(sizes: Sizes, record: Recorder) -> None:
@@ -252,7 +297,9 @@ def run_analyses(sizes: Sizes, record: Recorder) -> None:
         )
 
 
-def run_part(name: str, sizes: Sizes, record: Recorder, workdir: Path, compile_mode: str) -> None:
+def run_part(
+    name: str, sizes: Sizes, record: Recorder, workdir: Path, compile_mode: str, reference_dir: str | None
+) -> None:
     if name == "machine":
         run_machine(sizes, record)
     elif name == DATA_STEP:
@@ -260,6 +307,8 @@ def run_part(name: str, sizes: Sizes, record: Recorder, workdir: Path, compile_m
     elif name.startswith("engine-"):
         model = next(m for m in MODELS if m.startswith(name.removeprefix("engine-") + "-"))
         run_engine(model, sizes, record, workdir, compile_mode)
+    elif name == "reference":
+        run_reference(sizes, record, workdir, reference_dir)
     elif name == "evaluation":
         run_evaluation(sizes, record)
     else:
@@ -327,6 +376,7 @@ def run_check(args, sizes: Sizes, out: Path) -> dict:
                 command += ["--deadline", str(started + budget), "--work", str(work)]
                 command += ["--cpu-rehearsal"] * args.cpu_rehearsal + ["--compile-backend", args.compile_backend]
                 command += ["--compile-mode", args.compile_mode]
+                command += ["--reference-dir", str(args.reference_dir)] * (args.reference_dir is not None)
                 try:
                     code = subprocess.run(command, env=environment, timeout=budget + 20).returncode
                     status = "ok" if code == 0 else f"failed (exit status {code}; the log above says why)"
@@ -383,9 +433,34 @@ def summary(results: dict) -> str:
             f"{_number(row['peak_memory_gib'], 1)} | {_number(row['tflops_per_second'], 1)} | "
             f"{'—' if share is None else f'{share:.1%}'} |"
         )
+    lines += _reference_lines(rows)
     lines += ["", "| measured | result |", "|---|---|"]
     lines += [f"| {label} | {text} |" for label, text in _other_results(rows)]
     return "\n".join(lines) + "\n"
+
+
+def _reference_lines(rows: list[dict]) -> list[str]:
+    """The reference part's table: per precision, the reference's AlterNet-50 and ours, eager in the engine's loop,
+    and the time per image of the reference over ours; last, against ours as the engine runs it (bf16, compiled)."""
+    found = {(row.get("code"), row.get("precision")): row for row in rows if row["what"] == "reference"}
+    if not found:
+        return []
+    header = "| AlterNet-50, engine's loop | reference images/s | ours images/s | reference / ours |"
+    lines = ["", header, "|---|---|---|---|"]
+    if (None, None) in found:  # the part's one row: why nothing was measured
+        return [*lines, f"| — | {found[None, None].get('skipped') or found[None, None].get('error')} | | |"]
+    engine = [row for row in rows if row["what"] == "engine" and row["model"] == "alternet-50-cifar100"]
+    ours_default = next((row for row in engine if row["precision"] == "bf16" and row["compiled"]), None)
+    precisions = [precision for precision, _ in REFERENCE_VARIANTS]
+    pairs = [(f"{precision}, eager", precision, found.get(("alternet_hf", precision))) for precision in precisions]
+    if ours_default is not None:
+        pairs.append(("ours bf16 compiled (engine part) against the reference's bf16 eager", "bf16", ours_default))
+    for label, precision, ours in pairs:
+        reference = found.get(("reference", precision))
+        rates = [None if row is None else row.get("images_per_second") for row in (reference, ours)]
+        ratio = f"{rates[1] / rates[0]:.2f}×" if None not in rates else "—"
+        lines.append(f"| {label} | {_number(rates[0])} | {_number(rates[1])} | {ratio} |")
+    return lines
 
 
 def _other_results(rows: list[dict]):
@@ -454,6 +529,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=COMPILE_MODES,
         help="torch.compile's mode of the engine's compiled step (default: the engine's, auto)",
     )
+    parser.add_argument(
+        "--reference-dir",
+        type=Path,
+        help=f"a copy of the reference code (git clone {REFERENCE_CODE}): its AlterNet-50 is timed beside ours in "
+        "the reference part (without it the part says where to get it)",
+    )
     for hidden in ("--part", "--rows", "--deadline", "--work"):  # how the check runs one part in its own process
         parser.add_argument(hidden, help=argparse.SUPPRESS)
     return parser
@@ -475,13 +556,18 @@ def main(argv: list[str] | None = None) -> None:
 
             torch.compile = functools.partial(torch.compile, backend=args.compile_backend)
         recorder = Recorder(Path(args.rows), float(args.deadline))
-        run_part(args.part, sizes, recorder, Path(args.work), args.compile_mode)
+        run_part(args.part, sizes, recorder, Path(args.work), args.compile_mode, args.reference_dir)
         return
     if args.prepare_wheels:
         prepare_wheels(args.prepare_wheels, args.python_version)
         return
     if args.wheels and not any(args.wheels.glob("*.whl")):
         parser.error(f"--wheels {args.wheels}: no wheels there; write them with --prepare-wheels {args.wheels}")
+    if args.reference_dir and not (args.reference_dir / "models" / "alternet.py").is_file():
+        parser.error(
+            f"--reference-dir {args.reference_dir}: not a copy of the reference code (no models/alternet.py); "
+            f"git clone {REFERENCE_CODE}"
+        )
     if args.budget is not None and args.budget <= 0:
         parser.error("--budget takes a number of seconds above 0")
     args.budget = args.budget or (REHEARSAL_BUDGET if args.cpu_rehearsal else GPU_BUDGET)

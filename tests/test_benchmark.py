@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 from commands import run_command
@@ -116,13 +117,8 @@ def test_the_reference_comparison_names_a_folder_that_is_not_the_reference_code(
 
 @pytest.mark.commands
 def test_the_reference_race_gives_both_models_the_same_format_and_both_clocks(tmp_path):
-    """The race's mechanics on a stand-in checkout with the reference code's module layout and constructor (it
-    builds the zoo's own AlterNet-50: the real reference is a GitHub clone, out of CI's reach)."""
-    models = tmp_path / "checkout" / "models"
-    models.mkdir(parents=True)
-    (models / "__init__.py").write_text("")
-    (models / "preresnet_dnn_block.py").write_text("Bottleneck = object()\n")
-    (models / "alternet.py").write_text(STAND_IN_ALTERNET)
+    """The race's mechanics on a stand-in checkout (`write_reference_stand_in`), asked for the paper's layout."""
+    write_reference_stand_in(tmp_path / "checkout")
     out = tmp_path / "race.json"
     command = [*tool_command("benchmark"), "--reference-dir", str(tmp_path / "checkout")]
     command += ["--batch-sizes", "2", "--inference-batch-sizes", "1", "3", "--repeats", "1", "--output", str(out)]
@@ -139,9 +135,15 @@ def test_the_reference_race_gives_both_models_the_same_format_and_both_clocks(tm
         )
         assert row["wall_ratio"] == pytest.approx(row["wall_seconds_alternet_hf"] / row["wall_seconds_reference"])
     assert "| channels_last | inference | 3 |" in result.stdout and "| wall ratio |" in result.stdout
+    built = [json.loads(line) for line in (tmp_path / "checkout" / "models" / "built.jsonl").read_text().splitlines()]
+    paper = dict(depths=[3, 4, 6, 4], num_attention_blocks=[0, 1, 1, 2], num_attention_heads=[3, 6, 12, 24])
+    assert built == [dict(paper, num_labels=100, window_size=4, sd=0.1)] * 2  # one per memory format
 
 
 STAND_IN_ALTERNET = """
+import json
+from pathlib import Path
+
 import torch
 import alternet_hf
 
@@ -155,13 +157,30 @@ def StemB(*args, pool):
 class AlterNet(torch.nn.Module):
     def __init__(self, block1, block2, *, stem, num_blocks, num_blocks2, heads, num_classes, window_size, sd):
         super().__init__()
-        assert (num_blocks, num_blocks2, heads, window_size, sd) == ((3, 4, 6, 4), (0, 1, 1, 2), (3, 6, 12, 24), 4, 0.1)
         stem()
-        self.model = alternet_hf.create_model("alternet-50-cifar100", num_labels=num_classes)
+        layout = dict(depths=num_blocks, num_attention_blocks=num_blocks2, num_attention_heads=heads)
+        with (Path(__file__).parent / "built.jsonl").open("a") as built:
+            built.write(json.dumps(dict(layout, num_labels=num_classes, window_size=window_size, sd=sd)) + "\\n")
+        layout = {name: list(value) for name, value in layout.items()}
+        self.model = alternet_hf.create_model(
+            "alternet-50-cifar100", **layout, num_labels=num_classes, window_size=window_size, drop_path_rate=sd
+        )
 
     def forward(self, x):
         return self.model(x).logits
 """
+
+
+def write_reference_stand_in(folder: Path) -> Path:
+    """A stand-in for a clone of the reference code: its module layout and AlterNet constructor, building the zoo's own
+    AlterNet in the layout asked for (the real reference is a GitHub clone, out of CI's reach), and recording each
+    layout it was asked for in `models/built.jsonl`."""
+    models = folder / "models"
+    models.mkdir(parents=True)
+    (models / "__init__.py").write_text("")
+    (models / "preresnet_dnn_block.py").write_text("Bottleneck = object()\n")
+    (models / "alternet.py").write_text(STAND_IN_ALTERNET)
+    return folder
 
 
 @pytest.mark.commands

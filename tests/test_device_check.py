@@ -8,6 +8,7 @@ import device_check
 import pytest
 from commands import run_command
 from conftest import tool_command
+from test_benchmark import write_reference_stand_in
 
 pytestmark = pytest.mark.commands
 
@@ -40,11 +41,41 @@ def test_the_rehearsal_runs_the_parts_end_to_end_and_prints_the_table_last(tmp_p
     assert table.count("| vit-ti-cifar100 |") == 4 and "| engine-vit-ti | ok |" in table
 
 
+def test_the_reference_part_trains_the_reference_s_alternet_and_ours_in_turn_in_the_engine_s_loop(tmp_path):
+    """The rehearsal of the reference part on a stand-in clone (`write_reference_stand_in`) at its tiny layout: the
+    reference's model and ours, eager, in fp32 and bf16, through the engine's loop on the same data and batch; the
+    reference as its users run it (contiguous). Without a clone the part says where to get one; a folder that is not
+    one is refused before any part runs."""
+    stand_in = write_reference_stand_in(tmp_path / "how-do-vits-work")
+    command = [*tool_command("device_check"), "--cpu-rehearsal", "--parts", "reference", "--out", "results"]
+    completed = run_command([*command, "--reference-dir", str(stand_in)], cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    results = json.loads((tmp_path / "results" / "device_check.json").read_text())
+    rows = [row for row in results["parts"]["reference"]["rows"] if row["what"] == "reference"]
+    expected = [(code, p) for p, _ in device_check.REFERENCE_VARIANTS for code in ("reference", "alternet_hf")]
+    assert [(row["code"], row["precision"]) for row in rows] == expected
+    assert all(row["images_per_second"] > 0 and row["steps"] >= device_check.REHEARSAL.min_steps for row in rows)
+    assert [row["channels_last"] for row in rows] == [False, True] * 2 and {row["batch_size"] for row in rows} == {8}
+    built = [json.loads(line) for line in (stand_in / "models" / "built.jsonl").read_text().splitlines()]
+    assert built[0]["depths"] == device_check.REHEARSAL.reference_overrides["depths"]
+    for precision in ("fp32", "bf16"):
+        reference, ours = (row for row in rows if row["precision"] == precision)
+        ratio = ours["images_per_second"] / reference["images_per_second"]
+        assert f"| {precision}, eager | {reference['images_per_second']:,.0f} | " in completed.stdout
+        assert f"| {ratio:.2f}× |" in completed.stdout
+
+    without = run_command(command, cwd=tmp_path)
+    assert without.returncode == 0
+    assert f"| — | no copy of the reference code: git clone {device_check.REFERENCE_CODE}" in without.stdout
+    refused = run_command([*command, "--reference-dir", str(tmp_path / "results")], cwd=tmp_path)
+    assert refused.returncode == 2 and "not a copy of the reference code (no models/alternet.py)" in refused.stderr
+
+
 def test_a_spent_budget_skips_the_parts_left_keeps_the_results_and_fails(tmp_path):
     completed = run_command([*tool_command("device_check"), "--cpu-rehearsal", "--budget", "1"], cwd=tmp_path)
     assert completed.returncode == 1
     results = json.loads((tmp_path / "device-check" / "device_check.json").read_text())
-    assert [part["status"] for part in results["parts"].values()] == ["skipped: the check's --budget was spent"] * 7
+    assert [part["status"] for part in results["parts"].values()] == ["skipped: the check's --budget was spent"] * 8
     assert "| machine | skipped: the check's --budget was spent |" in completed.stdout
 
 

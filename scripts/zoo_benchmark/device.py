@@ -9,6 +9,7 @@ import platform
 import time
 import warnings
 from contextlib import contextmanager
+from functools import partial
 
 import torch
 
@@ -180,9 +181,12 @@ def engine_steady_state(
     seconds: float = 5.0,
     min_steps: int = 10,
     model_overrides: dict | None = None,
+    reference_dir: str | None = None,
 ) -> dict:
     """The paper recipe's training steps for preset `name` through the engine's own `TrainingSession` on the
-    CIFAR-schema `dataset`, timed for `seconds` (at least `min_steps` steps) after `warmup_steps` untimed ones."""
+    CIFAR-schema `dataset`, timed for `seconds` (at least `min_steps` steps) after `warmup_steps` untimed ones.
+    `reference_dir`: a checkout of the reference code, whose AlterNet (in the preset's layout) the engine trains
+    instead, as its users run it (contiguous tensors); everything else, data, batch and optimizer included, the same."""
     from accelerate.state import AcceleratorState
     from torch._dynamo.utils import counters
     from tqdm.auto import tqdm
@@ -206,13 +210,14 @@ def engine_steady_state(
         eval_batch_size=1,
         save_every_minutes=None,
         model_overrides=overrides,
+        **({"channels_last": False} if reference_dir else {}),
     )
     torch._dynamo.reset()
     counters.clear()
     AcceleratorState._reset_state(reset_partial_state=True)  # one Accelerator per run, each its own precision
     started = time.perf_counter()
     session = TrainingSession(config)
-    session.build()
+    session.build(model_init=None if reference_dir is None else partial(_reference_classifier, reference_dir))
     session.start(resume=False)
 
     def epochs(session):
@@ -255,6 +260,8 @@ def engine_steady_state(
     graphs = counters["stats"]["unique_graphs"]
     result = {
         "model": name,
+        "code": "reference" if reference_dir else "alternet_hf",
+        "channels_last": config.channels_last,
         "precision": "bf16" if bf16 else "fp32",
         "compiled": compiled,
         "compile_mode": session.compile_mode,
@@ -281,3 +288,10 @@ def engine_steady_state(
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return result
+
+
+def _reference_classifier(reference_dir: str, model):
+    """The reference code's AlterNet in the layout of the zoo `model`, as the engine takes a model."""
+    from .models import ReferenceClassifier, reference_alternet
+
+    return ReferenceClassifier(reference_alternet(reference_dir, model.config), model.config)

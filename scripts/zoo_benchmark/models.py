@@ -118,8 +118,10 @@ def race_reference(
     each memory format and timed alternately by wall clock and CPU time: one row per memory format and pass, medians
     of `repeats`, ratios the zoo's over the reference's."""
     import statistics
+    from functools import partial
 
-    reference_model = _reference_alternet_50(reference_dir)
+    config = create_model("alternet-50-cifar100", drop_path_rate=0.1).config  # as the paper trains it
+    reference_model = partial(reference_alternet, reference_dir, config)
     generator = torch.Generator().manual_seed(0)
     passes = [("forward", batch_size), ("forward+backward", batch_size)]
     passes += [("inference", size) for size in inference_batch_sizes]
@@ -129,8 +131,6 @@ def race_reference(
             "reference": reference_model().to(memory_format=memory_format),
             "alternet_hf": create_model("alternet-50-cifar100", drop_path_rate=0.1).to(memory_format=memory_format),
         }
-        if len({sum(p.numel() for p in model.parameters()) for model in models.values()}) > 1:
-            raise RuntimeError("the reference model and the zoo's differ in size: not the same architecture")
         for kind, size in passes:
             images = torch.randn(size, 3, 32, 32, generator=generator).contiguous(memory_format=memory_format)
             labels = torch.randint(0, 100, (size,), generator=generator)
@@ -154,15 +154,20 @@ def race_reference(
     return rows
 
 
-def _reference_alternet_50(reference_dir: str):
-    """A builder of the reference code's AlterNet-50 for CIFAR-100, as the paper trains it."""
+REFERENCE_CODE = "https://github.com/xxxnell/how-do-vits-work"
+
+
+def reference_alternet(reference_dir: str, config) -> torch.nn.Module:
+    """The reference code's AlterNet (a checkout at `reference_dir`) in the layout of the zoo's AlterNet `config`:
+    its blocks, attention blocks and heads per stage, classes, window and stochastic depth (the reference's widths are
+    fixed: those of AlterNet-50). Raises ValueError, saying where to get the code, when the folder is not a checkout."""
     import sys
     from functools import partial
 
     if not (Path(reference_dir) / "models" / "alternet.py").is_file():
         raise ValueError(
             f"{reference_dir} is not a checkout of the reference code (no models/alternet.py): "
-            "git clone https://github.com/xxxnell/how-do-vits-work and give its folder"
+            f"git clone {REFERENCE_CODE} and give its folder"
         )
     sys.path.insert(0, str(reference_dir))
     try:
@@ -170,18 +175,38 @@ def _reference_alternet_50(reference_dir: str):
         from models import preresnet_dnn_block as reference_blocks
     finally:
         sys.path.remove(str(reference_dir))
-    return partial(
-        reference_alternet.AlterNet,
+    model = reference_alternet.AlterNet(
         reference_blocks.Bottleneck,
         reference_alternet.AttentionBlockB,
         stem=partial(reference_alternet.StemB, pool=False),
-        num_blocks=(3, 4, 6, 4),
-        num_blocks2=(0, 1, 1, 2),  # the paper's layout, as the zoo's preset
-        heads=(3, 6, 12, 24),
-        num_classes=100,
-        window_size=4,
-        sd=0.1,
+        num_blocks=tuple(config.depths),
+        num_blocks2=tuple(config.num_attention_blocks),
+        heads=tuple(config.num_attention_heads),
+        num_classes=config.num_labels,
+        window_size=config.window_size,
+        sd=config.drop_path_rate,
     )
+    from alternet_hf.modeling_alternet import AlterNetForImageClassification
+
+    with torch.device("meta"):
+        zoo_model = AlterNetForImageClassification(config)
+    if sum(p.numel() for p in model.parameters()) != sum(p.numel() for p in zoo_model.parameters()):
+        raise RuntimeError("the reference model and the zoo's differ in size: not the same architecture")
+    return model
+
+
+class ReferenceClassifier(torch.nn.Module):
+    """The reference's model as the training engine takes a zoo model: its logits as `.logits`, and the zoo model's
+    `config` (image size, normalisation, labels), which the engine reads."""
+
+    def __init__(self, model: torch.nn.Module, config):
+        super().__init__()
+        self.model, self.config = model, config
+
+    def forward(self, pixel_values: torch.Tensor):
+        from transformers.modeling_outputs import ImageClassifierOutput
+
+        return ImageClassifierOutput(logits=self.model(pixel_values))
 
 
 def _pass(model: torch.nn.Module, kind: str, images: torch.Tensor, labels: torch.Tensor):
