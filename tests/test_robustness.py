@@ -214,7 +214,7 @@ def test_each_compiled_classifier_holds_the_weights_it_was_built_with():
     assert counters["stats"]["unique_graphs"] == many  # each compiled: none run eager
 
 
-@pytest.mark.parametrize("preset", ["resnet-50-cifar100", "vit-ti-cifar100"])
+@pytest.mark.parametrize("preset", ["resnet-50-cifar100", "vit-ti-cifar100", "pit-ti-cifar100", "swin-ti-cifar100"])
 def test_the_frozen_compiled_evaluation_predicts_what_eager_does_to_the_image(preset):
     """The CPU evaluation compiled with frozen weights (and, for a model of linear layers where oneDNN is the faster
     here, a dynamic batch): the top-1 of every image of the release rehearsal's stand-in test split is eager's."""
