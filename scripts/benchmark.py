@@ -160,6 +160,8 @@ def main(argv: list[str] | None = None) -> None:
         raise CommandError(f"choose one of {EXCLUSIVE_MODES}")
     if args.streaming and not args.data_only:
         raise CommandError("--streaming measures the data path: give it with --data-only")
+    if args.evaluation and set(args.dtype) - {"float32", "bfloat16"}:
+        raise CommandError("--evaluation runs in float32 and/or bf16 autocast: give --dtype float32 bfloat16")
     if args.finetune and not args.models:
         raise CommandError(
             "--finetune needs --models: presets (trained from scratch) and/or folders of trained models (fine-tuned), "

@@ -109,6 +109,12 @@ def test_data_path_and_engine_overhead_benchmarks(tmp_path):
 
 
 @pytest.mark.commands
+def test_the_evaluation_benchmark_refuses_a_precision_the_evaluation_does_not_run(tmp_path):
+    result = run_command([*tool_command("benchmark"), "--evaluation", "--dtype", "float16"], cwd=tmp_path)
+    assert result.returncode == 2 and "--evaluation runs in float32 and/or bf16 autocast" in result.stderr
+
+
+@pytest.mark.commands
 def test_the_reference_comparison_names_a_folder_that_is_not_the_reference_code(tmp_path):
     command = [*tool_command("benchmark"), "--reference-dir", str(tmp_path)]
     result = run_command(command, cwd=tmp_path)
