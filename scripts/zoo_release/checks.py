@@ -283,7 +283,7 @@ def inductor_available() -> bool:
 
 
 def evaluation_batch(device) -> int:
-    """The batch of every evaluation of a release, clean and CIFAR-100-C: one compiled graph per model serves both."""
+    """The batch of every evaluation of a release, clean and CIFAR-100-C."""
     return GPU_EVALUATION_BATCH if torch.device(device).type == "cuda" else CPU_EVALUATION_BATCH
 
 
