@@ -194,38 +194,43 @@ def write_engine_data(sizes: Sizes, record: Recorder, workdir: Path, image_size:
     return record.measure({"what": "data", "images": sizes.train_images}, write).get("path")
 
 
-def run_engine(model: str, sizes: Sizes, record: Recorder, workdir: Path, compile_mode: str) -> None:
+def measure_engine(record: Recorder, variant: dict, sizes: Sizes, data: str | None, workdir: Path, **options) -> None:
+    """One run of the engine's steady state for `variant` (its model, precision and compilation) at the sizes' batch,
+    loader workers and timing, recorded under `variant`; `options`: the rest of `engine_steady_state`'s."""
     from zoo_benchmark.device import engine_steady_state
 
+    if data is None:
+        record.measure(variant, lambda: {"skipped": "no training data (see the data row)"})
+        return
+    compiled = variant["compiled"]
+    record.measure(
+        variant,
+        lambda: engine_steady_state(
+            variant["model"],
+            dataset=data,
+            workdir=str(workdir),
+            compiled=compiled,
+            bf16=variant["precision"] == "bf16",
+            batch_size=sizes.batch_size,
+            num_workers=sizes.num_workers,
+            warmup_steps=sizes.warmup_steps,
+            seconds=sizes.timed_seconds,
+            min_steps=sizes.min_steps,
+            **options,
+        ),
+        needs=sizes.timed_seconds + (sizes.compile_seconds if compiled else sizes.build_seconds),
+    )
+
+
+def run_engine(model: str, sizes: Sizes, record: Recorder, workdir: Path, compile_mode: str) -> None:
     data = write_engine_data(sizes, record, workdir)
     for precision, compiled in ENGINE_VARIANTS:
         variant = {"what": "engine", "model": model, "precision": precision, "compiled": compiled}
-        if data is None:
-            record.measure(variant, lambda: {"skipped": "no training data (see the data row)"})
-            continue
-        record.measure(
-            variant,
-            lambda precision=precision, compiled=compiled: engine_steady_state(
-                model,
-                dataset=data,
-                workdir=str(workdir / f"run-{precision}-{compiled}"),
-                compiled=compiled,
-                compile_mode=compile_mode,
-                bf16=precision == "bf16",
-                batch_size=sizes.batch_size,
-                num_workers=sizes.num_workers,
-                warmup_steps=sizes.warmup_steps,
-                seconds=sizes.timed_seconds,
-                min_steps=sizes.min_steps,
-                model_overrides=sizes.overrides(model),
-            ),
-            needs=sizes.timed_seconds + (sizes.compile_seconds if compiled else sizes.build_seconds),
-        )
+        run = dict(compile_mode=compile_mode, model_overrides=sizes.overrides(model))
+        measure_engine(record, variant, sizes, data, workdir / f"run-{precision}-{compiled}", **run)
 
 
 def run_reference(sizes: Sizes, record: Recorder, workdir: Path, reference_dir: str | None) -> None:
-    from zoo_benchmark.device import engine_steady_state
-
     model = "alternet-50-cifar100"
     if reference_dir is None:
         advice = f"no copy of the reference code: git clone {REFERENCE_CODE}, bring it along, give --reference-dir"
@@ -235,24 +240,9 @@ def run_reference(sizes: Sizes, record: Recorder, workdir: Path, reference_dir: 
     for precision, compiled in REFERENCE_VARIANTS:
         for code in ("reference", "alternet_hf"):
             variant = {"what": "reference", "model": model, "code": code, "precision": precision, "compiled": compiled}
-            record.measure(
-                variant,
-                lambda precision=precision, compiled=compiled, code=code: engine_steady_state(
-                    model,
-                    dataset=data,
-                    workdir=str(workdir / f"reference-{code}-{precision}"),
-                    compiled=compiled,
-                    bf16=precision == "bf16",
-                    batch_size=sizes.batch_size,
-                    num_workers=sizes.num_workers,
-                    warmup_steps=sizes.warmup_steps,
-                    seconds=sizes.timed_seconds,
-                    min_steps=sizes.min_steps,
-                    model_overrides=sizes.reference_overrides,
-                    reference_dir=reference_dir if code == "reference" else None,
-                ),
-                needs=sizes.timed_seconds + sizes.build_seconds,
-            )
+            peer = reference_dir if code == "reference" else None
+            run = dict(model_overrides=sizes.reference_overrides, reference_dir=peer)
+            measure_engine(record, variant, sizes, data, workdir / f"reference-{code}-{precision}", **run)
 
 
 def run_evaluation(sizes: Sizes, record: Recorder) -> None:
