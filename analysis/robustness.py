@@ -430,6 +430,8 @@ def _classifier(model: nn.Module, mean: torch.Tensor, std: torch.Tensor, compile
     # them, and a process that evaluates many models must not reach dynamo's recompile limit (and run them eager).
     classify = types.FunctionType(classify.__code__.replace(), classify.__globals__, closure=classify.__closure__)
     compiled = torch.compile(classify, mode=compile_mode)
+    if mean.device.type != "cpu":
+        return padded_to_first_batch(compiled)
     dynamic_batch = not bf16 and _linear_through_onednn(model)  # bf16 linear layers are oneDNN's anyway
 
     def frozen(images: torch.Tensor) -> torch.Tensor:
@@ -438,7 +440,7 @@ def _classifier(model: nn.Module, mean: torch.Tensor, std: torch.Tensor, compile
         with inductor_config.patch(freezing=True):  # read when a graph compiles (torch.compile's options are not)
             return compiled(images)
 
-    return padded_to_first_batch(frozen if mean.device.type == "cpu" else compiled)
+    return padded_to_first_batch(frozen)
 
 
 @torch.no_grad()
