@@ -289,12 +289,15 @@ def evaluation_batch(device) -> int:
 
 def evaluation_precision(device) -> str:
     """What CIFAR-100-C is evaluated in on `device`, in words: bf16 only on a CPU with bf16 matrix instructions, for
-    a model whose top-1 on a fixed set bf16 leaves unchanged (`analysis.robustness.bf16_agreement`)."""
-    from analysis.robustness import bf16_matrix_units
+    a model whose top-1 on a fixed set bf16 leaves unchanged (`analysis.robustness.bf16_agreement`); on a CPU, also
+    the library of the float32 linear layers (`analysis.robustness.onednn_linear_gain`)."""
+    from analysis.robustness import ONEDNN_MIN_GAIN, bf16_matrix_units, onednn_linear_gain
 
     if torch.device(device).type != "cpu":
         return "float32"
     units = bf16_matrix_units()
-    if units is None:
-        return "float32 (this CPU has no bf16 matrix instructions)"
-    return f"bf16 where it leaves a model's top-1 on a fixed set of images unchanged, else float32 ({units} here)"
+    library = "oneDNN (MKL is slower here)" if onednn_linear_gain() >= ONEDNN_MIN_GAIN else "MKL"
+    precision = "float32 (this CPU has no bf16 matrix instructions)"
+    if units is not None:
+        precision = f"bf16 where it leaves a model's top-1 on a fixed set unchanged, else float32 ({units} here)"
+    return f"{precision}; float32 linear layers through {library}"
