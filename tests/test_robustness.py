@@ -191,9 +191,10 @@ def test_frequency_noise_accuracy_is_that_of_the_noisy_inputs():
 
 
 def test_each_compiled_classifier_holds_the_weights_it_was_built_with():
-    """The CPU evaluation's graphs hold the weights frozen: a classifier built after the weights changed computes with
-    the new ones, and a process building many (a release evaluates every model) compiles each, never reaching
-    dynamo's recompile limit, past which it would run them eager."""
+    """The CPU evaluation's graphs hold the weights frozen (a classifier computes with the weights it was compiled
+    with, even after they change), so a classifier built after the weights changed computes with the new ones; and a
+    process building many (a release evaluates every model) compiles each, never reaching dynamo's recompile limit,
+    past which it would run them eager."""
     from torch._dynamo.utils import counters
 
     torch.manual_seed(0)
@@ -201,9 +202,11 @@ def test_each_compiled_classifier_holds_the_weights_it_was_built_with():
     mean, std = torch.zeros(3, 1, 1), torch.ones(3, 1, 1)
     images = torch.rand(4, 3, 2, 2)
     with torch.no_grad():
-        before = robustness._classifier(model, mean, std, "default")(images)
+        first = robustness._classifier(model, mean, std, "default")
+        before = first(images)
         for parameter in model.parameters():
             parameter.add_(0.5)
+        torch.testing.assert_close(first(images), before)  # frozen: the weights it was compiled with
         after = robustness._classifier(model, mean, std, "default")(images)
         torch.testing.assert_close(after, model(images))
         assert not torch.allclose(before, after)
