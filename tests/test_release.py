@@ -138,7 +138,7 @@ def test_the_four_released_models_go_out_and_alternet_waits(rehearsal_run):
         assert f"{preset}: top-1 " in log and " points apart (at most 5)" in log
     lines = log.splitlines()  # the release's first lines: what CIFAR-100-C is evaluated in here, before any step
     opening = next(index for index, line in enumerate(lines) if line.startswith("release of "))
-    precision = release.evaluation_precision("cpu").split("; ")[0]  # then the library, measured once per process
+    precision = release.evaluation_rules("cpu").split("; ")[0]  # then the library, measured once per process
     assert lines[opening + 1].startswith(f"CIFAR-100-C is evaluated in {precision}; float32 linear layers through ")
 
 

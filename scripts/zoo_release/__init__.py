@@ -17,7 +17,7 @@ __getattr__ = lazy_package(
             "ReleaseOptions",
             "check_out_dir",
             "check_reference_files",
-            "evaluation_precision",
+            "evaluation_rules",
             "inductor_available",
             "preflight",
         ),

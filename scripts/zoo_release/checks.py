@@ -287,8 +287,8 @@ def evaluation_batch(device) -> int:
     return GPU_EVALUATION_BATCH if torch.device(device).type == "cuda" else CPU_EVALUATION_BATCH
 
 
-def evaluation_precision(device) -> str:
-    """What CIFAR-100-C is evaluated in on `device`, in words: bf16 only on a CPU with bf16 matrix instructions, for
+def evaluation_rules(device) -> str:
+    """How CIFAR-100-C is evaluated on `device`, in words: bf16 only on a CPU with bf16 matrix instructions, for
     a model whose top-1 on a fixed set bf16 leaves unchanged (`analysis.robustness.bf16_agreement`); on a CPU, also
     the library of the float32 linear layers (`analysis.robustness.onednn_linear_gain`)."""
     from analysis.robustness import ONEDNN_MIN_GAIN, bf16_matrix_units, onednn_linear_gain

@@ -17,7 +17,7 @@ def write_robustness(
     `dataset_repo`, written as `alternet-analyze` writes the robustness analysis. Where every set would outlast
     `budget` seconds here (None: no limit), each is evaluated on one seeded, class-stratified subset. On a CPU with
     bf16 matrix instructions, in bf16 where that leaves the top-1 on a fixed subset unchanged
-    (`checks.evaluation_precision`)."""
+    (`checks.evaluation_rules`)."""
     import matplotlib.pyplot as plt
     import torch
 

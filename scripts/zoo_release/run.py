@@ -35,7 +35,7 @@ from .checks import (
     ReleaseOptions,
     check_cifar100c_labels,
     evaluation_batch,
-    evaluation_precision,
+    evaluation_rules,
     inductor_available,
 )
 from .estimates import CIFAR_TRAIN_IMAGES, h100_estimate, seconds_per_training_image
@@ -195,7 +195,7 @@ class Release:
             f"{self.device}, torch.compile {'on' if self.compile else 'off: no C++ compiler'})"
         )
         if self.cifar100c_arrays is not None:
-            self.say(f"CIFAR-100-C is evaluated in {evaluation_precision(self.device)}")
+            self.say(f"CIFAR-100-C is evaluated in {evaluation_rules(self.device)}")
         if options.rehearsal:
             stand_in = {"images_per_class": rehearsal.IMAGES_PER_CLASS, "hues": rehearsal.HUES}
             self.step("stand-in", stand_in, self.build_stand_in)
