@@ -1,12 +1,13 @@
 """AlterNet configuration: the model of "How Do Vision Transformers Work?" (Park & Kim, ICLR 2022).
 
-This file must stay self-contained: it is copied next to the weights for `trust_remote_code=True`.
+This file imports only `configuration_common` of the package: both are copied next to the weights for
+`trust_remote_code=True`.
 """
 
 from transformers import PretrainedConfig
 
-BLOCK_TYPES = ("basic", "bottleneck")
-STEM_TYPES = ("cifar", "imagenet")
+from .configuration_common import check_cnn_config
+
 # The largest value of each field (of every stage, for a per-stage field): far beyond any published network (the
 # deepest ResNet stage has 111 blocks, the widest 8192 channels), low enough that a typo fails at once.
 FIELD_LIMITS = dict(
@@ -19,7 +20,6 @@ FIELD_LIMITS = dict(
     hidden_sizes=8192,
     num_attention_heads=256,
 )
-MAX_STAGES = 8
 
 
 class AlterNetConfig(PretrainedConfig):
@@ -91,42 +91,12 @@ class AlterNetConfig(PretrainedConfig):
 
     def validate_fields(self) -> None:
         """Raise `ValueError` naming the first field that cannot describe an AlterNet."""
-
-        def positive_int(name, value, limit):
-            if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= limit:
-                raise ValueError(f"AlterNetConfig.{name} must be an integer in [1, {limit}], got {value!r}")
-
-        for name in ("num_channels", "image_size", "embedding_size", "attention_head_dim", "window_size"):
-            positive_int(name, getattr(self, name), FIELD_LIMITS[name])
-        if self.stem_type not in STEM_TYPES:
-            raise ValueError(f"AlterNetConfig.stem_type must be one of {STEM_TYPES}, got {self.stem_type!r}")
-        if self.block_type not in BLOCK_TYPES:
-            raise ValueError(f"AlterNetConfig.block_type must be one of {BLOCK_TYPES}, got {self.block_type!r}")
-        num_stages = len(self.depths)
-        if not 0 < num_stages <= MAX_STAGES:
-            raise ValueError(f"AlterNetConfig.depths must name 1 to {MAX_STAGES} stages, got {num_stages}")
-        for name in ("depths", "hidden_sizes", "num_attention_blocks", "num_attention_heads"):
-            values = getattr(self, name)
-            if len(values) != num_stages:
-                raise ValueError(
-                    f"AlterNetConfig.{name} has {len(values)} entries but depths has {num_stages}: "
-                    "give one value per stage"
-                )
-        for i in range(num_stages):
-            for name in ("depths", "hidden_sizes", "num_attention_heads"):
-                positive_int(f"{name}[{i}]", getattr(self, name)[i], FIELD_LIMITS[name])
-            m = self.num_attention_blocks[i]
+        check_cnn_config(self, FIELD_LIMITS, per_stage=("hidden_sizes", "num_attention_blocks", "num_attention_heads"))
+        for i, (depth, m) in enumerate(zip(self.depths, self.num_attention_blocks)):
             if not isinstance(m, int) or m < 0:
                 raise ValueError(f"AlterNetConfig.num_attention_blocks[{i}] must be >= 0, got {m!r}")
-            if 2 * m > self.depths[i]:
+            if 2 * m > depth:
                 raise ValueError(
                     f"AlterNetConfig.num_attention_blocks[{i}]={m} needs {2 * m} blocks (conv, MSA pairs) "
-                    f"but depths[{i}]={self.depths[i]}"
+                    f"but depths[{i}]={depth}"
                 )
-            if self.hidden_sizes[i] % self.expansion:
-                raise ValueError(
-                    f"AlterNetConfig.hidden_sizes[{i}]={self.hidden_sizes[i]} is not divisible by the "
-                    f"{self.block_type} expansion {self.expansion}"
-                )
-        if not 0.0 <= self.drop_path_rate < 1.0:
-            raise ValueError(f"AlterNetConfig.drop_path_rate must be in [0, 1), got {self.drop_path_rate!r}")

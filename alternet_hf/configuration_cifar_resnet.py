@@ -1,15 +1,15 @@
 """Configuration of the post-activation ResNet used as the paper's CNN baseline.
 
-This file must stay self-contained: it is copied next to the weights for `trust_remote_code=True`.
+This file imports only `configuration_common` of the package: both are copied next to the weights for
+`trust_remote_code=True`.
 """
 
 from transformers import PretrainedConfig
 
-BLOCK_TYPES = ("basic", "bottleneck")
-STEM_TYPES = ("cifar", "imagenet")
+from .configuration_common import check_cnn_config
+
 # The largest value of each field (of every stage, for a per-stage field): as configuration_alternet.py's.
 FIELD_LIMITS = dict(num_channels=1024, image_size=8192, embedding_size=8192, depths=256, hidden_sizes=8192)
-MAX_STAGES = 8
 
 
 class CifarResNetConfig(PretrainedConfig):
@@ -58,31 +58,4 @@ class CifarResNetConfig(PretrainedConfig):
 
     def validate_fields(self) -> None:
         """Raise `ValueError` naming the first field that cannot describe this ResNet."""
-
-        def positive_int(name, value, limit):
-            if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= limit:
-                raise ValueError(f"CifarResNetConfig.{name} must be an integer in [1, {limit}], got {value!r}")
-
-        for name in ("num_channels", "image_size", "embedding_size"):
-            positive_int(name, getattr(self, name), FIELD_LIMITS[name])
-        if self.stem_type not in STEM_TYPES:
-            raise ValueError(f"CifarResNetConfig.stem_type must be one of {STEM_TYPES}, got {self.stem_type!r}")
-        if self.block_type not in BLOCK_TYPES:
-            raise ValueError(f"CifarResNetConfig.block_type must be one of {BLOCK_TYPES}, got {self.block_type!r}")
-        if not 0 < len(self.depths) <= MAX_STAGES:
-            raise ValueError(f"CifarResNetConfig.depths must name 1 to {MAX_STAGES} stages, got {len(self.depths)}")
-        if len(self.hidden_sizes) != len(self.depths):
-            raise ValueError(
-                f"CifarResNetConfig.hidden_sizes has {len(self.hidden_sizes)} entries but depths has "
-                f"{len(self.depths)}: give one value per stage"
-            )
-        for i, (depth, size) in enumerate(zip(self.depths, self.hidden_sizes)):
-            positive_int(f"depths[{i}]", depth, FIELD_LIMITS["depths"])
-            positive_int(f"hidden_sizes[{i}]", size, FIELD_LIMITS["hidden_sizes"])
-            if size % self.expansion:
-                raise ValueError(
-                    f"CifarResNetConfig.hidden_sizes[{i}]={size} is not divisible by the "
-                    f"{self.block_type} expansion {self.expansion}"
-                )
-        if not 0.0 <= self.drop_path_rate < 1.0:
-            raise ValueError(f"CifarResNetConfig.drop_path_rate must be in [0, 1), got {self.drop_path_rate!r}")
+        check_cnn_config(self, FIELD_LIMITS, per_stage=("hidden_sizes",))

@@ -25,7 +25,6 @@ from .modeling_common import (
     check_pixel_values,
     compute_layout,
     linear_drop_path_rates,
-    reset_parameters,
 )
 
 
@@ -274,7 +273,6 @@ class AlterNetPreTrainedModel(ZooModelMixin, PreTrainedModel):
     config_class = AlterNetConfig
     config: AlterNetConfig
     base_model_prefix = "alternet"
-    main_input_name = "pixel_values"
     _no_split_modules = ["AlterNetBasicLayer", "AlterNetBottleNeckLayer", "AlterNetAttentionLayer"]
     _supports_sdpa = True  # `attn_implementation="sdpa"` (the default) or `"eager"`; read by transformers
 
@@ -286,7 +284,7 @@ class AlterNetPreTrainedModel(ZooModelMixin, PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
-        reset_parameters(module)
+        super()._init_weights(module)
         if isinstance(module, AlterNetWindowAttention):
             nn.init.normal_(module.relative_position_bias_table, std=0.02)
             # Non-persistent, so never in a checkpoint: refilled here after `from_pretrained`, in place on the

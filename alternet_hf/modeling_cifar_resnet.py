@@ -23,7 +23,6 @@ from .modeling_common import (
     check_pixel_values,
     compute_layout,
     linear_drop_path_rates,
-    reset_parameters,
 )
 
 
@@ -66,38 +65,32 @@ class CifarResNetBasicLayer(GradientCheckpointingLayer):
             if stride != 1 or in_channels != out_channels
             else nn.Identity()
         )
-        self.layer = nn.Sequential(
+        self.layer = self.residual_branch(in_channels, out_channels, stride)
+        self.drop_path = DropPath(drop_path_rate)
+        self.activation = nn.ReLU(inplace=True)
+
+    @staticmethod
+    def residual_branch(in_channels: int, out_channels: int, stride: int) -> nn.Sequential:
+        return nn.Sequential(
             CifarResNetConvLayer(in_channels, out_channels, kernel_size=3, stride=stride),
             CifarResNetConvLayer(out_channels, out_channels, kernel_size=3, activation=False),
         )
-        self.drop_path = DropPath(drop_path_rate)
-        self.activation = nn.ReLU(inplace=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.activation(add_residual(self.drop_path, self.shortcut(x), self.layer(x)))
 
 
-class CifarResNetBottleNeckLayer(GradientCheckpointingLayer):
+class CifarResNetBottleNeckLayer(CifarResNetBasicLayer):
     """1×1 reduce → 3×3 (stride) → 1×1 expand (×4), then add the shortcut and apply ReLU."""
 
-    def __init__(self, in_channels: int, out_channels: int, *, stride: int, drop_path_rate: float):
-        super().__init__()
+    @staticmethod
+    def residual_branch(in_channels: int, out_channels: int, stride: int) -> nn.Sequential:
         width = out_channels // 4
-        self.shortcut = (
-            CifarResNetConvLayer(in_channels, out_channels, kernel_size=1, stride=stride, activation=False)
-            if stride != 1 or in_channels != out_channels
-            else nn.Identity()
-        )
-        self.layer = nn.Sequential(
+        return nn.Sequential(
             CifarResNetConvLayer(in_channels, width, kernel_size=1),
             CifarResNetConvLayer(width, width, kernel_size=3, stride=stride),
             CifarResNetConvLayer(width, out_channels, kernel_size=1, activation=False),
         )
-        self.drop_path = DropPath(drop_path_rate)
-        self.activation = nn.ReLU(inplace=True)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.activation(add_residual(self.drop_path, self.shortcut(x), self.layer(x)))
 
 
 class CifarResNetStage(nn.Module):
@@ -133,11 +126,7 @@ class CifarResNetPreTrainedModel(ZooModelMixin, PreTrainedModel):
     config_class = CifarResNetConfig
     config: CifarResNetConfig
     base_model_prefix = "resnet"
-    main_input_name = "pixel_values"
     _no_split_modules = ["CifarResNetBasicLayer", "CifarResNetBottleNeckLayer"]
-
-    def _init_weights(self, module: nn.Module) -> None:
-        reset_parameters(module)
 
     def block_kinds(self) -> list[str]:
         """The kind of each entry of `output_hidden_states`: the stem, every residual block, the head input."""

@@ -250,9 +250,12 @@ class ZooModelMixin:
     """What the zoo's own models add to `PreTrainedModel`: the zoo's loss, gradient checkpointing that keeps batch-norm
     statistics exact, `save_pretrained` that also writes the image processor and, on request, the remote code."""
 
-    saves_image_processor = True
+    main_input_name = "pixel_values"
     supports_gradient_checkpointing = True
     auto_classes: dict[str, str]  # transformers auto class -> our class name, for `auto_map`
+
+    def _init_weights(self, module: nn.Module) -> None:
+        reset_parameters(module)
 
     @property
     def loss_function(self):

@@ -1,8 +1,8 @@
 """Named presets of the zoo: `<architecture>-<dataset>`, the names of the Hub repos.
 
-Each architecture is a three-line function registered with `@register_architecture`; each dataset fixes the labels,
-image size and normalisation. The names are known without importing torch or transformers (a command checks
-`--model` at once); building a preset imports them.
+Each architecture is one entry of `ARCHITECTURES`, its family's builder with the fields of its size; each dataset
+fixes the labels, image size and normalisation. The names are known without importing torch or transformers (a
+command checks `--model` at once); building a preset imports them.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import os
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 from .utils import damaged_model_file
@@ -54,16 +55,6 @@ DATASETS = {
     "imagenet": DatasetSpec(1000, 224, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
 }
 
-ARCHITECTURES: dict[str, Callable[[DatasetSpec], PretrainedConfig]] = {}
-
-
-def register_architecture(name: str):
-    def decorator(fn: Callable[[DatasetSpec], PretrainedConfig]):
-        ARCHITECTURES[name] = fn
-        return fn
-
-    return decorator
-
 
 def _alternet(data: DatasetSpec, **fields) -> AlterNetConfig:
     from .configuration_alternet import AlterNetConfig
@@ -93,10 +84,9 @@ VIT_FIELD_LIMITS = dict(
 
 def validate_vit_config(config: ViTConfig) -> None:
     """Raise `ValueError` naming the first field of a ViT configuration that cannot describe a ViT."""
-    for name, limit in VIT_FIELD_LIMITS.items():
-        value = getattr(config, name)
-        if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= limit:
-            raise ValueError(f"ViTConfig.{name} must be an integer in [1, {limit}], got {value!r}")
+    from .configuration_common import check_rates, check_sizes
+
+    check_sizes(config, VIT_FIELD_LIMITS)
     if config.patch_size > config.image_size:
         raise ValueError(f"ViTConfig.patch_size={config.patch_size} is larger than image_size={config.image_size}")
     if config.hidden_size % config.num_attention_heads:
@@ -104,10 +94,8 @@ def validate_vit_config(config: ViTConfig) -> None:
             f"ViTConfig.hidden_size={config.hidden_size} is not divisible by "
             f"num_attention_heads={config.num_attention_heads}"
         )
-    for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):  # drop_path_rate: add_vit_stochastic_depth
-        value = getattr(config, name)
-        if not 0.0 <= value < 1.0:
-            raise ValueError(f"ViTConfig.{name} must be in [0, 1), got {value!r}")
+    # drop_path_rate, which transformers' ViT lacks, is checked where it is added (`add_vit_stochastic_depth`).
+    check_rates(config, "hidden_dropout_prob", "attention_probs_dropout_prob")
 
 
 def _vit(data: DatasetSpec, **fields) -> ViTConfig:
@@ -126,93 +114,36 @@ def _vit(data: DatasetSpec, **fields) -> ViTConfig:
     )
 
 
+def _timm(family: str, data: DatasetSpec, **overrides) -> PretrainedConfig:
+    """timm's PiT-Ti or Swin-T; for 32×32 images the reference's arguments (`timm_families.FAMILIES`): PiT's 2×2
+    patches at stride 1 (31×31 tokens in the first stage), Swin's patch 1, 4×4 windows and no qkv bias."""
+    from .timm_families import timm_config
+
+    return timm_config(family, data, **overrides)
+
+
 BASIC = dict(block_type="basic", hidden_sizes=(64, 128, 256, 512))
 BOTTLENECK = dict(block_type="bottleneck", hidden_sizes=(256, 512, 1024, 2048))
-
-
-@register_architecture("alternet-18")
-def alternet_18(data):
-    return _alternet(data, **BASIC, depths=(2, 2, 2, 2), num_attention_blocks=(0, 1, 1, 1))
-
-
-@register_architecture("alternet-34")
-def alternet_34(data):
-    return _alternet(data, **BASIC, depths=(3, 4, 6, 4), num_attention_blocks=(0, 1, 3, 2))
-
-
-@register_architecture("alternet-50")
-def alternet_50(data):
-    """The paper's layout (c2 CCCM, c3 CCCCCM, c4 CMCM); pass `num_attention_blocks=(0, 1, 3, 2)` for the code's."""
-    return _alternet(data, **BOTTLENECK, depths=(3, 4, 6, 4), num_attention_blocks=(0, 1, 1, 2))
-
-
-@register_architecture("alternet-101")
-def alternet_101(data):
-    return _alternet(data, **BOTTLENECK, depths=(3, 4, 23, 4), num_attention_blocks=(0, 1, 3, 2))
-
-
-@register_architecture("alternet-152")
-def alternet_152(data):
-    return _alternet(data, **BOTTLENECK, depths=(3, 8, 36, 4), num_attention_blocks=(0, 1, 3, 2))
-
-
-@register_architecture("resnet-18")
-def resnet_18(data):
-    return _resnet(data, **BASIC, depths=(2, 2, 2, 2))
-
-
-@register_architecture("resnet-34")
-def resnet_34(data):
-    return _resnet(data, **BASIC, depths=(3, 4, 6, 3))
-
-
-@register_architecture("resnet-50")
-def resnet_50(data):
-    return _resnet(data, **BOTTLENECK, depths=(3, 4, 6, 3))
-
-
-@register_architecture("resnet-101")
-def resnet_101(data):
-    return _resnet(data, **BOTTLENECK, depths=(3, 4, 23, 3))
-
-
-@register_architecture("resnet-152")
-def resnet_152(data):
-    return _resnet(data, **BOTTLENECK, depths=(3, 8, 36, 3))
-
-
-@register_architecture("vit-ti")
-def vit_ti(data):
-    return _vit(data, hidden_size=192, num_hidden_layers=12, num_attention_heads=3, intermediate_size=768)
-
-
-@register_architecture("vit-s")
-def vit_s(data):
-    return _vit(data, hidden_size=384, num_hidden_layers=12, num_attention_heads=6, intermediate_size=1536)
-
-
-@register_architecture("vit-b")
-def vit_b(data):
-    return _vit(data, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
-
-
-@register_architecture("pit-ti")
-def pit_ti(data, **overrides):
-    """timm's PiT-Ti; for 32×32 images the reference's (2×2 patches at stride 1: 31×31 tokens in the first stage)."""
-    from .timm_families import timm_config
-
-    return timm_config("pit", data, **overrides)
-
-
-@register_architecture("swin-ti")
-def swin_ti(data, **overrides):
-    """timm's Swin-T; for 32×32 images the reference's (patch 1, 4×4 windows, no qkv bias)."""
-    from .timm_families import timm_config
-
-    return timm_config("swin", data, **overrides)
-
-
 TIMM_ARCHITECTURES = {"pit-ti": "pit", "swin-ti": "swin"}  # timm's modules (timm_families), not ours
+
+# Each architecture: its family's builder with the fields of its size, called with a `DatasetSpec`.
+ARCHITECTURES: dict[str, Callable[..., PretrainedConfig]] = {
+    "alternet-18": partial(_alternet, **BASIC, depths=(2, 2, 2, 2), num_attention_blocks=(0, 1, 1, 1)),
+    "alternet-34": partial(_alternet, **BASIC, depths=(3, 4, 6, 4), num_attention_blocks=(0, 1, 3, 2)),
+    # The paper's layout (c2 CCCM, c3 CCCCCM, c4 CMCM); pass `num_attention_blocks=(0, 1, 3, 2)` for the code's.
+    "alternet-50": partial(_alternet, **BOTTLENECK, depths=(3, 4, 6, 4), num_attention_blocks=(0, 1, 1, 2)),
+    "alternet-101": partial(_alternet, **BOTTLENECK, depths=(3, 4, 23, 4), num_attention_blocks=(0, 1, 3, 2)),
+    "alternet-152": partial(_alternet, **BOTTLENECK, depths=(3, 8, 36, 4), num_attention_blocks=(0, 1, 3, 2)),
+    "resnet-18": partial(_resnet, **BASIC, depths=(2, 2, 2, 2)),
+    "resnet-34": partial(_resnet, **BASIC, depths=(3, 4, 6, 3)),
+    "resnet-50": partial(_resnet, **BOTTLENECK, depths=(3, 4, 6, 3)),
+    "resnet-101": partial(_resnet, **BOTTLENECK, depths=(3, 4, 23, 3)),
+    "resnet-152": partial(_resnet, **BOTTLENECK, depths=(3, 8, 36, 3)),
+    "vit-ti": partial(_vit, hidden_size=192, num_hidden_layers=12, num_attention_heads=3, intermediate_size=768),
+    "vit-s": partial(_vit, hidden_size=384, num_hidden_layers=12, num_attention_heads=6, intermediate_size=1536),
+    "vit-b": partial(_vit, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
+    **{architecture: partial(_timm, family) for architecture, family in TIMM_ARCHITECTURES.items()},
+}
 
 
 # The models the paper compares (its Fig. 1 and the reference's released CIFAR-100 checkpoints, with AlterNet).
@@ -386,14 +317,14 @@ def add_vit_stochastic_depth(model: nn.Module) -> nn.Module:
     rising linearly with depth, as the reference's): a `DropPath` child on each attention and MLP branch, applied by
     a forward hook, so that weights, state dict and inference stay transformers' own."""
     from .blocks import vit_backbone
+    from .configuration_common import check_rates
     from .modeling_common import DropPath, linear_drop_path_rates
 
     vit = vit_backbone(model)
     rate = getattr(model.config, "drop_path_rate", 0.0)
     if vit is None or not rate:
         return model
-    if not 0.0 <= rate < 1.0:
-        raise ValueError(f"ViTConfig.drop_path_rate must be in [0, 1), got {rate!r}")
+    check_rates(model.config, "drop_path_rate")
     rates = linear_drop_path_rates(rate, len(vit.layers))
     for layer, layer_rate in zip(vit.layers, rates):
         for branch in (layer.attention, layer.mlp):

@@ -9,12 +9,12 @@ import http.client
 import os
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 RELEASE_URL = "https://github.com/xxxnell/how-do-vits-work-storage/releases/download/v0.1"
 RELEASE_URL_VARIABLE = "ALTERNET_REFERENCE_URL"  # a mirror (or a test server) in its place
+CHUNK_SIZE = 1 << 20  # bytes read and written at a time by `download`
 
 
 @dataclass(frozen=True)
@@ -78,12 +78,10 @@ def download(
     *,
     progress: bool = True,
     timeout: float = 60.0,
-    chunk_size: int = 1 << 20,
-    on_chunk: Callable[[int], None] | None = None,
 ) -> Path:
     """Download `url` to `target`: written to `target.partial`, resumed from there where the server honours range
     requests, renamed to `target` only once it holds as many bytes as the server announced; a connection that breaks
-    raises `DownloadError` and keeps the partial file. `on_chunk(bytes)` is called after each chunk written."""
+    raises `DownloadError` and keeps the partial file."""
     from tqdm import tqdm
 
     target = Path(target)
@@ -97,7 +95,7 @@ def download(
         if error.code != 416 or not offset:  # 416: the range starts at or past the end; start again
             raise DownloadError(f"could not download {url}: HTTP {error.code} {error.reason}") from error
         partial.unlink()
-        return download(url, target, progress=progress, timeout=timeout, chunk_size=chunk_size, on_chunk=on_chunk)
+        return download(url, target, progress=progress, timeout=timeout)
     except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)
         raise DownloadError(f"could not download {url}: {reason}") from error
@@ -118,11 +116,9 @@ def download(
         )
         try:
             with open(partial, mode) as handle, bar:
-                while chunk := response.read(chunk_size):
+                while chunk := response.read(CHUNK_SIZE):
                     handle.write(chunk)
                     bar.update(len(chunk))
-                    if on_chunk is not None:
-                        on_chunk(len(chunk))
         except (OSError, http.client.HTTPException) as error:  # a reset, a timeout, a connection closed early
             raise DownloadError(
                 f"the download of {url} broke off after {partial.stat().st_size:,} bytes ({error}); run again to "
