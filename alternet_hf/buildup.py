@@ -7,6 +7,7 @@ comparison's noise (`analysis.claims.decide`).
 """
 
 import dataclasses
+import inspect
 import json
 import math
 import shutil
@@ -94,43 +95,20 @@ class BuildUp:
         return text
 
     def to_dict(self) -> dict:
-        return {
-            "output_dir": str(self.output_dir),
-            "final_layout": list(self.final_layout),
-            "stopped": self.stopped,
-            "seeds": self.seeds,
-            "undecided": self.undecided,
-            "summary": self.summary(),
-            "steps": [{**dataclasses.asdict(step), "layout": list(step.layout)} for step in self.steps],
-        }
+        """buildup.json: the fields, the verdict and the summary (JSON writes the layouts as lists)."""
+        verdict = {"output_dir": str(self.output_dir), "undecided": self.undecided, "summary": self.summary()}
+        return {**dataclasses.asdict(self), **verdict}
 
 
 class NotAnAlterNetError(ValueError):
     """The baseline is not a CNN the build-up rules can re-lay out."""
 
 
-# An AlterNet's architecture, as saved in its folder's config.json: what a folder given as the baseline passes on to
-# the candidates (trained from scratch: its weights are not used).
-ARCHITECTURE_FIELDS = (
-    "num_channels",
-    "image_size",
-    "embedding_size",
-    "stem_type",
-    "block_type",
-    "depths",
-    "hidden_sizes",
-    "num_attention_heads",
-    "attention_head_dim",
-    "window_size",
-    "drop_path_rate",
-    "image_mean",
-    "image_std",
-)
-
-
 def baseline(config: TrainingConfig) -> tuple[TrainingConfig, list[int]]:
-    """`config` with its model as an AlterNet preset and overrides (a folder's architecture read from its config),
-    and the stages' depths; an error that names the families the rules apply to for anything else."""
+    """`config` with its model as an AlterNet preset and overrides (a folder's architecture read from its config: the
+    fields of `AlterNetConfig` and the image statistics, which the candidates, trained from scratch, take on), and the
+    stages' depths; an error that names the families the rules apply to for anything else."""
+    from .configuration_alternet import AlterNetConfig
     from .presets import create_config
 
     not_alternet = (
@@ -144,7 +122,8 @@ def baseline(config: TrainingConfig) -> tuple[TrainingConfig, list[int]]:
         saved = json.loads((folder / "config.json").read_text()) if (folder / "config.json").is_file() else {}
         if saved.get("model_type") != "alternet":
             raise NotAnAlterNetError(not_alternet)
-        fields = {name: saved[name] for name in ARCHITECTURE_FIELDS if name in saved}
+        architecture = (*inspect.signature(AlterNetConfig.__init__).parameters, "image_mean", "image_std")
+        fields = {name: saved[name] for name in architecture if name in saved}
         config = dataclasses.replace(
             config, model="alternet-18-cifar10", model_overrides={**fields, **config.model_overrides}
         )

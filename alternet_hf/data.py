@@ -368,7 +368,6 @@ def load_image_sample(
     image_column: str | None = None,
     label_column: str | None = None,
     class_names: list[str] | None = None,
-    shuffle_buffer: int = SAMPLE_SHUFFLE_BUFFER,
 ) -> datasets.Dataset:
     """A seeded sample of `num_images` rows of a split (all of them where it has fewer), in the columns of
     `load_image_classification`, drawn from the split's stream through a shuffle buffer (docs/data.md, "Samples and
@@ -382,7 +381,7 @@ def load_image_sample(
     for name, feature in (stream.features or {}).items():
         if isinstance(feature, datasets.Image):
             stream = stream.cast_column(name, datasets.Image(decode=False))  # kept encoded until a batch decodes it
-    rows = stream.shuffle(seed=seed, buffer_size=shuffle_buffer, max_buffer_input_shards=1).take(num_images)
+    rows = stream.shuffle(seed=seed, buffer_size=SAMPLE_SHUFFLE_BUFFER, max_buffer_input_shards=1).take(num_images)
     read = list(tqdm(rows, total=num_images, desc=f"sample of {split}", unit="image", leave=False))
     sample = datasets.Dataset.from_list(read, features=stream.features)
     return _image_classification(sample, source, image_column, label_column, class_names)
@@ -493,8 +492,8 @@ def encode_labels(dataset, class_names: list[str] | None = None, *, num_classes:
         if class_names is None or list(feature.names) == list(class_names):
             return dataset
         return _reindex_by_name(dataset, feature.names, class_names)
+    integers = isinstance(feature, datasets.Value) and feature.dtype.startswith(("int", "uint"))
     if isinstance(dataset, datasets.IterableDataset):  # labels checked as rows are read (`with_transform`)
-        integers = isinstance(feature, datasets.Value) and feature.dtype.startswith(("int", "uint"))
         if class_names is None and integers and num_classes is not None:
             class_names = [str(i) for i in range(num_classes)]
         if class_names is None:
@@ -506,7 +505,7 @@ def encode_labels(dataset, class_names: list[str] | None = None, *, num_classes:
             dataset = dataset.cast_column("label", datasets.Value("string"))
         return dataset.cast_column("label", datasets.ClassLabel(names=list(class_names)))
     values = dataset.unique("label")
-    if isinstance(feature, datasets.Value) and feature.dtype.startswith(("int", "uint")):
+    if integers:
         count = len(class_names) if class_names is not None else max(values, default=-1) + 1
         bad = sorted(v for v in values if not 0 <= v < count)
         if bad:

@@ -8,7 +8,7 @@ import torch
 from accelerate import Accelerator
 from torch.utils.data import DataLoader
 
-from .augmentation import channel_statistics, eval_transform
+from .augmentation import eval_transform
 from .data import (
     UnreadableRows,
     class_names_of,
@@ -47,21 +47,21 @@ def evaluate_model(
     whose image cannot be read are left out and logged there, rather than stop the evaluation."""
     accelerator = Accelerator(mixed_precision=mixed_precision)
     model = create_model(model_name_or_path)
-    columns = dict(image_column=image_column, label_column=label_column, class_names=class_names_of(model.config))
+    config = model.config
+    columns = dict(image_column=image_column, label_column=label_column, class_names=class_names_of(config))
     if max_images is not None:
         data = load_image_sample(source, split=split, num_images=max_images, seed=seed, **columns)
     elif streaming:
-        data = stream_image_classification(source, split=split, num_classes=model.config.num_labels, **columns)
+        data = stream_image_classification(source, split=split, num_classes=config.num_labels, **columns)
     else:
         data = load_image_classification(source, split=split, **columns)
     num_classes = data.features["label"].num_classes
-    if num_classes > model.config.num_labels:
+    if num_classes > config.num_labels:
         raise ValueError(
-            f"{source} has {num_classes} classes but {model_name_or_path} predicts {model.config.num_labels}: "
+            f"{source} has {num_classes} classes but {model_name_or_path} predicts {config.num_labels}: "
             "evaluate on the dataset the model was trained for"
         )
-    size, image_mean, image_std = model.config.image_size, model.config.image_mean, model.config.image_std
-    transform = eval_transform(size, image_mean, image_std, normalize=False)
+    transform = eval_transform(config.image_size, config.image_mean, config.image_std, normalize=False)
     data = with_transform(data, transform, source=f"{source} (split {split!r})", unreadable=unreadable)
     loader = DataLoader(
         data,
@@ -71,17 +71,8 @@ def evaluate_model(
         generator=torch.Generator().manual_seed(0),
     )
     model, loader = accelerator.prepare(model, loader)
-    mean, std = channel_statistics(image_mean, image_std, device=accelerator.device)
-    _, eval_step = build_steps(
-        model,
-        mean=mean,
-        std=std,
-        num_labels=num_classes,
-        label_smoothing=0.0,
-        channels_last=False,
-        compile_mode=compile_mode,
-    )
-    return evaluate(model, loader, accelerator, eval_step=eval_step)
+    _, eval_step = build_steps(model, config, accelerator.device, channels_last=False, compile_mode=compile_mode)
+    return evaluate(model, loader, accelerator, eval_step)
 
 
 def evaluation_stem(dataset: str, split: str, sample: dict | None = None) -> str:

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+from scipy.special import softmax
 
 # `evaluate.load(EVALUATE_METRIC_PATH)`: the same metrics as an `evaluate` module, no Hub needed.
 EVALUATE_METRIC_PATH = str(Path(__file__).parent / "evaluate_metrics" / "zoo_classification")
@@ -14,18 +15,12 @@ METRIC_NAMES = ("accuracy", "nll", "ece", "acc_90", "unc_90", "freq_90", "iou", 
 CONFIDENT = 0.9
 
 
-def softmax(logits: np.ndarray) -> np.ndarray:
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    exp = np.exp(shifted)
-    return exp / exp.sum(axis=-1, keepdims=True)
-
-
 def _probabilities_and_labels(logits_or_probs, labels, from_logits: bool) -> tuple[np.ndarray, np.ndarray]:
     """(samples, classes) probabilities in float64 and one class index per sample, checked."""
     probs = np.asarray(logits_or_probs, dtype=np.float64)
     if probs.ndim != 2:
         raise ValueError(f"expected (samples, classes) scores, got shape {probs.shape}")
-    probs = softmax(probs) if from_logits else probs
+    probs = softmax(probs, axis=-1) if from_logits else probs
     num_samples, num_classes = probs.shape
     labels = np.asarray(labels).astype(np.int64).reshape(-1)
     if labels.shape[0] != num_samples:

@@ -46,6 +46,13 @@ NUMBER_RULES = (
     ("must not be negative", lambda v: v >= 0, "random_crop_padding num_workers"),
 )
 
+# What `TrainingConfig.validate` requires of the fields that take one of a few names.
+CHOICES = {
+    "optimizer": ("adamw", "sgd"),
+    "mixed_precision": ("auto", "no", "bf16", "fp16"),
+    "compile_mode": COMPILE_MODES,
+}
+
 
 # The flag of every command that reads a dataset to train or evaluate on.
 SKIP_UNREADABLE_HELP = (
@@ -161,18 +168,13 @@ class TrainingConfig:
                 value = getattr(self, name)
                 if value is not None and not holds(value):
                     raise ValueError(f"TrainingConfig.{name} {requirement}, got {value}")
-        if self.optimizer not in ("adamw", "sgd"):
-            raise ValueError(f"TrainingConfig.optimizer must be 'adamw' or 'sgd', got {self.optimizer!r}")
-        if self.mixed_precision not in ("auto", "no", "bf16", "fp16"):
-            raise ValueError(
-                f"TrainingConfig.mixed_precision must be auto, no, bf16 or fp16, got {self.mixed_precision!r}"
-            )
+        for name, choices in CHOICES.items():
+            if getattr(self, name) not in choices:
+                raise ValueError(
+                    f"TrainingConfig.{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}"
+                )
         if (self.mixup_alpha > 0 or self.cutmix_alpha > 0) and self.batch_size % 2:
             raise ValueError("Mixup/CutMix pair samples within a batch: TrainingConfig.batch_size must be even")
-        if self.compile_mode not in COMPILE_MODES:
-            raise ValueError(
-                f"TrainingConfig.compile_mode must be one of {', '.join(COMPILE_MODES)}, got {self.compile_mode!r}"
-            )
         if self.rand_augment is not None:
             from .augmentation import check_rand_augment
 

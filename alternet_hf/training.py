@@ -97,11 +97,14 @@ def training_loss(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: 
 
 
 def build_steps(
-    model, *, mean, std, num_labels: int, label_smoothing: float, channels_last: bool, compile_mode: str | None
+    model, model_config, device, *, label_smoothing: float = 0.0, channels_last: bool, compile_mode: str | None
 ):
     """The training step `(uint8 images, labels, mix parameters or None) -> loss` and the evaluation step
-    `(uint8 images) -> float32 logits`, each one graph under `torch.compile` when `compile_mode` is given."""
+    `(uint8 images) -> float32 logits` of `model` (its `model_config`'s normalisation and labels, on `device`), each
+    one graph under `torch.compile` when `compile_mode` is given."""
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
+    mean, std = channel_statistics(model_config.image_mean, model_config.image_std, device=device)
+    num_labels = model_config.num_labels
 
     def train_step(pixel_values, labels, mix_parameters):
         images = normalize_images(pixel_values, mean, std)
@@ -304,11 +307,10 @@ def build_model_and_data(config: TrainingConfig, *, pin_memory: bool = False):
 
 
 @torch.no_grad()
-def evaluate(model, loader, accelerator: Accelerator, *, eval_step=None) -> tuple[dict, torch.Tensor, torch.Tensor]:
-    """The paper's metrics on `loader` (gathered over processes), plus all logits and labels; `eval_step(pixel_values)
-    -> float logits` defaults to the model's own logits (the engine hands its step, which normalises uint8 images)."""
+def evaluate(model, loader, accelerator: Accelerator, eval_step) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    """The paper's metrics on `loader` (gathered over processes), plus all logits and labels, from `eval_step`
+    (`build_steps`'s, which normalises the loader's uint8 images)."""
     model.eval()
-    eval_step = eval_step or (lambda pixel_values: model(pixel_values).logits.float())
     all_logits, all_labels = [], []
     for batch in tqdm(loader, desc="evaluate", leave=False, disable=not accelerator.is_local_main_process):
         logits = eval_step(batch["pixel_values"])
@@ -462,14 +464,12 @@ class TrainingSession:
         # Stepped by hand, once per optimizer step; on the optimizer Accelerate wraps, whose `step` it counts.
         self.scheduler = build_scheduler(config, self.optimizer.optimizer, steps_per_epoch)
         model_config = accelerator.unwrap_model(self.model).config
-        mean, std = channel_statistics(model_config.image_mean, model_config.image_std, device=accelerator.device)
         compiled = config.compile if config.compile is not None else self.on_cuda
         self.compile_mode = resolve_compile_mode(config, accelerator) if compiled else None
         self.train_step, self.eval_step = build_steps(
             self.model,
-            mean=mean,
-            std=std,
-            num_labels=model_config.num_labels,
+            model_config,
+            accelerator.device,
             label_smoothing=config.label_smoothing,
             channels_last=config.channels_last,
             compile_mode=self.compile_mode,
@@ -684,7 +684,7 @@ class TrainingSession:
         """Evaluate, log and print; keep the model as `best/` when it is the most accurate so far."""
         started = time.perf_counter()
         self.metrics, self.logits, self.labels = evaluate(
-            self.model, self.eval_loader, self.accelerator, eval_step=self.eval_step
+            self.model, self.eval_loader, self.accelerator, self.eval_step
         )
         metrics = self.metrics
         record["evaluation_seconds"] = time.perf_counter() - started

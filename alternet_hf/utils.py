@@ -291,20 +291,14 @@ def quiet_progress_bars():
     """datasets' and transformers' own progress bars off while a step of longer work runs (a split read among many,
     a model saved during training) under the bar of that work; as they were afterwards. A library not imported yet
     shows none to silence."""
-    libraries = []
-    if "datasets" in sys.modules:
-        from datasets.utils import logging
-
-        libraries.append((logging.is_progress_bar_enabled(), logging.disable_progress_bar, logging.enable_progress_bar))
-    if "transformers" in sys.modules:
-        from transformers.utils import logging
-
-        libraries.append((logging.is_progress_bar_enabled(), logging.disable_progress_bar, logging.enable_progress_bar))
-    for _, disable, _ in libraries:
-        disable()
+    loggers = [
+        importlib.import_module(f"{name}.utils.logging") for name in ("datasets", "transformers") if name in sys.modules
+    ]
+    enabled = [logging for logging in loggers if logging.is_progress_bar_enabled()]
+    for logging in loggers:
+        logging.disable_progress_bar()
     try:
         yield
     finally:
-        for enabled, _, enable in libraries:
-            if enabled:
-                enable()
+        for logging in enabled:
+            logging.enable_progress_bar()

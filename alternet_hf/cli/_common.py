@@ -105,8 +105,9 @@ def publish(
     commit_message: str | None = None,
 ) -> bool:
     """Have `write(folder)` write the files of the Hub repo `--repo-id`: into `--dry-run` DIR (False: nothing
-    uploaded), else into a temporary folder uploaded to the repo, created (`--private` where asked) if missing (True).
-    A Hub out of reach or refusing the token is an error that names --dry-run; `what` names what was uploaded."""
+    uploaded), else into a temporary folder uploaded to the repo, created (`--private` where asked) if missing, and
+    say where it was published (True). A Hub out of reach or refusing the token is an error that names --dry-run;
+    `what` names what was uploaded."""
     if args.dry_run:
         write(args.dry_run)
         return False
@@ -131,6 +132,7 @@ def publish(
                 f"could not upload {what} to the Hub: {reason}. Log in with `hf auth login` (or set HF_TOKEN) where "
                 "the Hub is reachable; with --dry-run DIR the files are written to DIR and nothing is uploaded."
             ) from error
+    print(f"published https://huggingface.co/{'datasets/' if repo_type == 'dataset' else ''}{args.repo_id}")
     return True
 
 

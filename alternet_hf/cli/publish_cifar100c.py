@@ -8,6 +8,7 @@ token: `hf auth login`). The Hub's other copies of CIFAR-100-C are loading-scrip
 refuses; this one is plain parquet.
 """
 
+import functools
 from pathlib import Path
 
 from alternet_hf.cli._common import command, make_parser, output_folder, publish
@@ -27,16 +28,10 @@ def build_parser():
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     from alternet_hf.hub import write_hub_dataset
-    from analysis.cifar_c import CORRUPTIONS
 
-    corruptions = [c for c in args.corruptions.split(",") if c] if args.corruptions else list(CORRUPTIONS)
-
-    def write(folder: Path) -> None:
-        write_hub_dataset(args.zenodo_dir, folder, args.repo_id, corruptions)
-
-    if publish(args, write, "CIFAR-100-C", repo_type="dataset"):
-        print(f"published https://huggingface.co/datasets/{args.repo_id}")
-    else:
+    corruptions = [c for c in args.corruptions.split(",") if c] if args.corruptions else None  # None: all
+    write = functools.partial(write_hub_dataset, args.zenodo_dir, repo_id=args.repo_id, corruptions=corruptions)
+    if not publish(args, write, "CIFAR-100-C", repo_type="dataset"):
         print(f"dry run: wrote {args.dry_run}/ (README.md and data/*.parquet); nothing uploaded")
 
 

@@ -7,6 +7,7 @@ The card's `model-index` comes from --evaluation, else alternet-evaluate's newes
 dataset's evaluation split, else training's metrics.json. Uploading needs a token (`hf auth login`).
 """
 
+import functools
 from pathlib import Path
 
 from alternet_hf.cli._common import CommandError, command, make_parser, output_folder, publish
@@ -33,12 +34,8 @@ def main(argv: list[str] | None = None) -> None:
         raise CommandError(problem)
     from alternet_hf.hub import write_release
 
-    def write(folder: Path) -> None:
-        write_release(args.model, folder, args.repo_id, evaluation=args.evaluation)
-
-    if publish(args, write, f"the model {args.model}", commit_message=f"Upload {args.model.name}"):
-        print(f"published https://huggingface.co/{args.repo_id}")
-    else:
+    write = functools.partial(write_release, args.model, repo_id=args.repo_id, evaluation=args.evaluation)
+    if not publish(args, write, f"the model {args.model}", commit_message=f"Upload {args.model.name}"):
         print(f"dry run: wrote {args.dry_run}/ ({', '.join(sorted(p.name for p in args.dry_run.iterdir()))})")
 
 
