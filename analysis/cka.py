@@ -21,15 +21,11 @@ from .blocks import BlockAdapter, accumulate, block_batches, describe_blocks, ru
 MIN_BATCH_SIZE = 4  # the unbiased HSIC estimator divides by n(n-3)
 
 
-def _float64_device(tensor: torch.Tensor) -> torch.device:
-    # MPS has no float64; everything else computes where the features already are.
-    return torch.device("cpu") if tensor.device.type == "mps" else tensor.device
-
-
 def linear_gram(features: torch.Tensor) -> torch.Tensor:
     """X Xᵀ of the features flattened per sample, in float64, centred over the batch: HSIC₁ does not notice, but a
     large mean would swamp the spread's digits."""
-    flat = features.reshape(features.shape[0], -1).to(_float64_device(features), torch.float64)
+    device = torch.device("cpu") if features.device.type == "mps" else features.device  # MPS has no float64
+    flat = features.reshape(features.shape[0], -1).to(device, torch.float64)
     flat = flat - flat.mean(dim=0)
     return flat @ flat.T
 

@@ -107,10 +107,6 @@ def _geometric_mean(values: np.ndarray) -> float:
     return float(np.exp(np.log(values).mean())) if values.size else float("nan")
 
 
-def _range(values: np.ndarray, fmt: str = "+.2f") -> str:
-    return f"{values.min():{fmt}} … {values.max():{fmt}}" if values.size > 1 else ""
-
-
 def below_competence(results: dict[str, dict], summaries: dict[str, dict], competence: float = COMPETENCE) -> dict:
     """{model: (accuracy, threshold)} for the models whose test accuracy is below `competence` × chance
     (1 / the number of labels, from the summaries' `num_labels`)."""
@@ -199,11 +195,10 @@ def _filter_claim(results, kinds: tuple[str, ...], *, low_pass: bool) -> Claim:
                 "blocks": int(changes.size),
                 "values": changes.tolist(),
             }
-            spread = _range(changes)
             claim.evidence.append(
                 f"{name}: {kind.upper() if kind == 'msa' else kind} {mean:+.3f} ± {error:.3f} ({spread_of}) on "
                 f"average over {changes.size} block{'s' if changes.size > 1 else ''}"
-                + (f" ({spread})" if spread else "")
+                + (f" ({changes.min():+.2f} … {changes.max():+.2f})" if changes.size > 1 else "")
             )
         pools = block_changes(result, "pool")
         if pools.size and not low_pass:

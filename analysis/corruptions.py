@@ -221,10 +221,8 @@ def glass_blur(x, parameters, generator, eight_bit=False):
     if eight_bit:  # the reference shuffles the blurred image as uint8
         x = _truncate_to_levels(x)
     batch, channels, height, width = x.shape
-    # The reference loops over rows and columns H − δ … δ + 1 (descending) and "swaps" each pixel with the
-    # one at a random offset in [−δ, δ)². Its swap assigns numpy views, so it copies the neighbour instead,
-    # and for δ = 1 that neighbour comes later in the loop, still unchanged: one gather per iteration (for δ > 1
-    # the reference may read a pixel already moved; this reads the original), without its per-pixel Python loop.
+    # The reference's per-pixel "swap" with a random offset in [−δ, δ)², over rows and columns H − δ … δ + 1, as one
+    # gather per iteration: what it computes for δ = 1 (why: docs/analyses.md, "Where it differs").
     rows = torch.arange(height, device=x.device).view(height, 1)
     cols = torch.arange(width, device=x.device).view(1, width)
     inside = (rows > delta) & (rows <= height - delta) & (cols > delta) & (cols <= width - delta)

@@ -14,7 +14,7 @@ from torch import nn
 
 from . import _common
 from ._common import AnalysisResult, new_axes
-from .blocks import BlockAdapter, accumulate
+from .blocks import accumulate
 
 
 @dataclass
@@ -147,20 +147,11 @@ class FourierAccumulator:
         return FourierResult(frequencies, relative, np.diff(relative, axis=0), self.kinds, self.spread.errors())
 
 
-def fourier_log_amplitude(
-    model: nn.Module,
-    images,
-    *,
-    adapter: BlockAdapter | None = None,
-    num_frequencies: int | None = None,
-    max_batches: int | None = None,
-    device: str | torch.device | None = None,
-    progress: bool = False,
-) -> FourierResult:
+def fourier_log_amplitude(model: nn.Module, images, *, num_frequencies: int | None = None, **options) -> FourierResult:
     """ΔlogA by frequency of the input and every block output of `model` on `images` (normalised inputs, a batch or a
-    DataLoader), on `num_frequencies` points of [0, π] (default: the largest map's). A `FourierAccumulator` given to
-    `analysis.blocks.accumulate` computes it in one pass with other per-block analyses."""
-    options = dict(adapter=adapter, max_batches=max_batches, device=device, progress=progress)
+    DataLoader), on `num_frequencies` points of [0, π] (default: the largest map's); `options` as
+    `analysis.blocks.block_batches` takes them (adapter, max_batches, device, progress). A `FourierAccumulator` given
+    to `analysis.blocks.accumulate` computes it in one pass with other per-block analyses."""
     return accumulate(model, images, [FourierAccumulator(num_frequencies)], desc="fourier", **options)[0]
 
 

@@ -84,10 +84,6 @@ class HessianOperator:
         return (signs.double() * 2 - 1).to(self.device) / math.sqrt(self.dimension)
 
 
-def _generator(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
 def _lanczos(operator: HessianOperator, start: torch.Tensor, max_steps: int) -> Iterator[tuple[np.ndarray, ...]]:
     """Lanczos with full re-orthogonalisation; after each step yields (alphas, betas), where betas[-1]
     is the residual norm β_m (0 when an invariant subspace is found, which ends the iteration)."""
@@ -139,20 +135,18 @@ def _hessian_of(
     model: nn.Module,
     data,
     *,
-    loss_fn: LossFn | None = None,
-    weight_decay: float = 0.0,
-    penalty: str = "reference",
     batchnorm: str = "train",
     max_batches: int | None = None,
     device: str | torch.device | None = None,
+    **loss,
 ) -> Iterator[HessianOperator]:
-    """The operator of `loss_fn` (default: cross-entropy) + `weight_decay` × the `penalty` L2 term on `data`'s first
+    """The `HessianOperator` of the `loss` (its `loss_fn`, `weight_decay` and `penalty`) on `data`'s first
     `max_batches` batches (a batch or a DataLoader, drawn once, on `device`), the model in the analysis mode (BatchNorm
     in `batchnorm` mode) for the block: the `**setup` every entry point but the spectrum takes."""
     device = resolve_device(model, device)
     batches = materialize(data, max_batches=max_batches, device=device)
     with analysis_mode(model, batchnorm=batchnorm, device=device):
-        yield HessianOperator(model, batches, loss_fn=loss_fn, weight_decay=weight_decay, penalty=penalty)
+        yield HessianOperator(model, batches, **loss)
 
 
 def _padded(values: np.ndarray, size: int) -> np.ndarray:
@@ -183,7 +177,7 @@ def _lanczos_extremes(
         raise ValueError(f"lanczos_steps={steps} Lanczos steps cannot give {name} eigenvalues; raise lanczos_steps")
     history, values, residuals, converged, timed_out = [], np.empty(0), np.empty(0), False, False
     steps = min(steps, operator.dimension)
-    for alphas, betas in _lanczos(operator, operator.random_vector(_generator(seed)), steps):
+    for alphas, betas in _lanczos(operator, operator.random_vector(torch.Generator().manual_seed(seed)), steps):
         values, residuals, _ = _ritz(alphas, betas)
         history.append(values[0])
         if len(values) >= wanted:
@@ -243,7 +237,7 @@ def power_iteration(
     """The largest-*magnitude* eigenvalue by PyHessian's power iteration, stopped when the Rayleigh quotient changes
     by less than `tol` relative: the baseline Lanczos is measured against. `setup`: as `_hessian_of` takes it."""
     with _hessian_of(model, data, **setup) as operator:
-        vector, history, converged = operator.random_vector(_generator(seed)), [], False
+        vector, history, converged = operator.random_vector(torch.Generator().manual_seed(seed)), [], False
         for _ in range(max_steps):
             product = operator(vector)
             history.append(torch.dot(product, vector).item())
@@ -281,7 +275,7 @@ def hessian_trace(
     """Hutchinson's trace estimate with Rademacher vectors, run until the 95% confidence half-width
     1.96·s/√n is at most `rtol`·|estimate| (and at least `min_samples` were drawn). `setup`: as `_hessian_of`
     takes it."""
-    generator, samples, converged, error = _generator(seed), [], False, float("inf")
+    generator, samples, converged, error = torch.Generator().manual_seed(seed), [], False, float("inf")
     with _hessian_of(model, data, **setup) as operator:
         for _ in _common.progress(range(max_samples), enabled=progress, desc="trace", unit="hvp"):
             vector = operator.random_vector(generator) * math.sqrt(operator.dimension)  # entries ±1
@@ -322,11 +316,11 @@ def spectral_density(
     `num_steps` from Rademacher starts, each Ritz value a Gaussian of width `sigma` (default: 1% of the spectrum's
     span) weighted by its squared first Ritz-vector component. `setup`: as `_hessian_of` takes it."""
     with _hessian_of(model, data, **setup) as operator:
-        return _slq(operator, _generator(seed), num_vectors, num_steps, num_points, sigma, progress=progress)
+        return _slq(operator, seed, num_vectors, num_steps, num_points, sigma, progress=progress)
 
 
-def _slq(operator, generator, num_vectors, num_steps, num_points, sigma, *, progress=False) -> DensityResult:
-    all_nodes, all_weights = [], []
+def _slq(operator, seed, num_vectors, num_steps, num_points, sigma, *, progress=False) -> DensityResult:
+    generator, all_nodes, all_weights = torch.Generator().manual_seed(seed), [], []
     steps = min(num_steps, operator.dimension)
     for _ in _common.progress(range(num_vectors), enabled=progress, desc="density", unit="vector"):
         *_, (alphas, betas) = _lanczos(operator, operator.random_vector(generator), steps)  # run to the end
@@ -439,7 +433,7 @@ def max_eigenvalue_spectrum(
         density = None
         if density_vectors > 0 and first_batch is not None and complete:
             operator = operator_of(first_batch)
-            density = _slq(operator, _generator(seed), density_vectors, density_steps, 500, None).to_dict()
+            density = _slq(operator, seed, density_vectors, density_steps, 500, None).to_dict()
             num_hvps += operator.num_hvps
     if not per_batch:
         if not complete:

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from . import _common
-from ._common import L2_PENALTIES, AnalysisResult, analysis_mode, l2_term, logits_of, materialize, new_axes
+from ._common import AnalysisResult, analysis_mode, l2_term, logits_of, materialize, new_axes
 from .hessian import cross_entropy_loss
 
 # Parameters named like this are embeddings of positions or tokens, not filters: never perturbed under "filter".
@@ -119,8 +119,6 @@ def loss_landscape(
     if protocol not in PROTOCOLS:
         raise ValueError(f"protocol must be one of {sorted(PROTOCOLS)}, not {protocol!r}")
     batchnorm = batchnorm or PROTOCOLS[protocol]
-    if penalty not in L2_PENALTIES:
-        raise ValueError(f"penalty must be one of {L2_PENALTIES}, not {penalty!r}")
     coordinates = symmetric_grid(num_points, span)
     loss_fn = loss_fn or cross_entropy_loss
     device = _common.resolve_device(model, device)

@@ -77,13 +77,9 @@ def lesion_study(
     return LesionResult(kinds, baseline.accuracy, baseline.nll, accuracy, nll, baseline.num_samples)
 
 
-# Bar colours of the lesion plot by block kind (the shading behind them is `_common.SHADES`).
-BAR_COLOURS = {
-    "conv": ("tab:blue", "Conv"),
-    "mlp": ("tab:green", "MLP"),
-    "msa": ("tab:orange", "MSA"),
-    "pool": ("tab:purple", "downsampling block"),
-}
+# Bar colours and labels of the lesion plot by block kind (the shading behind them is `_common.SHADES`).
+BAR_COLOURS = {"conv": "tab:blue", "mlp": "tab:green", "msa": "tab:orange", "pool": "tab:purple"}
+BAR_LABELS = _common.KIND_LABELS | {"pool": "downsampling block"}
 
 
 def plot_lesion(result: LesionResult, ax=None):
@@ -96,7 +92,7 @@ def plot_lesion(result: LesionResult, ax=None):
     depths = np.arange(1, len(kinds) + 1)
     lesioned = ~np.isnan(np.asarray(result.accuracy, dtype=float))
     shades = _common.shade_blocks(ax, list(kinds), depths)
-    colours = [BAR_COLOURS.get(kind, ("0.5", kind))[0] for kind in kinds[lesioned]]
+    colours = [BAR_COLOURS.get(kind, "0.5") for kind in kinds[lesioned]]
     ax.bar(depths[lesioned], 100 * result.accuracy_drop[lesioned], color=colours, zorder=2)
     ax.axhline(0, color="0.3", linewidth=0.8, zorder=1)
     ax.set_xlim(0.5, len(kinds) + 0.5)
@@ -104,7 +100,7 @@ def plot_lesion(result: LesionResult, ax=None):
     ax.set_ylabel("accuracy drop (points)")
     ax.set_title(f"Lesion study (baseline accuracy {100 * result.baseline_accuracy:.1f}%)")
     present = [kind for kind in BAR_COLOURS if kind in set(kinds[lesioned])]
-    bars = [Patch(color=BAR_COLOURS[kind][0], label=BAR_COLOURS[kind][1]) for kind in present]
+    bars = [Patch(color=BAR_COLOURS[kind], label=BAR_LABELS[kind]) for kind in present]
     unbarred = [shade for shade, kind in zip(shades, [k for k in _common.SHADES if k in kinds]) if kind not in present]
     ax.legend(handles=bars + unbarred, fontsize=7)
     return ax

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from torch import nn
 
+from alternet_hf.presets import DATASETS
+
 TIMM_PREFIX = "timm:"
-# What a transformers model without image size or normalisation of its own most likely expects.
-IMAGENET_DEFAULTS = dict(image_size=224, image_mean=(0.485, 0.456, 0.406), image_std=(0.229, 0.224, 0.225))
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "open_clip_pytorch_model.bin")
 WEIGHT_SUFFIXES = (".safetensors", ".pth", ".pth.tar", ".pt", ".bin", ".ckpt")
 
@@ -106,8 +106,8 @@ def _from_image_processor(source: str, fields: dict) -> tuple[dict, str]:
         "image_std": fields["image_std"] or getattr(processor, "image_std", None),
     }
     missing = [key for key, value in found.items() if not value]
-    for key in missing:
-        found[key] = IMAGENET_DEFAULTS[key]
+    for key in missing:  # what a model without them most likely expects: the ImageNet preset's
+        found[key] = getattr(DATASETS["imagenet"], key)
     note = f"{', '.join(missing)} not known for {source}: ImageNet's assumed" if missing else ""
     return found, note
 

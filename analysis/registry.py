@@ -1,10 +1,6 @@
-"""The paper's analyses in one table, and the settings that say how much of each to run.
-
-An entry names, in its topic module (`analysis.<module>`), all that the commands, `analysis.runner` and the release
-need of an analysis: what runs it, its result class, its figure, the figures comparing several models, its line on
-the terminal and its time estimate; and its settings, each a flag of `alternet-analyze`, `-compare` and
-`-reproduce`. Adding an analysis is adding an entry (CONTRIBUTING.md). Only the standard library is imported here,
-so that the commands build their flags from this table before torch is imported.
+"""The paper's analyses in one table, an `Analysis` entry each (CONTRIBUTING.md, "Adding an analysis"), and the
+settings that say how much of each to run, each a flag of `alternet-analyze`, `-compare` and `-reproduce`. Only the
+standard library is imported here, so that the commands build their flags from this table before torch is imported.
 """
 
 import dataclasses
@@ -32,21 +28,11 @@ class Setting:
 
 @dataclass(frozen=True)
 class Analysis:
-    """One analysis as the commands run it. `result`, `run`, `plot`, `summary`, `estimate` and the functions of
-    `comparisons` are names in `analysis.<module>` (the analysis's own name unless `module` says otherwise):
-
-    - `run(model, inputs, settings, *, device, progress, on_partial)` returns the result (`inputs`:
-      `analysis.inputs.Inputs`; `on_partial(result)` takes a partial result, which only the Hessian sends); for a
-      per-block analysis, `run` is the accumulator that the one pass of feature maps feeds
-      (`analysis.blocks.accumulate`);
-    - `plot(result)` draws the figure saved beside the result's JSON (an Axes or a Figure);
-    - `summary(result)` is the line printed once it is done;
-    - `estimate(costs, settings)` is (seconds, how that was reckoned) from `runner.measure_costs`, None where the
-      costs lack what it needs (per-block analyses share the pass's estimate);
-    - `comparisons`: (file stem, function of {model: result} returning a Figure or an Axes, caption of the report).
-
-    `training_batches` names the setting that counts its augmented training minibatches (the Hessian's and the
-    landscape's), `corruptions` says that it reads CIFAR-C."""
+    """One analysis as the commands run it: CONTRIBUTING.md ("Adding an analysis") says what each field names, on the
+    lesion study's entry. The names are of objects in `analysis.<module>` (the analysis's own name unless `module`
+    says otherwise); `run`'s `inputs` is an `analysis.inputs.Inputs`, and only the Hessian sends `on_partial` a
+    partial result; `estimate` returns None where the costs (`runner.measure_costs`) lack what it needs, the
+    per-block analyses sharing the pass's estimate instead."""
 
     name: str
     result: str

@@ -12,6 +12,7 @@ reads any of them.
 import functools
 import tempfile
 import time
+import timeit
 import types
 import zlib
 from collections.abc import Iterator, Sequence
@@ -388,16 +389,8 @@ def onednn_linear_gain() -> float:
         "mkl": lambda: F.linear(inputs, weight, bias),
         "onednn": lambda: torch.ops.mkldnn._linear_pointwise(inputs, weight, bias, "none", [], ""),
     }
-    best = {}
-    with torch.no_grad():
-        for name, run in runs.items():
-            run()
-            seconds = []
-            for _ in range(5):
-                started = time.perf_counter()
-                run()
-                seconds.append(time.perf_counter() - started)
-            best[name] = min(seconds)
+    with torch.no_grad():  # the first of six calls warms up
+        best = {name: min(timeit.repeat(run, number=1, repeat=6)[1:]) for name, run in runs.items()}
     return best["mkl"] / best["onednn"]
 
 

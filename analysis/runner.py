@@ -1,18 +1,14 @@
-"""The analyses of a model, as `alternet-analyze`, `alternet-compare` and the release run them.
-
-`analyse` runs analyses of the registry (`analysis.registry`) on one model in memory, the per-block ones (Fourier,
-variance, CKA, the clean accuracy) in one pass of feature maps. `analyse_model` does so for a model from disk or the
-Hub on a dataset (`analysis.inputs`), writing each result (JSON + the paper-style PNG) as soon as it is done, the
-Hessian spectrum also after every minibatch, and saying how long each analysis will take before it starts;
-`compare_models` does so for several models and writes their comparison (`analysis.report`); `compare_stored`
-writes it from results already written (`read_results`). Each split is read once whatever the number of models.
+"""The analyses of a model, as `alternet-analyze`, `alternet-compare` and the release run them: in memory
+(`analyse`), from disk or the Hub with every result written as soon as it is done (`analyse_model`), and several
+models compared (`compare_models`, or `compare_stored` from results already written). Each split is read once
+whatever the number of models.
 """
 
 import contextlib
 import dataclasses
 import functools
 import json
-import time
+import timeit
 import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -35,10 +31,6 @@ from .registry import ANALYSES, RESULTS, Settings
 from .report import write_comparison
 
 
-def _ignore(*_) -> None:
-    """The callback of `analyse` that is not given."""
-
-
 def analyse(
     model: nn.Module,
     analyses: Sequence[str] = tuple(ANALYSES),
@@ -53,33 +45,44 @@ def analyse(
     image_std: Sequence[float] | None = None,
     device: str | torch.device | None = None,
     progress: bool = False,
+) -> dict[str, AnalysisResult]:
+    """Run `analyses` on `model`; returns {name: result}, plus "accuracy" when a per-block analysis ran. The data are
+    the fields of `analysis.inputs.Inputs`: `test_data` its `test`, `train_data` its `train`, `corruption_source` its
+    `corruptions` (`analysis.robustness`)."""
+    inputs = Inputs(test_data, train_data, corruption_source, image_size, image_mean, image_std, adapter)
+    return run_analyses(model, analyses, inputs, settings or Settings(), device=device, progress=progress)
+
+
+def _ignore(*_) -> None:
+    """The callback of `run_analyses` that is not given."""
+
+
+def run_analyses(
+    model: nn.Module,
+    analyses: Sequence[str],
+    inputs: Inputs,
+    settings: Settings,
+    *,
+    device: str | torch.device | None,
+    progress: bool,
     on_partial: Callable[[str, AnalysisResult], None] = _ignore,
     on_start: Callable[[str], None] = _ignore,
     on_result: Callable[[str, AnalysisResult], None] = _ignore,
 ) -> dict[str, AnalysisResult]:
-    """Run `analyses` on `model`; returns {name: result}, plus "accuracy" when a per-block analysis ran.
-
-    `test_data`: clean, normalised test batches (a DataLoader). `train_data()`: a fresh iterable of the
-    augmented training batches (the Hessian and landscape each draw theirs from a new one, so they see
-    the same batches whatever ran before). `corruption_source`: CIFAR-C (`analysis.robustness`), its uint8
-    images resized to `image_size` and normalised with `image_mean` and `image_std`.
-    `on_partial(name, result)` receives the Hessian spectrum after each minibatch, `on_result(name,
-    result)` each result as soon as it is done (to write it before the next one starts); `on_start(name)`
-    is called before each analysis (for time estimates).
-    """
-    settings = settings or Settings()
+    """`analyse` on the `Inputs` of one model. `on_partial(name, result)` receives the Hessian spectrum after each
+    minibatch, `on_result(name, result)` each result as soon as it is done (to write it before the next one starts);
+    `on_start(name)` is called before each analysis (for time estimates)."""
     unknown = sorted(set(analyses) - set(ANALYSES))
     if unknown:
         raise ValueError(f"unknown analyses {unknown}; choose from {', '.join(ANALYSES)}")
     entries = [ANALYSES[name] for name in ANALYSES if name in analyses]
-    if any(entry.training_batches for entry in entries) and train_data is None:
+    if any(entry.training_batches for entry in entries) and inputs.train is None:
         raise ValueError(f"the {' and '.join(e.name for e in entries if e.training_batches)} analyses need train_data")
-    if any(entry.corruptions for entry in entries) and corruption_source is None:
+    if any(entry.corruptions for entry in entries) and inputs.corruptions is None:
         raise ValueError(
             f"the {' and '.join(e.name for e in entries if e.corruptions)} analysis needs a corruption_source"
         )
-    adapter = describe_blocks(model, adapter)
-    inputs = Inputs(test_data, train_data, corruption_source, image_size, image_mean, image_std, adapter)
+    inputs.adapter = describe_blocks(model, inputs.adapter)
     common = dict(device=device, progress=progress)
     results: dict[str, AnalysisResult] = {}
 
@@ -90,9 +93,9 @@ def analyse(
         passed = [*per_block, RESULTS["accuracy"]]
         computed = accumulate(
             model,
-            test_data,
+            inputs.test,
             [entry.load(entry.run)() for entry in passed],
-            adapter=adapter,
+            adapter=inputs.adapter,
             max_batches=settings.max_batches,
             desc="+".join(names),
             **common,
@@ -110,12 +113,9 @@ def analyse(
     return results
 
 
-def _seconds(function, repeats: int = 1) -> float:
+def _seconds(function) -> float:
     function()  # warm-up: first calls allocate
-    started = time.perf_counter()
-    for _ in range(repeats):
-        function()
-    return (time.perf_counter() - started) / repeats
+    return timeit.timeit(function, number=1)
 
 
 def _forward_seconds(model: nn.Module, inputs: torch.Tensor) -> float:
@@ -362,23 +362,8 @@ def analyse_loaded(
             write_result(out, name, result, meta_of(name), figure)
             plt.close(getattr(figure, "figure", figure))
 
-    results = analyse(
-        loaded.model,
-        analyses,
-        test_data=inputs.test,
-        train_data=inputs.train,
-        corruption_source=inputs.corruptions,
-        settings=settings,
-        adapter=inputs.adapter,
-        image_size=loaded.image_size,
-        image_mean=loaded.image_mean,
-        image_std=loaded.image_std,
-        device=device,
-        progress=True,
-        on_partial=on_partial,
-        on_start=on_start,
-        on_result=on_result,
-    )
+    options = dict(on_partial=on_partial, on_start=on_start, on_result=on_result)
+    results = run_analyses(loaded.model, analyses, inputs, settings, device=device, progress=True, **options)
     if out is not None and "accuracy" in results:  # the clean accuracy of the per-block pass: what claims weigh
         write_result(out, "accuracy", results["accuracy"], meta_of("accuracy"))
     return results

@@ -13,7 +13,7 @@ from torch import nn
 
 from . import _common
 from ._common import AnalysisResult
-from .blocks import BlockAdapter, accumulate
+from .blocks import accumulate
 from .fourier import ImageSpread
 
 
@@ -68,18 +68,10 @@ class VarianceAccumulator:
         )
 
 
-def feature_map_variance(
-    model: nn.Module,
-    data,
-    *,
-    adapter: BlockAdapter | None = None,
-    max_batches: int | None = None,
-    device: str | torch.device | None = None,
-    progress: bool = False,
-) -> VarianceResult:
+def feature_map_variance(model: nn.Module, data, **options) -> VarianceResult:
     """Feature-map variance of the input and every block output of `model` over `data` (inputs, a batch or a
-    DataLoader), by our definition and the reference notebook's."""
-    options = dict(adapter=adapter, max_batches=max_batches, device=device, progress=progress)
+    DataLoader), by our definition and the reference notebook's; `options` as `analysis.blocks.block_batches` takes
+    them (adapter, max_batches, device, progress)."""
     return accumulate(model, data, [VarianceAccumulator()], desc="variance", **options)[0]
 
 
