@@ -29,16 +29,13 @@ from alternet_hf.utils import write_json
 DTYPES = ("float32", "bfloat16", "float16")
 DEFAULT_MODELS = ("alternet-50-cifar100", "resnet-50-cifar100", "vit-ti-cifar100")
 COMPILED = {"no": [False], "yes": [True], "both": [False, True]}  # --compile: eager, compiled or both, per run
-# The modes that exclude each other (flags joined by "/" are one mode), as the error names them.
-EXCLUSIVE_MODES = (
-    "--corruptions/--hessian/--feature-maps, --evaluation, --training, --data-only, --engine-overhead, "
-    "--reference-dir, --finetune, --sample, --image-check"
-)
 
 
 def build_parser():
     parser = make_parser(__doc__)
     flag = functools.partial(parser.add_argument, action="store_true")
+    modes = parser.add_mutually_exclusive_group()  # each run measures one thing
+    mode = functools.partial(modes.add_argument, action="store_true")
     parser.add_argument(
         "--models",
         nargs="+",
@@ -65,7 +62,7 @@ def build_parser():
     parser.add_argument("--device", default=None, help="default: cuda if available, else cpu")
     parser.add_argument("--iterations", type=positive_int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
-    flag(
+    mode(
         "--training",
         help="time alternet-train end to end (paper recipe, loader workers, evaluation and a checkpoint every epoch)",
     )
@@ -74,10 +71,10 @@ def build_parser():
     )
     parser.add_argument("--training-epochs", type=positive_int, default=2, help="epochs of the --training run")
     parser.add_argument("--num-workers", type=int, default=2, help="data-loading processes for --training")
-    flag("--data-only", help="CPU time per image of the training data path, as one loader worker")
+    mode("--data-only", help="CPU time per image of the training data path, as one loader worker")
     flag("--streaming", help="--data-only also reads the images as alternet-train --streaming does, from parquet files")
-    flag("--engine-overhead", help="ms per step of the engine's loop beyond a hand-written one")
-    parser.add_argument(
+    mode("--engine-overhead", help="ms per step of the engine's loop beyond a hand-written one")
+    modes.add_argument(
         "--reference-dir",
         type=Path,
         help="a checkout of xxxnell/how-do-vits-work: race AlterNet-50 against its, both given each memory "
@@ -97,40 +94,40 @@ def build_parser():
         default=5,
         help="repetitions of --data-only / --engine-overhead / --reference-dir measurements",
     )
-    flag(
+    mode(
         "--evaluation",
         help="images/s (and per core) of the release's CIFAR-100-C pass (eval, uint8 images normalised on the device) "
         "at each --batch-sizes, eager and/or compiled (--compile)",
     )
-    flag("--corruptions", help="time CIFAR-C corruption generation against imagecorruptions")
+    mode("--corruptions", help="time CIFAR-C corruption generation against imagecorruptions")
     parser.add_argument(
         "--num-images", type=positive_int, default=1000, help="images per corruption for --corruptions; of the --sample"
     )
     parser.add_argument("--corruption-names", nargs="+", default=None, help="a subset of corruptions to time")
     parser.add_argument("--severity", type=int, default=3, help="severity for --corruptions")
     parser.add_argument("--threads", type=positive_int, default=None, help="torch threads for --corruptions")
-    flag(
+    mode(
         "--hessian",
         help="count Hessian-vector products of Lanczos and power iteration for the top eigenvalue (digits batch)",
     )
-    flag(
+    mode(
         "--feature-maps",
         help="seconds of Fourier + variance on --num-images digits: separate passes, one shared pass, and the "
         "reference notebooks' computation on the same maps",
     )
-    flag(
+    mode(
         "--finetune",
         help="held-out accuracy of alternet-finetune with its defaults on real photographs (scikit-image's LFW "
         "subset: faces or not), from a preset (from scratch) or a model folder (fine-tuned), per --seeds",
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of the --finetune runs")
-    flag(
+    mode(
         "--sample",
         help="seconds to a streamed sample of --num-images from a parquet split of --split-images in --split-files "
         "files, against preparing the split first",
     )
     parser.add_argument("--split-images", type=positive_int, default=50_000, help="images of the --sample split")
-    flag(
+    mode(
         "--image-check",
         help="files per second of the check a folder of images gets before a run (headers and ends), on "
         "--num-images 224×224 JPEGs",
@@ -152,12 +149,6 @@ def sweep(measure, over: dict, *, bar: str | None = None, **fixed) -> list:
 @command
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    given = [
-        any(getattr(args, flag[2:].replace("-", "_")) for flag in mode.split("/"))
-        for mode in EXCLUSIVE_MODES.split(", ")
-    ]
-    if sum(given) > 1:
-        raise CommandError(f"choose one of {EXCLUSIVE_MODES}")
     if args.streaming and not args.data_only:
         raise CommandError("--streaming measures the data path: give it with --data-only")
     if args.evaluation and set(args.dtype) - {"float32", "bfloat16"}:

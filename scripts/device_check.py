@@ -107,20 +107,14 @@ REHEARSAL = Sizes(
 )
 
 
-@dataclass(frozen=True)
-class Part:
-    name: str
-    budget: float  # its weight in the check's --budget: seconds of the GPU check
-
-
-PARTS = (
-    Part("machine", 40),
-    *(Part(f"engine-{name.rsplit('-', 1)[0]}", 95) for name in MODELS),
-    Part("reference", 60),
-    Part("evaluation", 45),
-    Part("analyses", 50),
-)
-PART_NAMES = tuple(part.name for part in PARTS)
+# Each part, with its weight in the check's --budget: seconds of the GPU check.
+PARTS = {
+    "machine": 40,
+    **{f"engine-{name.rsplit('-', 1)[0]}": 95 for name in MODELS},
+    "reference": 60,
+    "evaluation": 45,
+    "analyses": 50,
+}
 DATA_STEP, DATA_SECONDS = "data", 120.0  # the engine parts' data, written before them, outside their budgets
 GPU_BUDGET, REHEARSAL_BUDGET = 480.0, 1800.0
 REFERENCE_CODE = "https://github.com/xxxnell/how-do-vits-work"  # the reference part's model comes from a clone
@@ -261,10 +255,10 @@ def run_evaluation(sizes: Sizes, record: Recorder) -> None:
 
 def run_analyses(sizes: Sizes, record: Recorder) -> None:
     from analysis.cifar_c import CORRUPTIONS
+    from analysis.inputs import choose_device
     from zoo_benchmark.analyses import corruption_speed, hessian_convergence, per_block_speed
-    from zoo_benchmark.device import chosen_device
 
-    device = chosen_device().type
+    device = choose_device().type
     model, overrides = sizes.analysis_model, sizes.overrides(sizes.analysis_model)
 
     def hessian():
@@ -335,7 +329,7 @@ def prepare_wheels(folder: Path, python_version: str) -> None:
 
 
 def run_check(args, sizes: Sizes, out: Path) -> dict:
-    parts = [part for part in PARTS if part.name in (args.parts or PART_NAMES)]
+    parts = {name: weight for name, weight in PARTS.items() if name in (args.parts or PARTS)}
     results = {"mode": "cpu rehearsal" if args.cpu_rehearsal else "gpu", "budget_seconds": args.budget, "parts": {}}
     environment = dict(os.environ, PYTHONUNBUFFERED="1")
     with tempfile.TemporaryDirectory(prefix="alternet-device-check-") as work:
@@ -349,20 +343,22 @@ def run_check(args, sizes: Sizes, out: Path) -> dict:
             path.append(str(site))
         environment["PYTHONPATH"] = os.pathsep.join(path + [environment.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         end = time.time() + args.budget
-        steps = [Part(DATA_STEP, 0)] * any(part.name.startswith("engine-") for part in parts) + parts
-        for index, part in enumerate(steps):
+        if any(name.startswith("engine-") for name in parts):
+            parts = {DATA_STEP: 0, **parts}
+        weights = list(parts.values())
+        for index, name in enumerate(parts):
             # its share of what is left: time a part did not use goes to the parts after it
-            if part.name == DATA_STEP:
+            if name == DATA_STEP:
                 budget = min(DATA_SECONDS, end - time.time())
             else:
-                budget = (end - time.time()) * part.budget / sum(later.budget for later in steps[index:])
-            rows_file = work / f"{part.name}.jsonl"
-            print(f"\n== {part.name} ({budget:.0f} s at most)", flush=True)
+                budget = (end - time.time()) * weights[index] / sum(weights[index:])
+            rows_file = work / f"{name}.jsonl"
+            print(f"\n== {name} ({budget:.0f} s at most)", flush=True)
             started = time.time()
             if budget < MIN_PART_SECONDS:
                 status = "skipped: the check's --budget was spent"
             else:
-                command = [sys.executable, __file__, "--part", part.name, "--rows", str(rows_file)]
+                command = [sys.executable, __file__, "--part", name, "--rows", str(rows_file)]
                 command += ["--deadline", str(started + budget), "--work", str(work)]
                 command += ["--cpu-rehearsal"] * args.cpu_rehearsal + ["--compile-backend", args.compile_backend]
                 command += ["--compile-mode", args.compile_mode]
@@ -373,7 +369,7 @@ def run_check(args, sizes: Sizes, out: Path) -> dict:
                 except subprocess.TimeoutExpired:
                     status = "killed at its time limit"
             rows = [json.loads(line) for line in rows_file.read_text().splitlines()] if rows_file.exists() else []
-            results["parts"][part.name] = {"status": status, "seconds": time.time() - started, "rows": rows}
+            results["parts"][name] = {"status": status, "seconds": time.time() - started, "rows": rows}
             write_results(results, out)
     return results
 
@@ -491,7 +487,7 @@ def _other_results(rows: list[dict]):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=None, help="results folder (default: $OUT, else device-check/)")
-    parser.add_argument("--parts", nargs="+", choices=PART_NAMES, help="run only these parts (default: all)")
+    parser.add_argument("--parts", nargs="+", choices=PARTS, help="run only these parts (default: all)")
     parser.add_argument(
         "--budget",
         type=float,

@@ -37,12 +37,13 @@ def build_parser():
         help="CIFAR-100 presets (default: resnet-50-cifar100 vit-ti-cifar100 alternet-50-cifar100, trained; with "
         "--from-reference the paper's five, the four released ones converted)",
     )
-    parser.add_argument(
+    cifar100c = parser.add_mutually_exclusive_group()
+    cifar100c.add_argument(
         "--cifar100c-dir",
         type=Path,
         help="CIFAR-100-C as released on Zenodo (labels.npy and <corruption>.npy; record 3555552)",
     )
-    parser.add_argument(
+    cifar100c.add_argument(
         "--without-cifar100c",
         action="store_true",
         help="release without CIFAR-100-C: no dataset, no robustness on the cards (refused otherwise)",
@@ -98,8 +99,6 @@ def main(argv: list[str] | None = None) -> None:
     from alternet_hf.run_lock import hold_folder
     from zoo_release import RUNNING_ADVICE, Release, ReleaseOptions, preflight
 
-    if args.cifar100c_dir is not None and args.without_cifar100c:
-        raise CommandError("--cifar100c-dir and --without-cifar100c exclude each other: choose one")
     if args.num_processes is not None and args.num_processes < 1:
         raise CommandError(f"--num-processes must be at least 1, not {args.num_processes}")
     options = ReleaseOptions(

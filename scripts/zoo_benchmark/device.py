@@ -14,18 +14,14 @@ from functools import partial
 import torch
 
 from analysis._common import synchronize
+from analysis.inputs import choose_device
 
 PACKAGES = ("torch", "triton", "transformers", "timm", "accelerate", "datasets", "huggingface_hub", "numpy", "pyarrow")
 
 
-def chosen_device(device: str | torch.device | None = None) -> torch.device:
-    """`device`, else the GPU if there is one, else the CPU."""
-    return torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-
-
 def device_name(device: str | torch.device | None = None) -> str:
     """The GPU's name, or "cpu": the device as the results name it."""
-    device = chosen_device(device)
+    device = choose_device(device)
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
@@ -101,7 +97,7 @@ def environment() -> dict:
 
 def matmul_rate(size: int, dtype: torch.dtype, *, repeats: int = 10) -> float:
     """FLOP/s of a `size`³ matrix product on random data: the ceiling the engine's share of the peak is read against."""
-    device = chosen_device()
+    device = choose_device()
     generator = torch.Generator(device).manual_seed(0)
     a, b = (torch.randn(size, size, device=device, dtype=dtype, generator=generator) for _ in range(2))
     (seconds,) = timed(lambda: a @ b, calls=repeats, warmup=3, device=device)
@@ -115,7 +111,7 @@ def precision_gap(name: str, *, batch_size: int, seed: int = 0, **overrides) -> 
     from alternet_hf.presets import create_model
     from alternet_hf.training import training_loss
 
-    device = chosen_device()
+    device = choose_device()
     torch.manual_seed(seed)
     model = create_model(name, **overrides).to(device).to(memory_format=torch.channels_last).eval()
     size, num_labels = model.config.image_size, model.config.num_labels
@@ -195,6 +191,8 @@ def engine_steady_state(
     from alternet_hf.training import TrainingSession
     from zoo_release.estimates import ASSUMED_UTILISATION, H100_BF16_FLOPS, training_flops_per_image
 
+    from .models import ReferenceClassifier
+
     recipe = recipe_config(name)
     overrides = {**recipe.model_overrides, **(model_overrides or {})}
     config = recipe_config(
@@ -217,7 +215,7 @@ def engine_steady_state(
     AcceleratorState._reset_state(reset_partial_state=True)  # one Accelerator per run, each its own precision
     started = time.perf_counter()
     session = TrainingSession(config)
-    session.build(model_init=None if reference_dir is None else partial(_reference_classifier, reference_dir))
+    session.build(model_init=None if reference_dir is None else partial(ReferenceClassifier, reference_dir))
     session.start(resume=False)
 
     def epochs(session):
@@ -231,7 +229,7 @@ def engine_steady_state(
     try:
         session.train_batches(itertools.islice(batches, warmup_steps), quiet)
         session.read_losses()
-        synchronize(chosen_device())
+        synchronize(choose_device())
         warmup_seconds = time.perf_counter() - started
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
@@ -248,7 +246,7 @@ def engine_steady_state(
             timed_from = time.perf_counter()
             session.train_batches(until_time_is_up(), quiet)
             session.read_losses()
-            synchronize(chosen_device())
+            synchronize(choose_device())
             elapsed = time.perf_counter() - timed_from
         steps = session.state.step_in_epoch - first_step
     finally:
@@ -288,10 +286,3 @@ def engine_steady_state(
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return result
-
-
-def _reference_classifier(reference_dir: str, model):
-    """The reference code's AlterNet in the layout of the zoo `model`, as the engine takes a model."""
-    from .models import ReferenceClassifier, reference_alternet
-
-    return ReferenceClassifier(reference_alternet(reference_dir, model.config), model.config)

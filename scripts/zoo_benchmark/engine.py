@@ -1,14 +1,21 @@
 """Speed of the training engine: the data path per loader worker, the loop's overhead against a hand-written loop,
 and end-to-end runs of `alternet-train` with the checkpoint bytes of the full recipe's cadence."""
 
+import io
 import math
+import statistics
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import datasets
+import numpy as np
 import torch
+from PIL import Image
 
-from alternet_hf.augmentation import normalize_images
+from alternet_hf.augmentation import channel_statistics, normalize_images
+from alternet_hf.recipe import TrainingConfig, recipe_config
 
 from .device import device_name, timed_in_turn, torch_threads
 
@@ -16,10 +23,6 @@ from .device import device_name, timed_in_turn, torch_threads
 def cifar_like_dataset(path: str, *, num_labels: int, image_size: int, train: int, test: int, seed: int = 0) -> str:
     """A `save_to_disk` dataset in CIFAR's schema (img, label; PNG-encoded random pixels, the hardest to compress):
     what the engine reads, without a download."""
-    import datasets
-    import numpy as np
-    from PIL import Image
-
     rng = np.random.default_rng(seed)
     features = datasets.Features({"img": datasets.Image(), "label": datasets.ClassLabel(num_classes=num_labels)})
 
@@ -41,10 +44,7 @@ def write_parquet_split(dataset, folder, split: str, files: int = 1) -> None:
 def _recipe_on_random_images(name: str, recipe: str, folder: str, *, train: int, test: int, **settings):
     """The config of `recipe` for `name` (`settings` override its fields) on `train` and `test` random images of the
     model's size and classes, written to `folder` (with `streaming`: as four parquet files)."""
-    import datasets
-
     from alternet_hf.presets import create_config
-    from alternet_hf.recipe import recipe_config
 
     config = create_config(name, **settings.get("model_overrides", {}))
     data = cifar_like_dataset(
@@ -84,8 +84,6 @@ def measure_data_path(
 ) -> DataPathSpeed:
     """CPU time per image of what `alternet-train`'s loader workers do (read, decode, augment, collate), on one
     thread as in a worker; `streaming`: read as `alternet-train --streaming` reads four parquet files."""
-    import tempfile
-
     from alternet_hf.training import build_model_and_data
 
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
@@ -107,14 +105,8 @@ def measure_data_path(
 def measure_engine_overhead(*, steps: int = 50, batch_size: int = 8, repeats: int = 15) -> dict:
     """CPU ms per step of the engine's loop (`TrainingSession.train_batches`) and of a hand-written one on the same
     model and tensors, timed alternately; the smallest AlterNet keeps the step short, so that the loops' cost shows."""
-    import io
-    import statistics
-    import tempfile
-
     from tqdm.auto import tqdm
 
-    from alternet_hf.augmentation import channel_statistics
-    from alternet_hf.recipe import TrainingConfig
     from alternet_hf.training import TrainingSession, training_loss
 
     smallest = dict(
@@ -231,9 +223,6 @@ def measure_training_run(
 ) -> TrainingRun:
     """`epochs` epochs of the real engine with the recipe on random images, and the bytes the full recipe's
     checkpoint cadence writes in `recipe_minutes`. `model_overrides` replace the recipe's."""
-    import tempfile
-
-    from alternet_hf.recipe import recipe_config
     from alternet_hf.training import train
 
     full_recipe = recipe_config(name, recipe)
@@ -280,10 +269,6 @@ def image_check_speed(*, num_images: int, workdir: str, repeats: int = 2, size: 
     """Files per second of the check an image folder gets before a run (`data.check_image_files`: headers and ends,
     no pixel decoded), on `num_images` JPEGs of `size`² noise (about an ImageNet photo's bytes), the best of
     `repeats` (the files in the page cache, as after the folder was written or read once)."""
-    import datasets
-    import numpy as np
-    from PIL import Image
-
     from alternet_hf.data import check_image_files
 
     folder, rng = Path(workdir) / "images", np.random.default_rng(0)
@@ -310,8 +295,6 @@ def image_check_speed(*, num_images: int, workdir: str, repeats: int = 2, size: 
 def sample_speed(*, num_images: int, split_images: int, files: int, workdir: str, seed: int = 0) -> dict:
     """Seconds to a streamed sample of `num_images` of a split of `files` parquet files (`split_images` images in
     all), against preparing the split first and drawing as many rows; and the bytes each wrote into the cache."""
-    import datasets
-
     from alternet_hf.data import load_image_classification, load_image_sample
 
     folder = Path(workdir) / "split"

@@ -1,14 +1,19 @@
 """Speed of the zoo's models: images per second of bare forward and forward+backward steps (eager or compiled,
 any autocast dtype), and a training step of AlterNet-50 against the reference implementation's."""
 
+import statistics
+import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
 
 from alternet_hf.presets import create_model
+from analysis._common import logits_of
+from analysis.inputs import choose_device
 
-from .device import chosen_device, device_name, timed, timed_in_turn
+from .device import device_name, timed, timed_in_turn
 
 
 @dataclass
@@ -33,12 +38,14 @@ def measure_throughput(
     dtype: torch.dtype = torch.float32,
     warmup: int = 2,
     iterations: int = 5,
+    **overrides,
 ) -> Throughput:
-    """Time `iterations` batches of random images after `warmup` untimed ones (compilation happens there)."""
+    """Time `iterations` batches of random images after `warmup` untimed ones (compilation happens there) through
+    the preset `name` (`overrides`: its config fields beyond the preset's)."""
     if mode not in ("forward", "forward+backward"):
         raise ValueError(f"mode must be 'forward' or 'forward+backward', got {mode!r}")
-    device = chosen_device(device)
-    model = create_model(name).to(device).to(memory_format=torch.channels_last)
+    device = choose_device(device)
+    model = create_model(name, **overrides).to(device).to(memory_format=torch.channels_last)
     size = model.config.image_size
     pixel_values = torch.randn(batch_size, 3, size, size, device=device).to(memory_format=torch.channels_last)
     labels = torch.randint(0, model.config.num_labels, (batch_size,), device=device)
@@ -87,7 +94,7 @@ def evaluation_throughput(
     hours all of CIFAR-100-C takes at that speed; compilation not timed."""
     from analysis.robustness import images_per_second
 
-    device = chosen_device(device)
+    device = choose_device(device)
     model = create_model(name, **overrides).eval()
     compile_mode = "default" if compiled else None
     rate = images_per_second(
@@ -117,9 +124,6 @@ def race_reference(
     """AlterNet-50 for CIFAR-100, the zoo's against the reference code's (a checkout at `reference_dir`), both given
     each memory format and timed alternately by wall clock and CPU time: one row per memory format and pass, medians
     of `repeats`, ratios the zoo's over the reference's."""
-    import statistics
-    from functools import partial
-
     config = create_model("alternet-50-cifar100", drop_path_rate=0.1).config  # as the paper trains it
     reference_model = partial(reference_alternet, reference_dir, config)
     generator = torch.Generator().manual_seed(0)
@@ -161,9 +165,6 @@ def reference_alternet(reference_dir: str, config) -> torch.nn.Module:
     """The reference code's AlterNet (a checkout at `reference_dir`) in the layout of the zoo's AlterNet `config`:
     its blocks, attention blocks and heads per stage, classes, window and stochastic depth (the reference's widths are
     fixed: those of AlterNet-50). Raises ValueError, saying where to get the code, when the folder is not a checkout."""
-    import sys
-    from functools import partial
-
     if not (Path(reference_dir) / "models" / "alternet.py").is_file():
         raise ValueError(
             f"{reference_dir} is not a checkout of the reference code (no models/alternet.py): "
@@ -196,12 +197,13 @@ def reference_alternet(reference_dir: str, config) -> torch.nn.Module:
 
 
 class ReferenceClassifier(torch.nn.Module):
-    """The reference's model as the training engine takes a zoo model: its logits as `.logits`, and the zoo model's
-    `config` (image size, normalisation, labels), which the engine reads."""
+    """The reference code's AlterNet (a checkout at `reference_dir`) in the layout of the zoo `model`, as the training
+    engine takes a zoo model (`model_init`): its logits as `.logits`, and the zoo model's `config` (image size,
+    normalisation, labels), which the engine reads."""
 
-    def __init__(self, model: torch.nn.Module, config):
+    def __init__(self, reference_dir: str, model: torch.nn.Module):
         super().__init__()
-        self.model, self.config = model, config
+        self.model, self.config = reference_alternet(reference_dir, model.config), model.config
 
     def forward(self, pixel_values: torch.Tensor):
         from transformers.modeling_outputs import ImageClassifierOutput
@@ -215,8 +217,7 @@ def _pass(model: torch.nn.Module, kind: str, images: torch.Tensor, labels: torch
 
     def run():
         with torch.set_grad_enabled(kind != "inference"):
-            output = model(images)
-            logits = output if isinstance(output, torch.Tensor) else output.logits
+            logits = logits_of(model(images))
         if kind == "forward+backward":
             torch.nn.functional.cross_entropy(logits, labels).backward()
             model.zero_grad(set_to_none=True)

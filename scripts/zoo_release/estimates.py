@@ -1,7 +1,5 @@
-"""How long things take: the durations people write (`--cifar100c-budget 30m`), the training time of the paper's
-recipe on one H100 (FLOPs counted, at an assumed share of its peak), and on this CPU (timed steps)."""
-
-import time
+"""How long things take: the durations people write (`--cifar100c-budget 30m`), and the training time of the paper's
+recipe on one H100 (FLOPs counted, at an assumed share of its peak)."""
 
 import torch
 
@@ -61,23 +59,3 @@ def h100_estimate(presets, epochs: int | None = None, **overrides) -> tuple[floa
         "docs/benchmarks.md); evaluation, CIFAR-100-C and the analyses add to it"
     )
     return total, "\n".join(lines)
-
-
-def seconds_per_training_image(config, *, batch_size: int = 16, steps: int = 2) -> float:
-    """Seconds per image of a training step of `config`'s model (forward, loss, backward, AdamW) on this CPU, in
-    float32, timed over `steps` steps after one untimed: what the release weighs a CPU's training time by."""
-    from alternet_hf.presets import create_model
-
-    model = create_model(config.model, **config.model_overrides).train()
-    size = model.config.image_size
-    generator = torch.Generator().manual_seed(0)
-    pixels = torch.randn(batch_size, 3, size, size, generator=generator)
-    labels = torch.randint(0, model.config.num_labels, (batch_size,), generator=generator)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
-    for step in range(steps + 1):
-        if step == 1:
-            started = time.perf_counter()
-        model(pixels, labels=labels).loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-    return (time.perf_counter() - started) / (steps * batch_size)

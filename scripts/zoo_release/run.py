@@ -15,12 +15,17 @@ from pathlib import Path
 
 import torch
 
-from alternet_hf.hub import PAPER_ID, write_release
+import alternet_hf
+import analysis
+from alternet_hf.data import load_image_classification
+from alternet_hf.hub import PAPER_ID, write_hub_dataset, write_release
 from alternet_hf.presets import PAPER_MODELS, display_name
 from alternet_hf.recipe import recipe_config
-from alternet_hf.reference import PAPER_RESULTS, REFERENCE_FILES
+from alternet_hf.reference import PAPER_RESULTS, REFERENCE_FILES, DownloadError, download, file_url
 from alternet_hf.run_lock import hold_folder
 from alternet_hf.utils import format_duration, machine, write_json
+from analysis.inputs import DataOptions, choose_device
+from analysis.registry import ANALYSES, Settings
 
 from . import rehearsal
 from .checks import (
@@ -38,7 +43,7 @@ from .checks import (
     evaluation_rules,
     inductor_available,
 )
-from .estimates import CIFAR_TRAIN_IMAGES, h100_estimate, seconds_per_training_image
+from .estimates import CIFAR_TRAIN_IMAGES, h100_estimate
 from .outputs import write_robustness, write_space_repo
 from .verify import UserSession, verify_repo
 
@@ -138,7 +143,7 @@ class Release:
     def __post_init__(self):
         self.out = Path(self.options.out)
         self.work = self.out / "work"
-        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = choose_device()
         self.compile = inductor_available()
         self.user = UserSession()  # the interpreter that loads each repo as a user without alternet_hf does
         # The layout of <out>; the reference's files are read from the rehearsal's stand-ins, the folder given, or
@@ -315,9 +320,6 @@ class Release:
 
     def write_dataset(self) -> list[Path]:
         """CIFAR-100-C as the Hub dataset, once its labels are checked against the clean test split's."""
-        from alternet_hf.data import load_image_classification
-        from alternet_hf.hub import write_hub_dataset
-
         test = load_image_classification(self.source, split="test", **COLUMN_NAMES)
         check_cifar100c_labels(self.cifar100c_arrays, test["label"], self.dataset_name)
         write_hub_dataset(self.cifar100c_arrays, emptied(self.dataset_repo), self.dataset_id)
@@ -329,8 +331,6 @@ class Release:
     def fetch_settings(self, preset: str) -> dict:
         """Where the file comes from; a file given in a folder by its name and content, neither its folder nor its
         times: a folder moved, copied without times or unpacked is the same file, an edited one is fetched again."""
-        from alternet_hf.reference import file_url
-
         path = self.reference_file(preset)
         if self.options.rehearsal or self.options.reference_dir:
             return {"file": path.name, "size": path.stat().st_size, "sha256": file_hash(path)}
@@ -339,8 +339,6 @@ class Release:
     def fetch(self, preset: str) -> list[Path]:
         """The released file, downloaded unless it was given; its provenance (`work/reference/<preset>.json`:
         name, where from, size, SHA-256) is what the card states."""
-        from alternet_hf.reference import DownloadError, download, file_url
-
         path, url = self.reference_file(preset), file_url(REFERENCE_FILES[preset])
         downloaded = not (self.options.rehearsal or self.options.reference_dir)
         if downloaded and not path.is_file():  # a file there is whole: downloads are renamed only once complete
@@ -366,7 +364,6 @@ class Release:
     def convert(self, preset: str) -> list[Path]:
         """The zoo model of the released file (`alternet_hf.convert`: every key consumed, none left over), saved
         with `provenance.json`: the file's record, the converter's version, the numbers the paper reports."""
-        import alternet_hf
         from alternet_hf.convert import convert_original_checkpoint
 
         path, folder = self.reference_file(preset), self.model_dir(preset)
@@ -430,7 +427,12 @@ class Release:
         if self.device.type == "cuda":
             seconds, how = 3600 * gpu_hours, "estimated from its FLOPs"
         else:
-            seconds, how = images * seconds_per_training_image(config), "from two timed steps here"
+            from zoo_benchmark.models import measure_throughput
+
+            step = measure_throughput(
+                config.model, batch_size=16, mode="forward+backward", warmup=1, iterations=2, **config.model_overrides
+            )
+            seconds, how = images / step.images_per_second, "from two timed steps here"
         if seconds <= self.options.training_budget:
             return None
         budget, gpu = format_duration(self.options.training_budget), format_duration(3600 * gpu_hours)
@@ -508,9 +510,6 @@ class Release:
     def analysis_plan(self):
         """(settings, notes, data, analyses) of each model's analyses, at the amounts of the device the release first
         ran on; robustness is the evaluation step's result, not measured again."""
-        from analysis.inputs import DataOptions
-        from analysis.registry import ANALYSES, Settings
-
         if self.options.rehearsal:
             settings, notes = Settings(**Settings.QUICK_AMOUNTS), ["the rehearsal's smallest amounts"]
         else:
@@ -620,9 +619,6 @@ class Release:
 
     def write_space(self) -> list[Path]:
         """The Space repo (`outputs.write_space_repo`), pointed at this release's models and results."""
-        import alternet_hf
-        import analysis
-
         write_space_repo(
             emptied(self.space_repo),
             packages=[Path(alternet_hf.__file__).parent, Path(analysis.__file__).parent],
@@ -640,7 +636,7 @@ class Release:
         return repos + [("space", SPACE_REPO, self.space_repo, "space")]
 
     def upload(self, kind: str, name: str, folder: Path) -> list[Path]:
-        from huggingface_hub import HfApi
+        from huggingface_hub import HfApi  # here: the tests replace it
 
         api, repo_id = HfApi(), f"{self.options.org}/{name}"
         extra = {"space_sdk": "gradio"} if kind == "space" else {}
