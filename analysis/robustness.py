@@ -436,6 +436,24 @@ def _classifier(model: nn.Module, mean: torch.Tensor, std: torch.Tensor, compile
     return padded_to_first_batch(frozen)
 
 
+class Classifiers:
+    """A model's evaluation function (`_classifier`) per precision, each built when first asked for, then reused: given
+    to `bf16_agreement`, `images_per_second` and `evaluate_corruptions`, one model's compiled graphs serve its bf16
+    check, its speed probe and its CIFAR-C pass (a CPU release compiles each graph once, not once per use)."""
+
+    def __init__(self, model: nn.Module, compile_mode: str | None = None, image_mean=None, image_std=None):
+        self.model, self.compile_mode, self.image_mean, self.image_std = model, compile_mode, image_mean, image_std
+        self.built = {}
+
+    def __call__(self, model: nn.Module, device: torch.device, bf16: bool):
+        if model is not self.model:
+            raise ValueError("these Classifiers were built for another model: give each model its own")
+        if (device, bf16) not in self.built:
+            mean, std = model_normalization(model, self.image_mean, self.image_std, device)
+            self.built[device, bf16] = _classifier(model, mean, std, self.compile_mode, bf16)
+        return self.built[device, bf16]
+
+
 @torch.no_grad()
 def _predict(classify, batches: Batches, device, size: int | None) -> tuple[np.ndarray, np.ndarray]:
     """Logits and labels of uint8 batches, resized (as floats in 0…1) where they are not `size`. Images go in
@@ -462,14 +480,16 @@ def images_per_second(
     bf16: bool = False,
     device: str | torch.device | None = None,
     repeats: int = 3,
+    classifiers: Classifiers | None = None,
 ) -> float:
     """Images per second of `evaluate_corruptions`'s pass over batches of `batch_size` uint8 images, timed over
-    `repeats` batches after two untimed ones (which compile, with `compile_mode`): what a budget is weighed by."""
+    `repeats` batches after two untimed ones (which compile, with `compile_mode`, unless `classifiers` already
+    did): what a budget is weighed by."""
     size = image_size or getattr(getattr(model, "config", None), "image_size", None) or 32
     generator = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (batch_size, 3, size, size), dtype=torch.uint8, generator=generator)
     with analysis_mode(model, device=device) as device:
-        classify = _classifier(model, *model_normalization(model, device=device), compile_mode, bf16)
+        classify = (classifiers or Classifiers(model, compile_mode))(model, device, bf16)
         for index in range(2 + repeats):
             if index == 2:
                 _common.synchronize(device)
@@ -488,15 +508,16 @@ def bf16_agreement(
     batch_size: int = 256,
     compile_mode: str | None = None,
     device: str | torch.device | None = None,
+    classifiers: Classifiers | None = None,
 ) -> dict:
-    """float32's and bf16's top-1 through the evaluation's own function on a fixed set: the positions `rows` of every
-    corruption of `source` at `severity`. The images, how many each gets right, and on how many they disagree."""
+    """float32's and bf16's top-1 through the evaluation's own function (`classifiers`, which the evaluation then
+    reuses) on a fixed set: the positions `rows` of every corruption of `source` at `severity`. The images, how many
+    each gets right, and on how many they disagree."""
     size = getattr(getattr(model, "config", None), "image_size", None)
-    predictions = {}
+    classifiers, predictions = classifiers or Classifiers(model, compile_mode), {}
     with analysis_mode(model, device=device) as device:
-        mean, std = model_normalization(model, device=device)
         for bf16 in (False, True):
-            classify = _classifier(model, mean, std, compile_mode, bf16)
+            classify = classifiers(model, device, bf16)
             found = [
                 _predict(classify, source.batches(name, severity, batch_size=batch_size, rows=rows), device, size)
                 for name in source.available()
@@ -528,12 +549,14 @@ def evaluate_corruptions(
     bf16: bool = False,
     device: str | torch.device | None = None,
     progress: bool = False,
+    classifiers: Classifiers | None = None,
 ) -> CorruptionResult:
     """Accuracy, NLL and ECE of `model` on every corruption × severity of `source`, and their means. Images are scaled
     to [0, 1], resized to `image_size` where they differ and normalised with `image_mean`/`image_std` (default: the
     model config's); `clean`: uint8 images and labels to report too; `rows`: these positions of every set only
     (`stratified_subset`), with the standard error they leave; `compile_mode`: run under `torch.compile`; `bf16`: under
-    bf16 autocast (the clean images too), for a model that `bf16_agreement` found unchanged by it."""
+    bf16 autocast (the clean images too), for a model that `bf16_agreement` found unchanged by it; `classifiers`: the
+    functions (compiled graphs) an earlier step built for this model, in the place of new ones."""
     size = image_size or getattr(getattr(model, "config", None), "image_size", None)
     shape = (len(corruptions), len(severities))
     metrics = {name: np.full(shape, np.nan) for name in ("accuracy", "nll", "ece")}
@@ -541,8 +564,8 @@ def evaluate_corruptions(
     correct = []  # per set, whether each image of the subset was classified right
     with analysis_mode(model, device=device) as device:
         mean, std = model_normalization(model, image_mean, image_std, device)
-        classify = _classifier(model, mean, std, compile_mode, bf16)
-        clean_metrics = None
+        classifiers = classifiers or Classifiers(model, compile_mode, image_mean, image_std)
+        classify, clean_metrics = classifiers(model, device, bf16), None
         if clean is not None:
             logits, labels = _predict(_classifier(model, mean, std, None, bf16), [clean], device, size)
             clean_metrics = classification_metrics(logits, labels)

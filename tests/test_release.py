@@ -798,14 +798,17 @@ def test_a_cpu_evaluates_cifar100c_in_bf16_only_where_a_fixed_set_s_top1_is_unch
     tiny = {**rehearsal.REHEARSAL_MODELS["vit-ti"], "num_labels": 5}
     alternet_hf.create_model("vit-ti-cifar100", **tiny).save_pretrained(folder)
     monkeypatch.setattr(robustness, "bf16_matrix_units", lambda: units)
+    built, original = [], robustness._classifier  # the evaluation reuses the check's functions (compiled graphs)
+    monkeypatch.setattr(robustness, "_classifier", lambda *args: built.append(args[-1]) or original(*args))
     said = []
     paths = release.write_robustness(
         folder, repo, "someone/c", device="cpu", compile=False, budget=None, say=said.append
     )
     plan = json.loads(paths[0].read_text())["plan"]
     if units is None:
-        assert plan["precision"] == "float32" and "bf16_check" not in plan and len(said) == 1
+        assert plan["precision"] == "float32" and "bf16_check" not in plan and len(said) == 1 and built == [False]
         return
+    assert built == [False, True]
     check = plan["bf16_check"]
     assert check["images"] == 2 * 5 * 2 and check["severity"] == 3  # 2 per class, 5 classes, 2 corruptions
     assert abs(check["correct_bf16"] - check["correct_float32"]) <= check["disagreements"] <= check["images"]

@@ -217,6 +217,31 @@ def test_each_compiled_classifier_holds_the_weights_it_was_built_with():
     assert counters["stats"]["unique_graphs"] == many  # each compiled: none run eager
 
 
+def test_one_model_s_classifiers_are_built_once_for_its_check_its_speed_probe_and_its_pass(generated, monkeypatch):
+    """`Classifiers` given to the bf16 check, the speed probe and the evaluation: one function per precision, built
+    once (a CPU release compiles each graph once), with the numbers of functions built for each call alone."""
+    torch.manual_seed(0)
+    model = alternet_hf.create_model("resnet-50-cifar100", **TINY["resnet-50-cifar100"]).eval()
+    built = []
+    original = robustness._classifier
+    monkeypatch.setattr(robustness, "_classifier", lambda *args: built.append(args[-1]) or original(*args))
+    rows = robustness.stratified_subset(generated.set_labels("fog", 3), 1, seed=0)
+    options = dict(corruptions=SOME, severities=(1, 3), batch_size=4)
+    alone = robustness.bf16_agreement(model, generated, rows=rows, batch_size=4)
+    alone_result = robustness.evaluate_corruptions(model, generated, bf16=True, **options)
+    assert len(built) == 3
+    built.clear()
+    classifiers = robustness.Classifiers(model)
+    shared = robustness.bf16_agreement(model, generated, rows=rows, batch_size=4, classifiers=classifiers)
+    robustness.images_per_second(model, batch_size=4, bf16=True, repeats=1, classifiers=classifiers)
+    result = robustness.evaluate_corruptions(model, generated, bf16=True, classifiers=classifiers, **options)
+    assert built == [False, True] and shared == alone
+    np.testing.assert_array_equal(result.accuracy, alone_result.accuracy)
+    other = alternet_hf.create_model("resnet-50-cifar100", **TINY["resnet-50-cifar100"]).eval()
+    with pytest.raises(ValueError, match="built for another model: give each model its own"):
+        robustness.images_per_second(other, batch_size=4, repeats=1, classifiers=classifiers)
+
+
 @pytest.mark.parametrize("preset", ["resnet-50-cifar100", "vit-ti-cifar100", "pit-ti-cifar100", "swin-ti-cifar100"])
 def test_the_frozen_compiled_evaluation_predicts_what_eager_does_to_the_image(preset):
     """The CPU evaluation compiled with frozen weights (and, for a model of linear layers where oneDNN is the faster

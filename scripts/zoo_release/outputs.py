@@ -24,6 +24,7 @@ def write_robustness(
     from alternet_hf.presets import create_model
     from analysis.cifar_c import SEVERITIES
     from analysis.robustness import (
+        Classifiers,
         ParquetCorruptions,
         bf16_agreement,
         bf16_matrix_units,
@@ -42,12 +43,11 @@ def write_robustness(
     batch_size = evaluation_batch(device)
     compile_mode = "default" if compile else None
     rows, plan = None, {"images_per_set": len(labels), "batch_size": batch_size, "compiled": compile}
+    classifiers = Classifiers(model, compile_mode)  # each graph compiled once: the check's, the probe's, the pass's
     bf16 = False
     if torch.device(device).type == "cpu" and bf16_matrix_units():
         fixed = stratified_subset(labels, BF16_CHECK_PER_CLASS, seed=SUBSET_SEED)
-        check = bf16_agreement(
-            model, source, rows=fixed, batch_size=batch_size, compile_mode=compile_mode, device=device
-        )
+        check = bf16_agreement(model, source, rows=fixed, batch_size=batch_size, device=device, classifiers=classifiers)
         bf16 = check["correct_bf16"] == check["correct_float32"]
         plan["bf16_check"] = check
         say(
@@ -57,7 +57,7 @@ def write_robustness(
         )
     plan["precision"] = "bf16" if bf16 else "float32"
     if budget is not None:
-        rate = images_per_second(model, batch_size=batch_size, compile_mode=compile_mode, bf16=bf16, device=device)
+        rate = images_per_second(model, batch_size=batch_size, bf16=bf16, device=device, classifiers=classifiers)
         full = sets * len(labels) / rate
         plan |= {"images_per_second": round(rate, 1), "full_sets_seconds": round(full)}
         if full > budget:
@@ -75,10 +75,10 @@ def write_robustness(
         corruptions=corruptions,
         rows=rows,
         batch_size=batch_size,
-        compile_mode=compile_mode,
         bf16=bf16,
         device=device,
         progress=True,
+        classifiers=classifiers,
     )
     meta = {"model": str(model_dir), "dataset": repo_id, "read_from": str(dataset_repo), "plan": plan}
     ax = plot_corruptions(result)
