@@ -46,14 +46,15 @@ METRIC_LABELS = {
 
 def find_evaluation(model_dir: Path, evaluation: Path | None = None) -> tuple[dict, str, str]:
     """(metrics, dataset, split) of a trained model for its card: `evaluation` (an `eval_*.json` of
-    alternet-evaluate) if given; else the newest `eval_*.json` on the dataset and split the model was
-    trained and evaluated on (any other is not the headline result); else training's final `metrics.json`."""
+    alternet-evaluate) if given; else alternet-evaluate's `eval_*.json` on the dataset and split the model was
+    trained and evaluated on (any other is not the headline result), the whole split before a sample of it and a
+    larger sample before a smaller (never the newest file by chance); else training's final `metrics.json`."""
     if evaluation is not None:
         payload = json.loads(Path(evaluation).read_text())
         return payload["metrics"], payload["dataset"], payload["split"]
     metrics_file, config_file = model_dir / "metrics.json", model_dir / "training_config.json"
     training = json.loads(config_file.read_text()) if config_file.exists() else None
-    evaluations = {p: json.loads(p.read_text()) | {"mtime": p.stat().st_mtime} for p in model_dir.glob("eval_*.json")}
+    evaluations = {p: json.loads(p.read_text()) for p in sorted(model_dir.glob("eval_*.json"))}
     if training is not None:
         headline = (training["dataset"], training.get("eval_split", "test"))
         ignored = sorted(p.name for p, e in evaluations.items() if (e["dataset"], e["split"]) != headline)
@@ -61,7 +62,7 @@ def find_evaluation(model_dir: Path, evaluation: Path | None = None) -> tuple[di
             warnings.warn(f"the card reports {headline}, not {ignored}; choose one with --evaluation", stacklevel=2)
         evaluations = {p: e for p, e in evaluations.items() if (e["dataset"], e["split"]) == headline}
     if evaluations:
-        payload = max(evaluations.values(), key=lambda e: e["mtime"])
+        payload = max(evaluations.values(), key=lambda e: ("sample" not in e, e.get("num_images", 0)))
         return payload["metrics"], payload["dataset"], payload["split"]
     if not metrics_file.exists() or not config_file.exists():
         raise FileNotFoundError(

@@ -5,7 +5,6 @@ import json
 import os
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -94,15 +93,20 @@ def test_the_card_reports_the_evaluation_on_the_training_dataset(tmp_path):
     (tmp_path / "training_config.json").write_text(json.dumps({"dataset": "uoft-cs/cifar100", "eval_split": "test"}))
     (tmp_path / "metrics.json").write_text(json.dumps({"accuracy": 0.5}))
     assert find_evaluation(tmp_path) == ({"accuracy": 0.5}, "uoft-cs/cifar100", "test")  # training's own
-    for name, dataset, split, accuracy in (
-        ("eval_cifar100_test.json", "uoft-cs/cifar100", "test", 0.8),
-        ("eval_cifar100_train.json", "uoft-cs/cifar100", "train", 0.99),  # newer, but not the headline result
+    for name, dataset, split, accuracy, sample in (
+        ("eval_cifar100_test_sample-200-seed-0.json", "uoft-cs/cifar100", "test", 0.7, {"num_images": 200}),
+        ("eval_cifar100_test.json", "uoft-cs/cifar100", "test", 0.8, None),
+        ("eval_cifar100_test_sample-500-seed-0.json", "uoft-cs/cifar100", "test", 0.9, {"num_images": 500}),
+        ("eval_cifar100_train.json", "uoft-cs/cifar100", "train", 0.99, None),  # not the headline result
     ):
         payload = {"metrics": {"accuracy": accuracy}, "dataset": dataset, "split": split}
+        payload |= {"num_images": sample["num_images"], "sample": sample} if sample else {"num_images": 10_000}
         (tmp_path / name).write_text(json.dumps(payload))
-        time.sleep(0.01)
     with pytest.warns(UserWarning, match=r"not \['eval_cifar100_train.json'\]"):
-        assert find_evaluation(tmp_path)[0] == {"accuracy": 0.8}
+        assert find_evaluation(tmp_path)[0] == {"accuracy": 0.8}  # the whole split, not a sample written after it
+    (tmp_path / "eval_cifar100_test.json").unlink()
+    with pytest.warns(UserWarning):
+        assert find_evaluation(tmp_path)[0] == {"accuracy": 0.9}  # the larger sample
     assert find_evaluation(tmp_path, tmp_path / "eval_cifar100_train.json")[2] == "train"  # asked for by name
 
 

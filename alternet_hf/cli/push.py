@@ -3,8 +3,9 @@
     alternet-push --model outputs/alternet-50-cifar100-paper --repo-id <org>/alternet-50-cifar100
     alternet-push --model outputs/alternet-digits --repo-id <org>/alternet-digits --dry-run release/
 
-The card's `model-index` comes from --evaluation, else alternet-evaluate's newest eval_*.json on the training
-dataset's evaluation split, else training's metrics.json. Uploading needs a token (`hf auth login`).
+The card's `model-index` comes from --evaluation, else alternet-evaluate's eval_*.json on the training dataset's
+evaluation split (the whole split before a sample of it), else training's metrics.json. Uploading needs a token
+(`hf auth login`).
 """
 
 import functools
