@@ -17,17 +17,18 @@ from pathlib import Path
 
 
 class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """A finder that lets the other finders locate `name` and wraps the loader they return, so that `callback` runs
-    once the module has run. It leaves `sys.meta_path` only then: transformers asks for timm's spec at import to see
-    whether it is installed, without importing it."""
+    """A finder that lets the other finders locate `name` and wraps the loader they return, so that its `callbacks`
+    run once the module has run; one per module, however many callbacks wait for it (two would ask each other for the
+    spec without end). It leaves `sys.meta_path` only then: transformers asks for timm's spec at import to see whether
+    it is installed, without importing it."""
 
-    def __init__(self, name: str, callback: Callable[[], None]):
-        self.name, self.callback = name, callback
+    def __init__(self, name: str):
+        self.name, self.callbacks = name, []
 
     def find_spec(self, fullname, path, target=None):
         if fullname != self.name:
             return None
-        for finder in [f for f in sys.meta_path if f is not self and hasattr(f, "find_spec")]:
+        for finder in [f for f in sys.meta_path if not isinstance(f, _AfterImport) and hasattr(f, "find_spec")]:
             spec = finder.find_spec(fullname, path, target)
             if spec is not None:
                 if spec.loader is not None:
@@ -47,7 +48,8 @@ class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             _IMPORTING.discard(self.name)
         if self in sys.meta_path:
             sys.meta_path.remove(self)
-        _call_or_warn(self.callback, self.name)
+        for callback in self.callbacks:
+            _call_or_warn(callback, self.name)
 
 
 _IMPORTING: set[str] = set()  # the modules `when_imported` waits for whose import has begun and not ended
@@ -65,8 +67,13 @@ def when_imported(name: str, callback: Callable[[], None]) -> None:
     registers with transformers' Auto classes and timm without importing either itself."""
     if name in sys.modules:
         _call_or_warn(callback, name)
-    elif not any(isinstance(f, _AfterImport) and (f.name, f.callback) == (name, callback) for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport(name, callback))
+        return
+    waiting = next((f for f in sys.meta_path if isinstance(f, _AfterImport) and f.name == name), None)
+    if waiting is None:
+        waiting = _AfterImport(name)
+        sys.meta_path.insert(0, waiting)
+    if callback not in waiting.callbacks:
+        waiting.callbacks.append(callback)
 
 
 def half_imported(name: str) -> bool:

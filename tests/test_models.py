@@ -159,6 +159,27 @@ REGISTRATION_ORDERS = {
 }  # transformers imported before the zoo registers at once: test_training.py imports them in that order
 
 
+def test_callbacks_waiting_for_one_module_all_run_once_it_is_imported(tmp_path, monkeypatch):
+    """Two callbacks waiting for the same module (as the Auto classes' registration waits for each model module): one
+    waiting finder between them, both called in order once the module has run, the finder gone from `sys.meta_path`;
+    two finders would ask each other for the module's spec without end."""
+    import sys
+
+    from alternet_hf.utils import when_imported
+
+    (tmp_path / "waited_for_module.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    called = []
+    when_imported("waited_for_module", lambda: called.append("first"))
+    when_imported("waited_for_module", lambda: called.append("second"))
+    import waited_for_module
+
+    assert waited_for_module.VALUE == 1 and called == ["first", "second"]
+    assert not [finder for finder in sys.meta_path if getattr(finder, "name", None) == "waited_for_module"]
+    when_imported("waited_for_module", lambda: called.append("now"))  # already imported: called at once
+    assert called == ["first", "second", "now"]
+
+
 def test_import_alternet_hf_is_instant_and_registers_before_any_from_pretrained(tmp_path):
     """`import alternet_hf` imports neither torch nor transformers, and still every Auto class (and timm) finds the
     zoo's models, whatever is imported next; each order in a fresh interpreter, as a user's script starts."""
