@@ -14,15 +14,19 @@ __version__ = "0.1.0"
 
 # Each public name and the module that defines it, loaded on first use.
 _EXPORTS = {
-    "blocks": ("BLOCK_KINDS", "block_kinds", "block_states", "residual_branches"),
-    "configuration_alternet": ("AlterNetConfig",),
-    "configuration_cifar_resnet": ("CifarResNetConfig",),
-    "convert": ("convert_original_checkpoint",),
-    "metrics": ("EVALUATE_METRIC_PATH", "classification_metrics"),
-    "modeling_alternet": ("AlterNetModel", "AlterNetForImageClassification", "AlterNetPreTrainedModel"),
-    "modeling_cifar_resnet": ("CifarResNetModel", "CifarResNetForImageClassification", "CifarResNetPreTrainedModel"),
-    "modeling_common": ("build_image_processor",),
-    "presets": ("DATASETS", "create_config", "create_model", "list_models"),
+    "models.blocks": ("BLOCK_KINDS", "block_kinds", "block_states", "residual_branches"),
+    "models.configuration_alternet": ("AlterNetConfig",),
+    "models.configuration_cifar_resnet": ("CifarResNetConfig",),
+    "hub.convert": ("convert_original_checkpoint",),
+    "metrics.classification": ("EVALUATE_METRIC_PATH", "classification_metrics"),
+    "models.modeling_alternet": ("AlterNetModel", "AlterNetForImageClassification", "AlterNetPreTrainedModel"),
+    "models.modeling_cifar_resnet": (
+        "CifarResNetModel",
+        "CifarResNetForImageClassification",
+        "CifarResNetPreTrainedModel",
+    ),
+    "models.modeling_common": ("build_image_processor",),
+    "models.presets": ("DATASETS", "create_config", "create_model", "list_models"),
 }
 __all__ = [name for names in _EXPORTS.values() for name in names]
 __getattr__ = lazy_package(__name__, _EXPORTS)
@@ -35,13 +39,13 @@ def __dir__() -> list[str]:
 # transformers' own layers import its Auto classes midway through their import, and so do the zoo's model files,
 # which import those layers: each registration waits until every module its classes need is whole, and runs at the
 # end of whichever import completes last.
-_CONFIG_MODULES = (f"{__name__}.configuration_alternet", f"{__name__}.configuration_cifar_resnet")
+_CONFIG_MODULES = (f"{__name__}.models.configuration_alternet", f"{__name__}.models.configuration_cifar_resnet")
 _MODEL_MODULES = (
     "transformers.modeling_utils",
     "transformers.modeling_layers",
-    f"{__name__}.modeling_common",
-    f"{__name__}.modeling_alternet",
-    f"{__name__}.modeling_cifar_resnet",
+    f"{__name__}.models.modeling_common",
+    f"{__name__}.models.modeling_alternet",
+    f"{__name__}.models.modeling_cifar_resnet",
 )
 _AUTO_CONFIG, _AUTO_MODEL = "transformers.models.auto.configuration_auto", "transformers.models.auto.modeling_auto"
 
@@ -55,8 +59,8 @@ def _register_configs() -> None:
         return
     from transformers.models.auto.configuration_auto import AutoConfig
 
-    from .configuration_alternet import AlterNetConfig
-    from .configuration_cifar_resnet import CifarResNetConfig
+    from .models.configuration_alternet import AlterNetConfig
+    from .models.configuration_cifar_resnet import CifarResNetConfig
 
     for config in (AlterNetConfig, CifarResNetConfig):
         AutoConfig.register(config.model_type, config, exist_ok=True)
@@ -67,8 +71,8 @@ def _register_models() -> None:
         return
     from transformers.models.auto.modeling_auto import AutoModel, AutoModelForImageClassification
 
-    from .modeling_alternet import AlterNetForImageClassification, AlterNetModel
-    from .modeling_cifar_resnet import CifarResNetForImageClassification, CifarResNetModel
+    from .models.modeling_alternet import AlterNetForImageClassification, AlterNetModel
+    from .models.modeling_cifar_resnet import CifarResNetForImageClassification, CifarResNetModel
 
     for model, classifier in (
         (AlterNetModel, AlterNetForImageClassification),
@@ -79,7 +83,7 @@ def _register_models() -> None:
 
 
 def _register_timm() -> None:
-    from .timm_models import register_models
+    from .models.timm_models import register_models
 
     register_models()  # timm.create_model("alternet_50") etc.
 

@@ -15,10 +15,10 @@ import torch.nn.functional as F
 from torch import nn
 
 import alternet_hf
-from alternet_hf.blocks import Block, BlockAdapter, hooked_states, timm_cut
+from alternet_hf.models.blocks import Block, BlockAdapter, hooked_states, timm_cut
 
-from . import _common
-from ._common import AnalysisResult, analysis_mode, logits_of
+from . import shared
+from .shared import AnalysisResult, analysis_mode, logits_of
 
 
 class UndescribedModelError(TypeError, ValueError):
@@ -37,7 +37,7 @@ class BlockRun:
 
 
 def _zoo_adapter(model: nn.Module) -> BlockAdapter | None:
-    """The zoo's own blocks (alternet_hf.blocks), each module found from its branch; None outside the zoo."""
+    """The zoo's own blocks (alternet_hf.models.blocks), each module found from its branch; None outside the zoo."""
     try:
         kinds = alternet_hf.block_kinds(model)
     except TypeError:
@@ -106,7 +106,7 @@ def _timm_vit(model) -> BlockAdapter:
 
 
 def _timm_cut(model, family: str) -> BlockAdapter:
-    """timm's PiT and Swin (the zoo's too), cut as the reference cuts them (`alternet_hf.blocks.timm_cut`)."""
+    """timm's PiT and Swin (the zoo's too), cut as the reference cuts them (`alternet_hf.models.blocks.timm_cut`)."""
     try:
         return timm_cut(model)
     except AttributeError as error:
@@ -358,8 +358,8 @@ def block_batches(
     without gradients: the input and every block's state. The per-block analyses reduce this stream."""
     adapter = describe_blocks(model, adapter)
     kinds, names = ["input", *adapter.kinds], ["input", *adapter.names]
-    batches = _common.batches(
-        data, max_batches=max_batches, enabled=progress, desc=desc, iterate=_common.iterate_inputs_and_targets
+    batches = shared.batches(
+        data, max_batches=max_batches, enabled=progress, desc=desc, iterate=shared.iterate_inputs_and_targets
     )
     with analysis_mode(model, device=device) as device, torch.no_grad():
         for inputs, targets in batches:

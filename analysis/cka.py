@@ -14,9 +14,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import _common
-from ._common import AnalysisResult, analysis_mode, new_axes, resolve_device
+from . import shared
 from .blocks import BlockAdapter, accumulate, block_batches, describe_blocks, run_blocks
+from .shared import AnalysisResult, analysis_mode, new_axes, resolve_device
 
 MIN_BATCH_SIZE = 4  # the unbiased HSIC estimator divides by n(n-3)
 
@@ -200,4 +200,4 @@ def cka_summary(result: CKAResult) -> str:
 
 
 def cka_comparison(found: dict[str, CKAResult]):
-    return _common.panels(found, plot_cka, "CKA", (4.2, 3.6))
+    return shared.panels(found, plot_cka, "CKA", (4.2, 3.6))

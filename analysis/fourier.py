@@ -12,9 +12,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import _common
-from ._common import AnalysisResult, new_axes
+from . import shared
 from .blocks import accumulate
+from .shared import AnalysisResult, new_axes
 
 
 @dataclass
@@ -157,7 +157,7 @@ def fourier_log_amplitude(model: nn.Module, images, *, num_frequencies: int | No
 
 def plot_fourier(result: FourierResult, ax=None):
     """ΔlogA at π by depth, MSA and downsampling blocks shaded: the paper's Fig. 2 (right)."""
-    return _common.plot_by_depth(
+    return shared.plot_by_depth(
         result.high_frequency,
         result.kinds,
         ax,
@@ -189,20 +189,20 @@ def plot_fourier_curves(result: FourierResult, ax=None):
 
 
 def fourier_figure(result: FourierResult):
-    figure, axes = _common.row_of_axes(2, 5, 3.5)
+    figure, axes = shared.row_of_axes(2, 5, 3.5)
     plot_fourier_curves(result, ax=axes[0])
     plot_fourier(result, ax=axes[1])
     return figure
 
 
 def fourier_summary(result: FourierResult) -> str:
-    value, kind = _common.last_with_map(result.high_frequency, result.kinds)
+    value, kind = shared.last_with_map(result.high_frequency, result.kinds)
     start = result.high_frequency[1]
     return f"fourier: ΔlogA at π from {start:.2f} (stem) to {value:.2f} ({kind}, the last with a map)"
 
 
 def fourier_by_depth(found: dict[str, FourierResult]):
-    return _common.by_depth_figure(
+    return shared.by_depth_figure(
         {name: (r.high_frequency, r.kinds) for name, r in found.items()},
         ylabel="ΔlogA at π",
         title="High-frequency ΔlogA by depth (Fig. 2c / 8)",
@@ -210,4 +210,4 @@ def fourier_by_depth(found: dict[str, FourierResult]):
 
 
 def fourier_spectra(found: dict[str, FourierResult]):
-    return _common.panels(found, plot_fourier_curves, "ΔlogA spectra (Fig. 2a)", (3.6, 3.2))
+    return shared.panels(found, plot_fourier_curves, "ΔlogA spectra (Fig. 2a)", (3.6, 3.2))

@@ -2,7 +2,7 @@
 extreme eigenvalues by Lanczos, the trace by Hutchinson, the density by stochastic Lanczos quadrature, and the paper's
 max-eigenvalue spectra.
 
-The loss is the mean over every sample given plus weight_decay times `analysis._common.l2_term`, the landscape's,
+The loss is the mean over every sample given plus weight_decay times `analysis.shared.l2_term`, the landscape's,
 on batches drawn once, so that every product is of one fixed function. BatchNorm is in "train" mode (batch
 statistics, the loss the optimiser sees; the paper's) or "eval" (running statistics, PyHessian's); dropout and
 stochastic depth are off.
@@ -22,8 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from . import _common
-from ._common import AnalysisResult, analysis_mode, l2_term, logits_of, materialize, new_axes, resolve_device
+from . import shared
+from .shared import AnalysisResult, analysis_mode, l2_term, logits_of, materialize, new_axes, resolve_device
 
 LossFn = Callable[[object, torch.Tensor], torch.Tensor]
 
@@ -277,7 +277,7 @@ def hessian_trace(
     takes it."""
     generator, samples, converged, error = torch.Generator().manual_seed(seed), [], False, float("inf")
     with _hessian_of(model, data, **setup) as operator:
-        for _ in _common.progress(range(max_samples), enabled=progress, desc="trace", unit="hvp"):
+        for _ in shared.progress(range(max_samples), enabled=progress, desc="trace", unit="hvp"):
             vector = operator.random_vector(generator) * math.sqrt(operator.dimension)  # entries ±1
             samples.append(torch.dot(operator(vector), vector).item())
             if len(samples) > 1:
@@ -322,7 +322,7 @@ def spectral_density(
 def _slq(operator, seed, num_vectors, num_steps, num_points, sigma, *, progress=False) -> DensityResult:
     generator, all_nodes, all_weights = torch.Generator().manual_seed(seed), [], []
     steps = min(num_steps, operator.dimension)
-    for _ in _common.progress(range(num_vectors), enabled=progress, desc="density", unit="vector"):
+    for _ in shared.progress(range(num_vectors), enabled=progress, desc="density", unit="vector"):
         *_, (alphas, betas) = _lanczos(operator, operator.random_vector(generator), steps)  # run to the end
         nodes, _, weights = _ritz(alphas, betas)
         all_nodes.append(np.pad(nodes, (0, steps - len(nodes)), constant_values=np.nan))
@@ -389,7 +389,7 @@ def max_eigenvalue_spectrum(
     after `time_limit` seconds the minibatch in progress stops (kept if it found its eigenvalues, unconverged) and so
     does the run (`complete=False`). `density_vectors > 0` adds the SLQ density of the first minibatch."""
     deadline = None if time_limit is None else time.monotonic() + time_limit
-    total = _common.count_batches(data, max_batches)
+    total = shared.count_batches(data, max_batches)
     per_batch, num_hvps, complete, first_batch = [], 0, True, None
     operator_of = functools.partial(HessianOperator, model, loss_fn=loss_fn, weight_decay=weight_decay, penalty=penalty)
     lanczos = dict(top_k=top_k, bottom_k=bottom_k, tol=tol, steps=lanczos_steps, deadline=deadline)
@@ -417,7 +417,7 @@ def max_eigenvalue_spectrum(
         )
 
     with analysis_mode(model, batchnorm=batchnorm, device=device) as device:
-        batches = _common.batches(data, max_batches=max_batches, enabled=progress, desc="max-eigenvalue spectrum")
+        batches = shared.batches(data, max_batches=max_batches, enabled=progress, desc="max-eigenvalue spectrum")
         for index, (inputs, targets) in enumerate(batches):
             batch = [(inputs.to(device), targets.to(device))]
             first_batch = first_batch or batch
@@ -518,9 +518,9 @@ def spectrum_analysis(model: nn.Module, inputs, settings, *, on_partial=None, **
 def spectrum_figure(result: SpectrumResult):
     if result.density is None:
         return plot_spectrum(result)
-    figure, axes = _common.row_of_axes(2, 5, 3.5)
+    figure, axes = shared.row_of_axes(2, 5, 3.5)
     plot_spectrum(result, ax=axes[0])
-    plot_density(DensityResult(**_common.as_arrays(result.density)), ax=axes[1])
+    plot_density(DensityResult(**shared.as_arrays(result.density)), ax=axes[1])
     axes[1].set_title("SLQ density (first minibatch)")
     return figure
 
@@ -546,8 +546,8 @@ def spectrum_estimate(costs: dict, settings) -> tuple[float, str] | None:
 
 def spectra_comparison(found: dict[str, SpectrumResult]):
     densities = {name: r.density for name, r in found.items() if r.density is not None}
-    figure, axes = _common.row_of_axes(1 + bool(densities), 5.5, 3.6)
-    colours = _common.model_colours(list(found))
+    figure, axes = shared.row_of_axes(1 + bool(densities), 5.5, 3.6)
+    colours = shared.model_colours(list(found))
     both = {n: np.concatenate([np.ravel(r.eigenvalues), np.ravel(r.smallest_eigenvalues)]) for n, r in found.items()}
     values = np.concatenate(list(both.values()))
     values = values[np.isfinite(values)]
@@ -562,12 +562,12 @@ def spectra_comparison(found: dict[str, SpectrumResult]):
     both_ends = any(np.size(r.smallest_eigenvalues) for r in found.values())
     ends = "top-k and bottom-k" if both_ends else "top-k"
     ax.set_title(f"Hessian eigenvalue spectra, {ends} per minibatch (Fig. 1b / 4)", fontsize=9)
-    _common.legend_beside(ax, fontsize=7)
+    shared.legend_beside(ax, fontsize=7)
     if densities:
         ax = axes[1]
         for name, density in densities.items():
-            plot_density(DensityResult(**_common.as_arrays(density)), ax=ax, label=name, color=colours[name])
+            plot_density(DensityResult(**shared.as_arrays(density)), ax=ax, label=name, color=colours[name])
         ax.axvline(0.0, color="0.5", linewidth=0.8, linestyle="--")
         ax.set_title("SLQ spectral density")
-        _common.legend_beside(ax, fontsize=7)
+        shared.legend_beside(ax, fontsize=7)
     return figure

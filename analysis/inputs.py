@@ -9,8 +9,9 @@ from pathlib import Path
 
 import torch
 
-from alternet_hf.augmentation import BatchMixer, SeededAugmentation, eval_transform, mix_batch, train_transform
-from alternet_hf.data import (
+from alternet_hf.data.augmentation import BatchMixer, SeededAugmentation, eval_transform, mix_batch, train_transform
+from alternet_hf.data.cifar_c import sources as corruption_sources
+from alternet_hf.data.sources import (
     SAMPLE_SHUFFLE_BUFFER,
     class_names_of,
     collate_images,
@@ -19,11 +20,10 @@ from alternet_hf.data import (
     with_transform,
 )
 
-from . import robustness
 from .blocks import BlockAdapter
 from .registry import ANALYSES, AUGMENTATIONS
 
-# The fields of a training config that say how its batches were augmented (`alternet_hf.recipe.TrainingConfig`).
+# The fields of a training config that say how its batches were augmented (`alternet_hf.training.TrainingConfig`).
 AUGMENTATION_FIELDS = (
     "random_crop_padding",
     "horizontal_flip",
@@ -67,7 +67,7 @@ def choose_device(name: str | None = None) -> torch.device:
 
 def augmentation_of(choice: str, loaded) -> dict:
     """The augmentation of the Hessian and landscape batches, with where it came from (`source`)."""
-    from alternet_hf.recipe import PAPER_RECIPE
+    from alternet_hf.training.recipe import PAPER_RECIPE
 
     if choice == "model" and loaded.training_config is not None:
         fields, source = loaded.training_config, str(loaded.training_config_path)
@@ -225,15 +225,18 @@ def prepare_data(loaded, options: DataOptions, analyses, settings, cache: DataCa
         data.images["sample"] = {"splits": sampled, "seed": options.seed, "shuffle_buffer": SAMPLE_SHUFFLE_BUFFER}
     if reads_corruptions(analyses):
         if options.cifar_c:
-            data.corruptions = robustness.load_corruption_source(options.cifar_c)
+            data.corruptions = corruption_sources.load_corruption_source(options.cifar_c)
         else:
             clean = test_set
             if settings.corruption_images is not None:
                 clean = test_set.select(range(min(len(test_set), settings.corruption_images)))
-            data.corruptions = robustness.GeneratedCorruptions.from_dataset(
+            data.corruptions = corruption_sources.GeneratedCorruptions.from_dataset(
                 clean,
                 seed=options.seed,
                 device=device,
-                name=f"the {options.test_split} split of {options.dataset}, corrupted by analysis.corruptions",
+                name=(
+                    f"the {options.test_split} split of {options.dataset}, "
+                    "corrupted by alternet_hf.data.cifar_c.corruptions"
+                ),
             )
     return data

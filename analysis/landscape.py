@@ -1,6 +1,6 @@
 """Loss landscapes along random normalised directions (Li et al. 2018; Park & Kim 2022, Fig. 1; docs/paper.md §6).
 
-The loss is NLL + the L2 term (`analysis._common.l2_term`, the Hessian's) on batches drawn once, on an odd grid whose
+The loss is NLL + the L2 term (`analysis.shared.l2_term`, the Hessian's) on batches drawn once, on an odd grid whose
 centre is the trained weights exactly, under one of two protocols:
 
 - `"filter"` (Li et al.): each direction Gaussian, rescaled filter by filter (each slice along dim 0) to the norm of
@@ -18,9 +18,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import _common
-from ._common import AnalysisResult, analysis_mode, l2_term, logits_of, materialize, new_axes
+from . import shared
 from .hessian import cross_entropy_loss
+from .shared import AnalysisResult, analysis_mode, l2_term, logits_of, materialize, new_axes
 
 # Parameters named like this are embeddings of positions or tokens, not filters: never perturbed under "filter".
 FIXED_NAME_PARTS = ("position", "pos_embed", "cls_token", "mask_token", "register_tokens")
@@ -121,7 +121,7 @@ def loss_landscape(
     batchnorm = batchnorm or PROTOCOLS[protocol]
     coordinates = symmetric_grid(num_points, span)
     loss_fn = loss_fn or cross_entropy_loss
-    device = _common.resolve_device(model, device)
+    device = shared.resolve_device(model, device)
     batches = materialize(data, max_batches=max_batches, device=device)
     generator = torch.Generator().manual_seed(seed)
     with analysis_mode(model, batchnorm=batchnorm, device=device), torch.no_grad():
@@ -131,7 +131,7 @@ def loss_landscape(
         points = list(itertools.product(coordinates, repeat=num_directions))
         values = []  # (NLL, accuracy, L2 term) at each point
         try:
-            for point in _common.progress(points, enabled=progress, desc="loss landscape", unit="point"):
+            for point in shared.progress(points, enabled=progress, desc="loss landscape", unit="point"):
                 for name, weight in original.items():
                     # From the original each time: no drift, and the centre is the trained weights bit for bit.
                     moved = weight.clone()
@@ -242,8 +242,8 @@ def landscape_estimate(costs: dict, settings) -> tuple[float, str] | None:
 
 def landscape_comparison(found: dict[str, LandscapeResult]):
     """The loss's rise along each direction from the trained weights, every model on one axis, and each one's map."""
-    figure, axes = _common.row_of_axes(1 + len(found), 4.2, 3.8)
-    colours = _common.model_colours(list(found))
+    figure, axes = shared.row_of_axes(1 + len(found), 4.2, 3.8)
+    colours = shared.model_colours(list(found))
     ax = axes[0]
     for name, result in found.items():
         loss = np.asarray(result.loss)
@@ -263,24 +263,24 @@ def landscape_comparison(found: dict[str, LandscapeResult]):
         ylabel="loss − loss at the trained weights",
         title=f"Loss-landscape slices ({', '.join(protocols)} protocol)",
     )
-    _common.legend_beside(ax, fontsize=7)
+    shared.legend_beside(ax, fontsize=7)
     # One colour scale for every model's map (each on its own linear levels made the flattest look the sharpest),
     # logarithmic where the losses span decades (the reference protocol's edges reach thousands).
     from matplotlib import cm, colors
 
     maps = [np.asarray(r.loss) for r in found.values() if np.asarray(r.loss).ndim == 2 and np.asarray(r.loss).size > 1]
     low, high = (min(m.min() for m in maps), max(m.max() for m in maps)) if maps else (0.0, 0.0)
-    shared = bool(maps) and low < high
-    logarithmic = shared and low > 0 and high / low > 10
-    levels = np.geomspace(low, high, 16) if logarithmic else np.linspace(low, high, 16) if shared else 15
-    norm = colors.LogNorm(low, high) if logarithmic else colors.Normalize(low, high) if shared else None
+    one_scale = bool(maps) and low < high
+    logarithmic = one_scale and low > 0 and high / low > 10
+    levels = np.geomspace(low, high, 16) if logarithmic else np.linspace(low, high, 16) if one_scale else 15
+    norm = colors.LogNorm(low, high) if logarithmic else colors.Normalize(low, high) if one_scale else None
     for ax, (name, result) in zip(axes[1:], found.items()):
-        if shared and np.asarray(result.loss).ndim == 2 and np.asarray(result.loss).size > 1:
+        if one_scale and np.asarray(result.loss).ndim == 2 and np.asarray(result.loss).size > 1:
             plot_landscape(result, ax=ax, kind="filled", levels=levels, norm=norm)
         else:
             plot_landscape(result, ax=ax)
         ax.set_title(f"{name}: NLL + L2", fontsize=9)
-    if shared:
+    if one_scale:
         label = f"loss (NLL + L2), one {'log ' if logarithmic else ''}scale for all models"
         figure.colorbar(cm.ScalarMappable(norm=norm, cmap="viridis"), ax=list(axes[1:]), label=label, shrink=0.9)
     return figure

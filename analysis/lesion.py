@@ -9,9 +9,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import _common
-from ._common import AnalysisResult, analysis_mode, materialize, new_axes
+from . import shared
 from .blocks import AccuracyAccumulator, AccuracyResult, BlockAdapter, describe_blocks, residual_branches
+from .shared import AnalysisResult, analysis_mode, materialize, new_axes
 
 
 @dataclass
@@ -39,7 +39,7 @@ def zero_branch_output(module: nn.Module, args, output):
     return torch.zeros_like(output)
 
 
-def _evaluate(model: nn.Module, batches: list[_common.Batch], device) -> AccuracyResult:
+def _evaluate(model: nn.Module, batches: list[shared.Batch], device) -> AccuracyResult:
     accumulator = AccuracyAccumulator()
     for inputs, targets in batches:
         accumulator.add(model(inputs.to(device, non_blocking=True)), targets)
@@ -67,7 +67,7 @@ def lesion_study(
     lesions = [(index, branch) for index, branch in enumerate(branches) if branch is not None]
     with analysis_mode(model, device=device) as device:
         baseline = _evaluate(model, batches, device)
-        for index, branch in _common.progress(lesions, enabled=progress, desc="lesion", unit="block"):
+        for index, branch in shared.progress(lesions, enabled=progress, desc="lesion", unit="block"):
             handle = branch.register_forward_hook(zero_branch_output)
             try:
                 lesioned = _evaluate(model, batches, device)
@@ -77,9 +77,9 @@ def lesion_study(
     return LesionResult(kinds, baseline.accuracy, baseline.nll, accuracy, nll, baseline.num_samples)
 
 
-# Bar colours and labels of the lesion plot by block kind (the shading behind them is `_common.SHADES`).
+# Bar colours and labels of the lesion plot by block kind (the shading behind them is `shared.SHADES`).
 BAR_COLOURS = {"conv": "tab:blue", "mlp": "tab:green", "msa": "tab:orange", "pool": "tab:purple"}
-BAR_LABELS = _common.KIND_LABELS | {"pool": "downsampling block"}
+BAR_LABELS = shared.KIND_LABELS | {"pool": "downsampling block"}
 
 
 def plot_lesion(result: LesionResult, ax=None):
@@ -91,7 +91,7 @@ def plot_lesion(result: LesionResult, ax=None):
     kinds = np.asarray(result.kinds)
     depths = np.arange(1, len(kinds) + 1)
     lesioned = ~np.isnan(np.asarray(result.accuracy, dtype=float))
-    shades = _common.shade_blocks(ax, list(kinds), depths)
+    shades = shared.shade_blocks(ax, list(kinds), depths)
     colours = [BAR_COLOURS.get(kind, "0.5") for kind in kinds[lesioned]]
     ax.bar(depths[lesioned], 100 * result.accuracy_drop[lesioned], color=colours, zorder=2)
     ax.axhline(0, color="0.3", linewidth=0.8, zorder=1)
@@ -101,7 +101,7 @@ def plot_lesion(result: LesionResult, ax=None):
     ax.set_title(f"Lesion study (baseline accuracy {100 * result.baseline_accuracy:.1f}%)")
     present = [kind for kind in BAR_COLOURS if kind in set(kinds[lesioned])]
     bars = [Patch(color=BAR_COLOURS[kind], label=BAR_LABELS[kind]) for kind in present]
-    unbarred = [shade for shade, kind in zip(shades, [k for k in _common.SHADES if k in kinds]) if kind not in present]
+    unbarred = [shade for shade, kind in zip(shades, [k for k in shared.SHADES if k in kinds]) if kind not in present]
     ax.legend(handles=bars + unbarred, fontsize=7)
     return ax
 
@@ -119,11 +119,11 @@ def lesion_summary(result: LesionResult) -> str:
 
 
 def lesion_estimate(costs: dict, settings) -> tuple[float, str]:
-    return _common.passes(costs, 1 + costs["num_branches"])
+    return shared.passes(costs, 1 + costs["num_branches"])
 
 
 def lesion_comparison(found: dict[str, LesionResult]):
     drops = {n: (np.concatenate([[np.nan], 100 * r.accuracy_drop]), ["input", *r.kinds]) for n, r in found.items()}
-    return _common.by_depth_figure(
+    return shared.by_depth_figure(
         drops, ylabel="accuracy drop (points)", title="Lesion study: accuracy lost without each block (Fig. 11)"
     )

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from torch import nn
 
-from alternet_hf.presets import DATASETS
+from alternet_hf.models.presets import DATASETS
 
 TIMM_PREFIX = "timm:"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "open_clip_pytorch_model.bin")

@@ -7,7 +7,7 @@ import dataclasses
 import importlib
 from dataclasses import dataclass, field
 
-from .cifar_c import CORRUPTIONS, SEVERITIES
+from alternet_hf.data.cifar_c import CORRUPTIONS, SEVERITIES
 
 PAPER = object()  # a `Setting`'s CPU or quick amount that is the paper's own
 

@@ -8,7 +8,6 @@ import numpy as np
 
 from alternet_hf.utils import write_json
 
-from ._common import plain
 from .claims import (
     COMPETENCE,
     HOLDS,
@@ -20,6 +19,7 @@ from .claims import (
     variance_definitions_agree,
 )
 from .registry import ANALYSES
+from .shared import plain
 
 # Each comparison figure's caption in the report, by file stem (`analysis.registry`).
 FIGURE_CAPTIONS = {stem: caption for entry in ANALYSES.values() for stem, _, caption in entry.comparisons}

@@ -17,11 +17,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from alternet_hf.run_lock import hold_folder
 from alternet_hf.utils import format_duration, write_json
+from alternet_hf.utils.run_lock import hold_folder
 
-from . import _common
-from ._common import AnalysisResult, count_batches, iterate_batches, plain
+from . import shared
 from .blocks import BlockAdapter, accumulate, describe_blocks
 from .claims import COMPETENCE
 from .hessian import HessianOperator
@@ -29,6 +28,7 @@ from .inputs import DataCache, DataOptions, Inputs, prepare_data
 from .models import load_model
 from .registry import ANALYSES, RESULTS, Settings
 from .report import write_comparison
+from .shared import AnalysisResult, count_batches, iterate_batches, plain
 
 
 def analyse(
@@ -133,7 +133,7 @@ def measure_costs(
     `estimate_seconds` multiplies. A product is timed, not reckoned from forward passes: its double backward costs
     a different multiple of a forward pass for every architecture."""
     costs = {}
-    with _common.analysis_mode(model, device=device) as device, torch.no_grad():
+    with shared.analysis_mode(model, device=device) as device, torch.no_grad():
         inputs = test_batch[0].to(device)
         costs["test_forward"] = _forward_seconds(model, inputs)
         costs["test_batch_size"] = len(inputs)
@@ -141,7 +141,7 @@ def measure_costs(
             costs["train_forward"] = _forward_seconds(model, train_batch[0].to(device))
     if hessian is not None and train_batch is not None:
         batch = [(train_batch[0].to(device), train_batch[1].to(device))]
-        with _common.analysis_mode(model, batchnorm=hessian.batchnorm or "train", device=device):
+        with shared.analysis_mode(model, batchnorm=hessian.batchnorm or "train", device=device):
             operator = HessianOperator(model, batch, weight_decay=hessian.weight_decay, penalty=hessian.penalty)
             vector = operator.random_vector(torch.Generator(device=device).manual_seed(0))
             costs["hvp"] = _seconds(lambda: operator(vector))

@@ -11,10 +11,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import _common
-from ._common import AnalysisResult
+from . import shared
 from .blocks import accumulate
 from .fourier import ImageSpread
+from .shared import AnalysisResult
 
 
 @dataclass
@@ -77,7 +77,7 @@ def feature_map_variance(model: nn.Module, data, **options) -> VarianceResult:
 
 def plot_variance(result: VarianceResult, ax=None):
     """Feature-map variance by depth on a log scale, MSA and downsampling blocks shaded."""
-    ax = _common.plot_by_depth(
+    ax = shared.plot_by_depth(
         result.variance, result.kinds, ax, ylabel="feature-map variance", title="Feature-map variance", color="tab:red"
     )
     ax.set_yscale("log")
@@ -88,12 +88,12 @@ def plot_variance(result: VarianceResult, ax=None):
 
 
 def variance_summary(result: VarianceResult) -> str:
-    value, kind = _common.last_with_map(result.variance, result.kinds)
+    value, kind = shared.last_with_map(result.variance, result.kinds)
     return f"variance: {result.variance[1]:.3g} (stem) to {value:.3g} ({kind}, the last with a map)"
 
 
 def variance_by_depth(found: dict[str, VarianceResult]):
-    return _common.by_depth_figure(
+    return shared.by_depth_figure(
         {name: (r.variance, r.kinds) for name, r in found.items()},
         ylabel="feature-map variance",
         title="Feature-map variance by depth (Fig. 9)",

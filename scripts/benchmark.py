@@ -23,7 +23,7 @@ import tempfile
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
-from alternet_hf.cli._common import CommandError, command, make_parser, positive_int
+from alternet_hf.cli.common import CommandError, command, make_parser, positive_int
 from alternet_hf.utils import write_json
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> None:
         rows = sweep(benchmark.per_block_speed, {"name": args.models}, bar="feature maps", **settings)
         report = tables.feature_maps_table(rows)
     elif args.corruptions:
-        from analysis.cifar_c import CORRUPTIONS
+        from alternet_hf.data.cifar_c import CORRUPTIONS
 
         rows = benchmark.corruption_speed(
             num_images=args.num_images,

@@ -39,7 +39,7 @@ WHEEL_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2
 ENGINE_VARIANTS = (("bf16", True), ("bf16", False), ("fp32", False), ("fp32", True))
 # The reference part's runs, each of the reference's model and then ours: as a user of the reference code runs it.
 REFERENCE_VARIANTS = (("fp32", False), ("bf16", False))
-# The engine's compile modes (a test keeps them equal to alternet_hf.recipe's).
+# The engine's compile modes (a test keeps them equal to alternet_hf.training.recipe's).
 COMPILE_MODES = ("auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
@@ -254,7 +254,7 @@ def run_evaluation(sizes: Sizes, record: Recorder) -> None:
 
 
 def run_analyses(sizes: Sizes, record: Recorder) -> None:
-    from analysis.cifar_c import CORRUPTIONS
+    from alternet_hf.data.cifar_c import CORRUPTIONS
     from analysis.inputs import choose_device
     from zoo_benchmark.analyses import corruption_speed, hessian_convergence, per_block_speed
 

@@ -15,7 +15,7 @@ again. A model whose training would outlast --training-budget here is left pendi
 import argparse
 from pathlib import Path
 
-from alternet_hf.cli._common import CommandError, command, flag_values, make_parser
+from alternet_hf.cli.common import CommandError, command, flag_values, make_parser
 from zoo_release import CIFAR100C_BUDGET, MAX_ACCURACY_GAP, TRAINING_BUDGET, parse_duration
 
 
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    from alternet_hf.run_lock import hold_folder
+    from alternet_hf.utils.run_lock import hold_folder
     from zoo_release import RUNNING_ADVICE, Release, ReleaseOptions, preflight
 
     if args.num_processes is not None and args.num_processes < 1:

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
-from analysis.corruptions import CORRUPTIONS, SEVERITIES, corruption_statistics  # noqa: E402
+from alternet_hf.data.cifar_c.corruptions import CORRUPTIONS, SEVERITIES, corruption_statistics  # noqa: E402
 
 PHOTOGRAPHS = ("astronaut", "chelsea", "coffee", "rocket", "stereo_motorcycle")  # scikit-image's colour photos
 GOLDEN = Path(__file__).parent / "data" / "cifar_c_reference_statistics.json"
@@ -148,8 +148,8 @@ def main(argv=None):
     start = time.perf_counter()
     statistics = reference_statistics(args.reference, args.frost_dir, args.seeds)
     result = dict(
-        about="Statistics (analysis.corruptions.corruption_statistics) of make_cifar_c.py's corruptions of "
-        "tests/cifar_c_reference.py's 150 photographs, uint8 output as released; [mean, std] over seeds",
+        about="Statistics (alternet_hf.data.cifar_c.corruptions.corruption_statistics) of make_cifar_c.py's "
+        "corruptions of tests/cifar_c_reference.py's 150 photographs, uint8 output as released; [mean, std] over seeds",
         reference="hendrycks/robustness ImageNet-C/create_c/make_cifar_c.py with its frost1.png … frost5.jpg",
         seeds=args.seeds,
         num_images=len(photographs()),

@@ -11,11 +11,11 @@ import torch
 from accelerate import PartialState
 from safetensors.torch import save_file
 
-from alternet_hf.augmentation import SeededAugmentation
-from alternet_hf.data import stream_image_classification
-from alternet_hf.recipe import TrainingConfig
-from alternet_hf.streaming import stream_loader
-from alternet_hf.training import train
+from alternet_hf.data.augmentation import SeededAugmentation
+from alternet_hf.data.sources import stream_image_classification
+from alternet_hf.data.streaming import stream_loader
+from alternet_hf.training.engine import train
+from alternet_hf.training.recipe import TrainingConfig
 
 
 class RowNumbers(SeededAugmentation):

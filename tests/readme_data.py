@@ -12,7 +12,7 @@ from reference_forward import reference_alternet_state_dict, reference_resnet_st
 
 def image_folder(root: Path, *, train: int = 100, test: int = 40) -> Path:
     """The embedded digits as an image folder: train/<class>/*.png and test/<class>/*.png."""
-    from alternet_hf.data import load_image_classification
+    from alternet_hf.data.sources import load_image_classification
 
     for split, count in (("train", train), ("test", test)):
         for i, row in enumerate(load_image_classification("digits", split=split).select(range(count))):
@@ -24,12 +24,12 @@ def image_folder(root: Path, *, train: int = 100, test: int = 40) -> Path:
 
 def zenodo_arrays(root: Path, *, images: int = 16) -> Path:
     """The released CIFAR-100-C layout (labels.npy, <corruption>.npy) for a few digits, every corruption."""
-    from alternet_hf.data import load_image_classification
-    from analysis import robustness
+    from alternet_hf.data.cifar_c import sources as corruption_sources
+    from alternet_hf.data.sources import load_image_classification
 
     clean = load_image_classification("digits", split="test").select(range(images))
-    source = robustness.GeneratedCorruptions.from_dataset(clean, seed=0)
-    return robustness.save_as_arrays(source, root)
+    source = corruption_sources.GeneratedCorruptions.from_dataset(clean, seed=0)
+    return corruption_sources.save_as_arrays(source, root)
 
 
 def reference_checkpoints(root: Path) -> dict[str, str]:

@@ -7,8 +7,8 @@ from safetensors.torch import save_file
 from transformers import AutoModelForImageClassification
 
 import alternet_hf
-from alternet_hf.modeling_alternet import AlterNetWindowAttention
-from alternet_hf.modeling_common import DropPath, add_residual
+from alternet_hf.models.modeling_alternet import AlterNetWindowAttention
+from alternet_hf.models.modeling_common import DropPath, add_residual
 
 
 def tiny_alternet(**overrides):

@@ -11,10 +11,10 @@ from conftest import TINY, installed_command
 
 import alternet_hf
 from alternet_hf.cli.analyze import build_parser, settings_from_args
-from alternet_hf.recipe import TrainingConfig
+from alternet_hf.data.cifar_c import CORRUPTIONS
+from alternet_hf.training.recipe import TrainingConfig
 from analysis import registry
 from analysis.blocks import block_kinds
-from analysis.cifar_c import CORRUPTIONS
 from analysis.registry import ANALYSES
 
 pytestmark = pytest.mark.commands  # runs installed commands (see CONTRIBUTING.md)

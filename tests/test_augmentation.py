@@ -10,7 +10,7 @@ from datasets import ClassLabel, Dataset, Features, Image
 from PIL import Image as PILImage
 from torch.utils.data import DataLoader
 
-from alternet_hf.augmentation import (
+from alternet_hf.data.augmentation import (
     LEVELS,
     BatchMixer,
     ImageAugmentation,
@@ -21,8 +21,8 @@ from alternet_hf.augmentation import (
     mix_batch,
     train_transform,
 )
-from alternet_hf.data import collate_images, with_transform
-from alternet_hf.training import training_loss
+from alternet_hf.data.sources import collate_images, with_transform
+from alternet_hf.training.engine import training_loss
 from alternet_hf.utils import to_rgb
 
 MEAN, STD = (0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761)
@@ -76,7 +76,7 @@ def test_the_image_transform_is_torchvisions_to_tensor_and_normalize_to_the_bit(
     assert torch.equal(eval_transform(32, MEAN, STD)(photo), reference)
     pixels = eval_transform(32, MEAN, STD, normalize=False)(photo)  # what the engine's loaders yield
     assert pixels.dtype == torch.uint8 and pixels.shape == (3, 32, 32)
-    from alternet_hf.augmentation import channel_statistics, normalize_images
+    from alternet_hf.data.augmentation import channel_statistics, normalize_images
 
     assert torch.equal(normalize_images(pixels, *channel_statistics(MEAN, STD)), reference)
 

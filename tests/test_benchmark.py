@@ -193,7 +193,7 @@ def write_reference_stand_in(folder: Path) -> Path:
 def test_the_finetune_benchmark_gives_trained_weights_the_fine_tuning_defaults(tmp_path):
     """`scripts/benchmark.py --finetune` on a model folder (trained weights): the fine-tuning defaults, per seed, on
     the 200 real photographs; a preset would get the from-scratch ones (`recipe.FROM_SCRATCH_DEFAULTS`)."""
-    from alternet_hf.recipe import FINETUNE_DEFAULTS
+    from alternet_hf.training.recipe import FINETUNE_DEFAULTS
     from zoo_benchmark.finetuning import write_faces_dataset
 
     unnamed = run_command([*tool_command("benchmark"), "--finetune"], cwd=tmp_path)
@@ -214,7 +214,7 @@ def test_the_finetune_benchmark_gives_trained_weights_the_fine_tuning_defaults(t
     assert all(0 <= r["accuracy"] <= 1 and r["said"] == [] for r in rows)
     assert "| m | trained | 3 | 0.001 | " in completed.stdout
     faces = write_faces_dataset(tmp_path / "faces")
-    from alternet_hf.data import load_image_classification
+    from alternet_hf.data.sources import load_image_classification
 
     test = load_image_classification(str(faces), split="test")
     assert len(test) == 40 and sorted(set(test["label"])) == [0, 1] and test[0]["image"].size == (32, 32)

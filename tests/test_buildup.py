@@ -11,9 +11,9 @@ from commands import kill_once_written, run_command, start_command
 from transformers import AutoModelForImageClassification
 
 import alternet_hf  # noqa: F401  (registers the classes for AutoModel)
-from alternet_hf import buildup
-from alternet_hf.presets import create_config
-from alternet_hf.recipe import TrainingConfig
+from alternet_hf.apps import buildup
+from alternet_hf.models.presets import create_config
+from alternet_hf.training.recipe import TrainingConfig
 
 ALTERNET_50 = create_config("alternet-50-cifar100")
 

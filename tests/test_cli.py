@@ -74,7 +74,7 @@ def tiny_model(tmp_path_factory) -> Path:
 
 def _image_folder(root: Path, *, splits: bool) -> Path:
     """Digits as an image folder: one sub-folder per class, under train/ and test/ when `splits`."""
-    from alternet_hf.data import load_image_classification
+    from alternet_hf.data.sources import load_image_classification
 
     for split in ("train", "test") if splits else ("train",):
         data = load_image_classification("digits", split=split).select(range(60 if split == "train" else 20))
@@ -97,7 +97,7 @@ def test_the_zoo_s_warnings_read_as_one_line_and_other_libraries_keep_python_s_f
     (tmp_path / "warns.py").write_text("""
 import sys, warnings
 from pathlib import Path
-from alternet_hf.cli._common import OWN_CODE, command
+from alternet_hf.cli.common import OWN_CODE, command
 
 @command
 def main(argv):
@@ -180,7 +180,7 @@ def test_every_command_answers_help_and_a_wrong_flag_without_importing_torch(tmp
             assert result.returncode == 2 and "error: " in result.stderr, result.stderr[-2000:]
             assert "Traceback" not in result.stderr, result.stderr[-2000:]
         imported = [line.rsplit("|", 1)[1].strip() for line in result.stderr.splitlines() if line.startswith("import")]
-        assert "alternet_hf.cli._common" in imported, (name, imported)  # the log is read
+        assert "alternet_hf.cli.common" in imported, (name, imported)  # the log is read
         heavy = sorted({module for module in imported if module.split(".")[0] in HEAVY_PACKAGES})
         assert not heavy, f"{name} {flag} imported {heavy[:5]}"
 
@@ -223,7 +223,7 @@ def test_finetune_runs_as_the_readme_shows_it(tiny_model, tmp_path):
 
 
 def test_finetune_defaults_fit_the_data(tiny_model, tmp_path):
-    from alternet_hf.finetuning import default_horizontal_flip
+    from alternet_hf.training.finetuning import default_horizontal_flip
 
     assert default_horizontal_flip(str(tiny_model), "anything") == 0.0  # the model's own recipe
     assert default_horizontal_flip(str(tmp_path), "digits") == 0.0

@@ -171,7 +171,7 @@ def test_a_transformers_model_takes_its_size_and_normalisation_from_its_image_pr
 def test_the_papers_lineup_from_a_folder_of_preset_folders(tmp_path):
     """`alternet-compare --paper <folder>`: the five models of the paper (tiny, untrained), found by preset name in
     the layout scripts/release.py writes (<folder>/models/<preset>), on a dataset in uoft-cs/cifar100's schema."""
-    from alternet_hf.presets import PAPER_MODELS
+    from alternet_hf.models.presets import PAPER_MODELS
     from zoo_release.rehearsal import write_stand_in_dataset
 
     for preset in PAPER_MODELS:

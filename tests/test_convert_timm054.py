@@ -18,7 +18,7 @@ from conftest import installed_command
 from upstream import side_installed
 
 import alternet_hf
-from alternet_hf.convert import save_reference_checkpoint
+from alternet_hf.hub.convert import save_reference_checkpoint
 from analysis.blocks import as_feature_map, run_blocks
 
 PRESETS = {"pit_ti": "pit-ti-cifar100", "swin_ti": "swin-ti-cifar100"}

@@ -14,8 +14,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from analysis import corruptions
-from analysis.corruptions import CORRUPTIONS, SEVERITIES, SEVERITY_PARAMETERS, corrupt, frost_textures, plasma_fractal
+from alternet_hf.data.cifar_c import corruptions
+from alternet_hf.data.cifar_c.corruptions import (
+    CORRUPTIONS,
+    SEVERITIES,
+    SEVERITY_PARAMETERS,
+    corrupt,
+    frost_textures,
+    plasma_fractal,
+)
 
 DETERMINISTIC = ("defocus_blur", "zoom_blur", "brightness", "contrast", "pixelate", "jpeg_compression")
 RANDOM = tuple(c for c in CORRUPTIONS if c not in DETERMINISTIC)
@@ -557,7 +564,7 @@ def test_frost_photographs_from_a_folder(tmp_path, monkeypatch, photos):
     monkeypatch.delenv(corruptions.FROST_DIR_VARIABLE)
     assert torch.equal(procedural, corrupt(photos, "frost", 3, generator=seeded()))
     assert not torch.equal(procedural, blended)
-    from analysis.robustness import GeneratedCorruptions
+    from alternet_hf.data.cifar_c.sources import GeneratedCorruptions
 
     source = GeneratedCorruptions((photos * 255).round().byte(), torch.arange(4), frost_dir=tmp_path)
     images, _ = next(source.batches("frost", 5))

@@ -126,7 +126,7 @@ def test_wheels_are_installed_only_where_the_machine_lacks_the_package_or_has_an
 
 
 def test_the_compile_modes_offered_are_the_engines():
-    from alternet_hf.recipe import COMPILE_MODES
+    from alternet_hf.training.recipe import COMPILE_MODES
 
     assert device_check.COMPILE_MODES == COMPILE_MODES
 

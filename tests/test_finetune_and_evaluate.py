@@ -8,11 +8,11 @@ from commands import run_command
 from conftest import installed_command
 from datasets import ClassLabel, DatasetDict, Features, Image
 
-from alternet_hf.data import load_image_classification
-from alternet_hf.evaluation import evaluate_model
-from alternet_hf.finetuning import finetune
-from alternet_hf.recipe import recipe_config
-from alternet_hf.training import train
+from alternet_hf.apps.evaluation import evaluate_model
+from alternet_hf.data.sources import load_image_classification
+from alternet_hf.training.engine import train
+from alternet_hf.training.finetuning import finetune
+from alternet_hf.training.recipe import recipe_config
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = dict(hidden_sizes=[8, 16, 32, 64], embedding_size=8, num_attention_heads=[1, 1, 2, 2], attention_head_dim=8)

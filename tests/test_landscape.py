@@ -6,7 +6,6 @@ import torch.nn.functional as F
 from conftest import TINY
 
 import alternet_hf
-from analysis._common import analysis_mode
 from analysis.landscape import (
     filter_normalized_direction,
     is_perturbed,
@@ -14,6 +13,7 @@ from analysis.landscape import (
     normalized_direction,
     symmetric_grid,
 )
+from analysis.shared import analysis_mode
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import alternet_hf
-from alternet_hf.metrics import classification_metrics, plot_reliability_diagram, reliability_diagram
+from alternet_hf.metrics.classification import classification_metrics, plot_reliability_diagram, reliability_diagram
 
 # Four samples, three classes, given as probabilities.
 PROBS = np.array(

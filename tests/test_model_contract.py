@@ -34,8 +34,8 @@ from transformers.loss.loss_utils import ForSequenceClassificationLoss
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 import alternet_hf
-from alternet_hf.augmentation import BatchMixer, mix_batch
-from alternet_hf.modeling_common import DropPath
+from alternet_hf.data.augmentation import BatchMixer, mix_batch
+from alternet_hf.models.modeling_common import DropPath
 
 # A user who has transformers but not alternet_hf: one interpreter for every family's remote-code check (its imports
 # paid once), each check a script in a namespace of its own, each saved folder a remote-code module of its own.

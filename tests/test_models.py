@@ -135,7 +135,7 @@ def test_cnns_compute_in_channels_last_on_the_cpu_whatever_the_input(preset):
     """oneDNN's direct layout: a batch of contiguous images is computed as channels-last (`compute_layout`), to the
     same logits, and the feature maps say so; a batch too small to gain keeps its layout. In float64, where the
     summation order leaves no trace."""
-    from alternet_hf.modeling_common import CHANNELS_LAST_MIN_BATCH
+    from alternet_hf.models.modeling_common import CHANNELS_LAST_MIN_BATCH
 
     model = alternet_hf.create_model(preset, **TINY[preset]).double().eval()
     images, _ = tiny_batch(model, batch_size=CHANNELS_LAST_MIN_BATCH)
@@ -154,7 +154,7 @@ def test_cnns_compute_in_channels_last_on_the_cpu_whatever_the_input(preset):
 # its Auto classes midway, while the zoo's model files (which import those layers) are still half-built.
 REGISTRATION_ORDERS = {
     "Auto classes first": "",
-    "the zoo's model file first": "import alternet_hf.modeling_alternet",
+    "the zoo's model file first": "import alternet_hf.models.modeling_alternet",
     "a transformers model first": "from transformers import ViTForImageClassification",
 }  # transformers imported before the zoo registers at once: test_training.py imports them in that order
 

@@ -9,8 +9,8 @@ from commands import run_command
 from conftest import installed_command
 from huggingface_hub import DatasetCard
 
-from alternet_hf import hub
-from analysis import robustness
+from alternet_hf.data.cifar_c import sources as corruption_sources
+from alternet_hf.hub import cifar100c
 
 pytestmark = pytest.mark.commands  # runs installed commands (see CONTRIBUTING.md)
 
@@ -21,8 +21,8 @@ SOME = ["fog", "pixelate"]
 def test_dry_run_round_trip(tmp_path):
     generator = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (6, 3, 32, 32), dtype=torch.uint8, generator=generator)
-    generated = robustness.GeneratedCorruptions(images, torch.arange(6) % 3)
-    zenodo = robustness.save_as_arrays(generated, tmp_path / "CIFAR-100-C", corruptions=SOME)
+    generated = corruption_sources.GeneratedCorruptions(images, torch.arange(6) % 3)
+    zenodo = corruption_sources.save_as_arrays(generated, tmp_path / "CIFAR-100-C", corruptions=SOME)
     out = tmp_path / "upload"
     command = [
         installed_command("alternet-publish-cifar100c"),
@@ -38,7 +38,7 @@ def test_dry_run_round_trip(tmp_path):
     completed = run_command(command, cwd=tmp_path, timeout=300)
     assert completed.returncode == 0, completed.stderr[-3000:]
     files = sorted(str(p.relative_to(out)) for p in (out / "data").rglob("*.parquet"))
-    assert files == [hub.set_file(c, s) for c in SOME for s in range(1, 6)]  # one file per set
+    assert files == [cifar100c.set_file(c, s) for c in SOME for s in range(1, 6)]  # one file per set
 
     card = DatasetCard.load(out / "README.md")
     assert card.data.license == "cc-by-4.0"
@@ -58,7 +58,7 @@ def test_dry_run_round_trip(tmp_path):
         fog_3.num_rows == len(streamed) == 6 and set(fog_3["severity"]) == {3} and set(fog_3["corruption"]) == {"fog"}
     )
 
-    arrays, parquet = robustness.ZenodoArrays(zenodo), robustness.ParquetCorruptions(out)
+    arrays, parquet = corruption_sources.ZenodoArrays(zenodo), corruption_sources.ParquetCorruptions(out)
     assert parquet.available() == SOME and parquet.dataset is None  # nothing read yet
     for corruption in SOME:
         for severity in (1, 5):
@@ -71,9 +71,9 @@ def test_dry_run_round_trip(tmp_path):
 
 def test_a_set_is_read_from_its_own_file(tmp_path, monkeypatch):
     """ParquetCorruptions opens the one file of the set it evaluates (a Hub repo: fetches that file alone)."""
-    generated = robustness.GeneratedCorruptions(torch.zeros(4, 3, 32, 32, dtype=torch.uint8), torch.arange(4))
-    zenodo = robustness.save_as_arrays(generated, tmp_path / "c", corruptions=SOME)
-    out = hub.write_hub_dataset(zenodo, tmp_path / "repo", "someone/c", corruptions=SOME)
+    generated = corruption_sources.GeneratedCorruptions(torch.zeros(4, 3, 32, 32, dtype=torch.uint8), torch.arange(4))
+    zenodo = corruption_sources.save_as_arrays(generated, tmp_path / "c", corruptions=SOME)
+    out = cifar100c.write_hub_dataset(zenodo, tmp_path / "repo", "someone/c", corruptions=SOME)
     opened, load_dataset = [], datasets.load_dataset
 
     def recording(path, *args, data_files=None, **kwargs):
@@ -81,14 +81,14 @@ def test_a_set_is_read_from_its_own_file(tmp_path, monkeypatch):
         return load_dataset(path, *args, data_files=data_files, **kwargs)
 
     monkeypatch.setattr(datasets, "load_dataset", recording)
-    source = robustness.ParquetCorruptions(out)
+    source = corruption_sources.ParquetCorruptions(out)
     assert list(source.set_labels("pixelate", 2)) == [0, 1, 2, 3]
-    assert opened == [[str(out / hub.set_file("pixelate", 2))]]
+    assert opened == [[str(out / cifar100c.set_file("pixelate", 2))]]
 
 
 def test_missing_arrays_are_named(tmp_path):
-    generated = robustness.GeneratedCorruptions(torch.zeros(4, 3, 32, 32, dtype=torch.uint8), torch.zeros(4))
-    zenodo = robustness.save_as_arrays(generated, tmp_path / "c", corruptions=["fog"])
+    generated = corruption_sources.GeneratedCorruptions(torch.zeros(4, 3, 32, 32, dtype=torch.uint8), torch.zeros(4))
+    zenodo = corruption_sources.save_as_arrays(generated, tmp_path / "c", corruptions=["fog"])
     command = [
         installed_command("alternet-publish-cifar100c"),
         "--zenodo-dir",

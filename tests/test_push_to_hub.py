@@ -88,7 +88,7 @@ def test_a_model_without_evaluation_is_refused(tmp_path):
 
 
 def test_the_card_reports_the_evaluation_on_the_training_dataset(tmp_path):
-    from alternet_hf.hub import find_evaluation
+    from alternet_hf.hub.repos import find_evaluation
 
     (tmp_path / "training_config.json").write_text(json.dumps({"dataset": "uoft-cs/cifar100", "eval_split": "test"}))
     (tmp_path / "metrics.json").write_text(json.dumps({"accuracy": 0.5}))
@@ -114,7 +114,7 @@ def test_the_card_s_script_commands_name_the_repo_the_columns_and_timm_s_wrapper
     """The card's commands for transformers' and timm's scripts: the repo, remote code, CIFAR-100's columns; and its
     timm line, typed into a shell as the card gives it, builds the zoo's model with the repo's weights in a script
     that never imports alternet_hf (a stand-in for validate.py that builds its model as validate.py does)."""
-    from alternet_hf.hub import TIMM_SCRIPT_WRAPPER, write_release
+    from alternet_hf.hub.repos import TIMM_SCRIPT_WRAPPER, write_release
 
     preset, repo_id = "alternet-50-cifar100", "me/alternet-50-cifar100"
     overrides = TINY[preset]

@@ -293,7 +293,7 @@ def check_all(commands: list[str], workspace: Workspace) -> None:
     """`check` each command; those whose output another one reads (`> run.json`, `--out tiny-zoo/`) first and in
     order, the rest three programs at a time (each spends most of its time importing). The lines of one program
     run in order, as a user runs them: two of them may write the same folder (its default, or the same `--out`),
-    and a second run on a folder in use stops at once (`alternet_hf.run_lock`). Every failure is reported."""
+    and a second run on a folder in use stops at once (`alternet_hf.utils.run_lock`). Every failure is reported."""
     writers = [c for c in commands if any(_reads(other, out) for out in _outputs(c) for other in commands)]
     failures = []
 

@@ -10,7 +10,7 @@ import threading
 import pytest
 
 import zoo_release as release
-from alternet_hf import reference
+from alternet_hf.hub import reference
 from alternet_hf.utils import format_duration
 
 DATA = bytes(range(256)) * 4096  # 1 MiB

@@ -28,9 +28,9 @@ from test_space import free_port
 
 import alternet_hf
 import zoo_release as release
-from alternet_hf.presets import PAPER_MODELS, display_name
-from alternet_hf.reference import REFERENCE_FILES
-from analysis.cifar_c import CORRUPTIONS
+from alternet_hf.data.cifar_c import CORRUPTIONS
+from alternet_hf.hub.reference import REFERENCE_FILES
+from alternet_hf.models.presets import PAPER_MODELS, display_name
 from analysis.runner import read_result
 from zoo_release import rehearsal
 from zoo_release.checks import COLUMN_NAMES
@@ -361,7 +361,7 @@ def test_each_model_loads_with_transformers_pipeline_and_timm(rehearsal_run, pre
             fields = {k: v for k, v in training["model_overrides"].items() if k != "drop_path_rate"}
         architecture, dataset = preset.rsplit("-", 1)
         in_timm = timm.create_model(
-            alternet_hf.timm_models.timm_name(architecture, dataset),
+            alternet_hf.models.timm_models.timm_name(architecture, dataset),
             pretrained=True,
             pretrained_cfg_overlay=dict(file=str(folder / "model.safetensors")),
             **fields,
@@ -402,7 +402,7 @@ for folder in {folders!r}:
 def test_the_dataset_loads_with_datasets_and_the_analyses(rehearsal_run):
     import datasets
 
-    from analysis.robustness import ParquetCorruptions, load_corruption_source
+    from alternet_hf.data.cifar_c.sources import ParquetCorruptions, load_corruption_source
 
     folder = rehearsal_run["out"] / "datasets" / "cifar100-c"
     per_set = rehearsal.IMAGES_PER_CLASS["test"] * 100
@@ -695,7 +695,7 @@ def test_a_user_interpreter_that_dies_is_named_and_the_next_repo_gets_a_new_one(
 
 
 def test_a_space_that_prepares_images_differently_stops_the_release(rehearsal_run, tmp_path, monkeypatch):
-    from alternet_hf import space
+    from alternet_hf.apps import space
 
     calls = recording_hub(monkeypatch)
     out = shutil.copytree(rehearsal_run["out"], tmp_path / "release")
@@ -718,7 +718,7 @@ def test_files_that_are_not_the_reference_s_are_named_and_nothing_is_published(t
 
     torch.save({"state_dict": {"x": torch.zeros(1)}, "code": Code()}, folder / REFERENCE_FILES["resnet-50-cifar100"])
     swin = alternet_hf.create_model("swin-ti-cifar100", **rehearsal.REFERENCE_STAND_INS["swin-ti-cifar100"])
-    whole = alternet_hf.convert.save_reference_checkpoint(swin, "swin", tmp_path / "swin.pth.tar", name="swin")
+    whole = alternet_hf.hub.convert.save_reference_checkpoint(swin, "swin", tmp_path / "swin.pth.tar", name="swin")
     (folder / REFERENCE_FILES["vit-ti-cifar100"]).write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
     shutil.copy(whole, folder / REFERENCE_FILES["pit-ti-cifar100"])
     options = release.ReleaseOptions(
@@ -756,8 +756,8 @@ def test_a_release_with_nothing_to_train_in_time_stops_before_publishing(tmp_pat
 def test_cifar100c_is_evaluated_whole_without_a_budget_and_on_a_subset_within_one(tmp_path):
     """`write_robustness`: every image of every set where there is no budget (a GPU), else the same seeded,
     class-stratified subset of each set, sized by the measured speed, with its standard error."""
-    from alternet_hf.hub import write_hub_dataset
-    from analysis.robustness import GeneratedCorruptions, save_as_arrays
+    from alternet_hf.data.cifar_c.sources import GeneratedCorruptions, save_as_arrays
+    from alternet_hf.hub.cifar100c import write_hub_dataset
 
     images = torch.randint(0, 256, (20, 3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     arrays = save_as_arrays(
@@ -785,13 +785,16 @@ def test_cifar100c_is_evaluated_whole_without_a_budget_and_on_a_subset_within_on
 def test_a_cpu_evaluates_cifar100c_in_bf16_only_where_a_fixed_set_s_top1_is_unchanged(tmp_path, monkeypatch, units):
     """Without bf16 matrix instructions, float32 and no check; with them, float32's and bf16's top-1 on the same fixed
     images (two of each class per corruption at severity 3), counted in the plan; bf16 only where they are equal."""
-    from alternet_hf.hub import write_hub_dataset
+    from alternet_hf.data.cifar_c import sources as corruption_sources
+    from alternet_hf.hub.cifar100c import write_hub_dataset
     from analysis import robustness
 
     generator = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (20, 3, 32, 32), dtype=torch.uint8, generator=generator)
-    arrays = robustness.save_as_arrays(
-        robustness.GeneratedCorruptions(images, torch.arange(20) % 5), tmp_path / "arrays", corruptions=["fog", "snow"]
+    arrays = corruption_sources.save_as_arrays(
+        corruption_sources.GeneratedCorruptions(images, torch.arange(20) % 5),
+        tmp_path / "arrays",
+        corruptions=["fog", "snow"],
     )
     repo = write_hub_dataset(arrays, tmp_path / "repo", "someone/c", corruptions=["fog", "snow"])
     folder = tmp_path / "model"

@@ -7,8 +7,8 @@ import pytest
 from commands import run_command
 from conftest import installed_command
 
+from alternet_hf.apps.minizoo import FAMILIES
 from alternet_hf.cli import reproduce
-from alternet_hf.minizoo import FAMILIES
 
 pytestmark = pytest.mark.commands  # runs installed commands (see CONTRIBUTING.md)
 
@@ -103,7 +103,7 @@ def test_the_mini_zoo_compares_models_of_comparable_size(tmp_path):
     """Parameters within 2x of each other (the paper compares like with like), and each family's own epochs unless
     --epochs sets one number for all."""
     import alternet_hf
-    from alternet_hf import minizoo
+    from alternet_hf.apps import minizoo
 
     sizes = {}
     for family in FAMILIES:

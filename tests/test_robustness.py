@@ -7,9 +7,10 @@ from conftest import TINY
 from torch import nn
 
 import alternet_hf
-from alternet_hf.data import DatasetUnavailableError
+from alternet_hf.data.cifar_c import CORRUPTIONS, SEVERITIES
+from alternet_hf.data.cifar_c import sources as corruption_sources
+from alternet_hf.data.sources import DatasetUnavailableError
 from analysis import robustness
-from analysis.cifar_c import CORRUPTIONS, SEVERITIES
 
 SOME = ("gaussian_noise", "glass_blur", "fog", "jpeg_compression")
 
@@ -26,7 +27,7 @@ def clean():
 
 @pytest.fixture(scope="module")
 def generated(clean):
-    return robustness.GeneratedCorruptions(*clean, seed=3)
+    return corruption_sources.GeneratedCorruptions(*clean, seed=3)
 
 
 def _all(source, corruption, severity, batch_size=4):
@@ -36,17 +37,19 @@ def _all(source, corruption, severity, batch_size=4):
 
 def test_generated_corruptions_are_reproducible_and_seeded(generated, clean):
     first, labels = _all(generated, "gaussian_noise", 3)
-    again, _ = _all(robustness.GeneratedCorruptions(*clean, seed=3), "gaussian_noise", 3)
-    other, _ = _all(robustness.GeneratedCorruptions(*clean, seed=4), "gaussian_noise", 3)
+    again, _ = _all(corruption_sources.GeneratedCorruptions(*clean, seed=3), "gaussian_noise", 3)
+    other, _ = _all(corruption_sources.GeneratedCorruptions(*clean, seed=4), "gaussian_noise", 3)
     assert first.dtype == torch.uint8 and first.shape == clean[0].shape
     assert torch.equal(first, again) and not torch.equal(first, other)
     assert torch.equal(labels, clean[1])
 
 
 def test_three_sources_agree(generated, tmp_path):
-    arrays = robustness.ZenodoArrays(robustness.save_as_arrays(generated, tmp_path / "zenodo", corruptions=SOME))
-    parquet = robustness.ParquetCorruptions(
-        robustness.save_as_parquet(generated, tmp_path / "c.parquet", corruptions=SOME)
+    arrays = corruption_sources.ZenodoArrays(
+        corruption_sources.save_as_arrays(generated, tmp_path / "zenodo", corruptions=SOME)
+    )
+    parquet = corruption_sources.ParquetCorruptions(
+        corruption_sources.save_as_parquet(generated, tmp_path / "c.parquet", corruptions=SOME)
     )
     assert arrays.available() == list(SOME) and parquet.available() == list(SOME)
     for corruption in SOME:
@@ -56,27 +59,29 @@ def test_three_sources_agree(generated, tmp_path):
                 images, labels = _all(source, corruption, severity, batch_size=5)
                 assert torch.equal(images, expected[0]), (type(source).__name__, corruption, severity)
                 assert torch.equal(labels, expected[1])
-    assert isinstance(robustness.load_corruption_source(tmp_path / "zenodo"), robustness.ZenodoArrays)
-    assert isinstance(robustness.load_corruption_source(tmp_path / "c.parquet"), robustness.ParquetCorruptions)
+    assert isinstance(corruption_sources.load_corruption_source(tmp_path / "zenodo"), corruption_sources.ZenodoArrays)
+    assert isinstance(
+        corruption_sources.load_corruption_source(tmp_path / "c.parquet"), corruption_sources.ParquetCorruptions
+    )
 
 
 def test_source_errors_say_what_is_wrong(generated, tmp_path):
     with pytest.raises(FileNotFoundError, match="labels.npy"):
-        robustness.ZenodoArrays(tmp_path)
-    directory = robustness.save_as_arrays(generated, tmp_path / "z", corruptions=["fog"])
+        corruption_sources.ZenodoArrays(tmp_path)
+    directory = corruption_sources.save_as_arrays(generated, tmp_path / "z", corruptions=["fog"])
     with pytest.raises(FileNotFoundError, match="fog"):
-        next(robustness.ZenodoArrays(directory).batches("frost", 1))
+        next(corruption_sources.ZenodoArrays(directory).batches("frost", 1))
     with pytest.raises(ValueError, match="unknown corruption"):
         next(generated.batches("rain", 1))
     with pytest.raises(ValueError, match="severity"):
         next(generated.batches("fog", 6))
     with pytest.raises(DatasetUnavailableError, match="Offline"):  # the Hub out of reach (the tests are offline)
-        robustness.ParquetCorruptions("nobody/cifar100-c")
+        corruption_sources.ParquetCorruptions("nobody/cifar100-c")
 
 
 def test_evaluate_corruptions_is_the_same_from_every_source(generated, tmp_path, clean):
     model = alternet_hf.create_model("resnet-50-cifar100", **{**TINY["resnet-50-cifar100"], "image_size": 32})
-    arrays = robustness.ZenodoArrays(robustness.save_as_arrays(generated, tmp_path, corruptions=SOME))
+    arrays = corruption_sources.ZenodoArrays(corruption_sources.save_as_arrays(generated, tmp_path, corruptions=SOME))
     from_arrays = robustness.evaluate_corruptions(model, arrays, corruptions=SOME, clean=clean)
     generated_result = robustness.evaluate_corruptions(model, generated, corruptions=SOME, batch_size=4)
     assert from_arrays.accuracy.shape == (len(SOME), len(SEVERITIES))
@@ -123,7 +128,7 @@ def test_the_subset_standard_error_is_the_spread_of_subset_means():
 
 def test_a_subset_of_every_set_is_evaluated_with_its_standard_error(generated, tmp_path):
     model = alternet_hf.create_model("resnet-50-cifar100", **{**TINY["resnet-50-cifar100"], "image_size": 32}).eval()
-    arrays = robustness.ZenodoArrays(robustness.save_as_arrays(generated, tmp_path, corruptions=SOME))
+    arrays = corruption_sources.ZenodoArrays(corruption_sources.save_as_arrays(generated, tmp_path, corruptions=SOME))
     full = robustness.evaluate_corruptions(model, arrays, corruptions=SOME, batch_size=4)
     rows = [0, 2, 5]
     subset = robustness.evaluate_corruptions(model, arrays, corruptions=SOME, rows=rows, batch_size=2)
@@ -143,7 +148,7 @@ def test_a_subset_of_every_set_is_evaluated_with_its_standard_error(generated, t
 
 
 def analysis_normalization(model):
-    from analysis._common import model_normalization
+    from analysis.shared import model_normalization
 
     return model_normalization(model)
 
@@ -252,7 +257,7 @@ def test_the_frozen_compiled_evaluation_predicts_what_eager_does_to_the_image(pr
     batch = torch.stack([torch.from_numpy(np.array(image.convert("RGB"))).permute(2, 0, 1) for image in images])
     torch.manual_seed(0)
     model = alternet_hf.create_model(preset, **REFERENCE_STAND_INS[preset]).eval()
-    source = robustness.GeneratedCorruptions(batch, torch.tensor(labels), seed=0)
+    source = corruption_sources.GeneratedCorruptions(batch, torch.tensor(labels), seed=0)
     logits = {}
     with torch.no_grad():
         for mode in (None, "default"):

@@ -14,21 +14,21 @@ from commands import run_command, start_command
 from conftest import installed_command, tool_command, tool_names
 from test_training import TINY_ALTERNET
 
-from alternet_hf.run_lock import LOCK_FILE, FolderInUse, hold_folder
+from alternet_hf.utils.run_lock import LOCK_FILE, FolderInUse, hold_folder
 
 pytestmark = pytest.mark.commands  # runs installed commands (see CONTRIBUTING.md)
 
 OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 HOLDER = """
 import sys, time
-from alternet_hf.run_lock import hold_folder
+from alternet_hf.utils.run_lock import hold_folder
 with hold_folder(sys.argv[1]):
     print("held", flush=True)
     time.sleep(600)
 """
 PROBE = """
 import sys
-from alternet_hf.run_lock import hold_folder
+from alternet_hf.utils.run_lock import hold_folder
 with hold_folder(sys.argv[1]):
     pass
 """

@@ -16,7 +16,8 @@ from conftest import TINY, installed_command
 from PIL import Image
 
 import alternet_hf
-from alternet_hf import space as app
+from alternet_hf.apps import space as app
+from alternet_hf.data.cifar_c import sources as corruption_sources
 from analysis import robustness
 from analysis.runner import write_result
 
@@ -38,7 +39,7 @@ def space_url(tmp_path_factory):
         alternet_hf.create_model(name, **TINY[name]).save_pretrained(folder / name)
     model = alternet_hf.create_model(str(folder / "alternet-50-cifar100"))
     images = torch.randint(0, 256, (8, 3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
-    source = robustness.GeneratedCorruptions(images, torch.arange(8) % 5)
+    source = corruption_sources.GeneratedCorruptions(images, torch.arange(8) % 5)
     result = robustness.evaluate_corruptions(model, source, corruptions=["fog", "contrast"])
     write_result(folder / "results" / "AlterNet", "robustness", result, {})  # as alternet-analyze writes it
 
@@ -164,7 +165,7 @@ def test_models_that_know_only_digits_get_digit_examples_and_say_so(tmp_path):
 def test_the_space_and_training_read_an_image_file_alike(tmp_path):
     """One rule makes any image 8-bit RGB (`alternet_hf.utils.to_rgb`): a 16-bit PNG, a float TIFF and a palette GIF
     read the same to the Space's upload and to the training data's rows, greys scaled over their range, none white."""
-    from alternet_hf.data import decode_image
+    from alternet_hf.data.sources import decode_image
 
     ramp = np.linspace(0.0, 1.0, 64 * 64).reshape(64, 64)
     palette = Image.fromarray(np.stack([ramp * 255, 255 - ramp * 255, ramp * 128], -1).astype(np.uint8)).quantize(16)

@@ -22,11 +22,11 @@ from PIL import Image
 from safetensors.torch import load_file
 from test_training import TINY_ALTERNET, TORCHRUN_ENV, _distributed_config, _env, _torchrun, _torchrun_command
 
-from alternet_hf.augmentation import SeededAugmentation, train_transform
-from alternet_hf.data import stream_image_classification, with_transform
-from alternet_hf.recipe import TrainingConfig
-from alternet_hf.streaming import EpochPlan, StreamLoader, TrainStream, deal, row_counts, turns
-from alternet_hf.training import _check_resumable, train
+from alternet_hf.data.augmentation import SeededAugmentation, train_transform
+from alternet_hf.data.sources import stream_image_classification, with_transform
+from alternet_hf.data.streaming import EpochPlan, StreamLoader, TrainStream, deal, row_counts, turns
+from alternet_hf.training.engine import _check_resumable, train
+from alternet_hf.training.recipe import TrainingConfig
 
 
 def write_parquet_folder(folder: Path, rows_per_file: list[int], *, test_rows: int = 16, size: int = 16) -> str:

@@ -18,7 +18,7 @@ from upstream import import_file, sdist_tests
 import alternet_hf  # noqa: F401  (registers the zoo with timm when timm is imported)
 
 timm = pytest.importorskip("timm")
-from alternet_hf.timm_models import register_models  # noqa: E402
+from alternet_hf.models.timm_models import register_models  # noqa: E402
 
 ALL_NAMES = register_models()  # with tags: alternet_18.cifar100, alternet_18_224.in1k, ...
 COMPUTE_NAMES = ["alternet_18", "alternet_18_224", "resnet_18", "resnet_18_224", "vit_ti", "vit_ti_224"]

@@ -10,8 +10,8 @@ import torch
 from conftest import TINY
 
 import alternet_hf
-from alternet_hf.presets import ARCHITECTURES, DATASETS, TIMM_ARCHITECTURES
-from alternet_hf.timm_models import register_models, timm_name
+from alternet_hf.models.presets import ARCHITECTURES, DATASETS, TIMM_ARCHITECTURES
+from alternet_hf.models.timm_models import register_models, timm_name
 
 timm = pytest.importorskip("timm")
 register_models()  # no-op when timm was imported after alternet_hf (then the import hook did it)

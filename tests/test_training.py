@@ -18,8 +18,8 @@ from safetensors.torch import load_file
 from transformers import AutoModelForImageClassification
 
 import alternet_hf  # noqa: F401  (registers the classes for AutoModel)
-from alternet_hf.recipe import TrainingConfig, recipe_config
-from alternet_hf.training import train
+from alternet_hf.training.engine import train
+from alternet_hf.training.recipe import TrainingConfig, recipe_config
 
 REPO = Path(__file__).resolve().parent.parent
 TINY_ALTERNET = dict(
@@ -260,7 +260,7 @@ def test_a_loaded_model_keeps_its_architecture(tmp_path):
 
 
 def test_a_resumed_run_may_change_only_how_it_runs(tmp_path):
-    from alternet_hf.training import _check_resumable
+    from alternet_hf.training.engine import _check_resumable
 
     saved = TrainingConfig(model_overrides={"hidden_sizes": (8, 16, 32, 64)}, output_dir=str(tmp_path))
     saved.save(tmp_path / "training_config.json")
@@ -321,7 +321,7 @@ def test_a_holdout_evaluation_split_is_carved_from_training_and_saved(tmp_path, 
 
 
 def test_checkpoints_are_ordered_by_progress_and_survive_a_lost_pointer(tmp_path):
-    from alternet_hf.training import CheckpointManager
+    from alternet_hf.training.engine import CheckpointManager
 
     manager = CheckpointManager(tmp_path, keep=2)
     # The same optimizer step, mid-epoch and at the epoch's end: by name the end would come first.
@@ -385,7 +385,7 @@ def test_auto_compile_mode_uses_cuda_graphs_only_for_one_step_per_batch_on_one_g
 ):
     from types import SimpleNamespace
 
-    from alternet_hf.training import resolve_compile_mode
+    from alternet_hf.training.engine import resolve_compile_mode
 
     config = TrainingConfig(compile_mode=chosen, gradient_accumulation_steps=accumulation)
     accelerator = SimpleNamespace(device=torch.device(device), num_processes=processes)

@@ -25,8 +25,8 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_CLASSIFICATIO
 from upstream import transformers_modeling_common
 
 import alternet_hf
-from alternet_hf.modeling_alternet import AlterNetForImageClassification, AlterNetModel
-from alternet_hf.modeling_cifar_resnet import CifarResNetForImageClassification, CifarResNetModel
+from alternet_hf.models.modeling_alternet import AlterNetForImageClassification, AlterNetModel
+from alternet_hf.models.modeling_cifar_resnet import CifarResNetForImageClassification, CifarResNetModel
 
 common = transformers_modeling_common()
 

@@ -21,7 +21,7 @@ import types
 import typing
 from pathlib import Path
 
-from alternet_hf.cli._common import command, make_parser, model_source, output_folder, positive_int
+from alternet_hf.cli.common import command, make_parser, model_source, output_folder, positive_int
 
 
 def any_model(text: str) -> str:

@@ -14,9 +14,9 @@ import argparse
 import json
 from pathlib import Path
 
-from alternet_hf.cli._common import CommandError, command, make_parser
+from alternet_hf.cli.common import CommandError, command, make_parser
 from alternet_hf.cli.train import add_training_arguments, config_from_args
-from alternet_hf.recipe import TrainingConfig
+from alternet_hf.training.recipe import TrainingConfig
 
 DEFAULT_OUTPUT_DIR = "outputs/buildup"
 
@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.train_candidate:
-        from alternet_hf.buildup import train_candidate
+        from alternet_hf.apps.buildup import train_candidate
 
         train_candidate(TrainingConfig(**json.loads(args.train_candidate.read_text())))
         return
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.config and "output_dir" in args.config and args.output_dir == DEFAULT_OUTPUT_DIR:
         del args.output_dir  # the file's folder, unless a flag says otherwise
     config = config_from_args(args)
-    from alternet_hf.buildup import NotAnAlterNetError, search
+    from alternet_hf.apps.buildup import NotAnAlterNetError, search
 
     try:
         search(

@@ -19,8 +19,8 @@ import json
 import re
 from pathlib import Path
 
-from alternet_hf.cli._common import CommandError, command, make_parser, output_folder
 from alternet_hf.cli.analyze import add_analysis_arguments, any_model, existing_path, named_list, run_options
+from alternet_hf.cli.common import CommandError, command, make_parser, output_folder
 
 TIMM_PREFIX = "timm:"
 
@@ -66,9 +66,9 @@ def assign_weights(specs: list[tuple[str, str]], weights: list[tuple[str | None,
 
 
 def paper_models(source: str) -> list[tuple[str, str]]:
-    """The paper's line-up (`alternet_hf.presets.PAPER_MODELS`) as (name, source): from a folder of preset-named
+    """The paper's line-up (`alternet_hf.models.presets.PAPER_MODELS`) as (name, source): from a folder of preset-named
     folders (also under its `models/`, as scripts/release.py lays them out), else from a Hub organisation."""
-    from alternet_hf.presets import PAPER_MODELS, display_name
+    from alternet_hf.models.presets import PAPER_MODELS, display_name
 
     folder = Path(source)
     if folder.is_dir():
@@ -88,7 +88,7 @@ def paper_models(source: str) -> list[tuple[str, str]]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from alternet_hf.presets import HUB_ORGANISATION
+    from alternet_hf.models.presets import HUB_ORGANISATION
 
     parser = make_parser(__doc__)
     chosen = parser.add_mutually_exclusive_group()
@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
 @command
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    from alternet_hf.presets import HUB_ORGANISATION
+    from alternet_hf.models.presets import HUB_ORGANISATION
 
     paper = args.models is None
     if paper:

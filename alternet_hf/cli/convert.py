@@ -4,12 +4,12 @@ alternet-convert resnet_50_cifar100_691cc9a9e4.pth.tar resnet-50-cifar100 conver
 alternet-convert swin_ti_cifar100_ec2894492b.pth.tar swin-ti-cifar100 converted/swin-ti-cifar100
 alternet-convert my_alternet.pth.tar alternet-50-cifar100 out/alternet --remote-code
 
-ViT, PiT and Swin files were written by timm 0.5.4; their keys are mapped to today's timm (see alternet_hf.convert).
+ViT, PiT and Swin files were written by timm 0.5.4; their keys are mapped to today's timm (see alternet_hf.hub.convert).
 """
 
 from pathlib import Path
 
-from alternet_hf.cli._common import command, json_object, make_parser
+from alternet_hf.cli.common import command, json_object, make_parser
 
 
 def build_parser():

@@ -7,8 +7,8 @@ alternet-evaluate --model <org>/alternet-50-imagenet --dataset ILSVRC/imagenet-1
 
 from pathlib import Path
 
-from alternet_hf.cli._common import command, flag_values, make_parser, model_source, output_folder, positive_int
-from alternet_hf.recipe import SKIP_UNREADABLE_HELP
+from alternet_hf.cli.common import command, flag_values, make_parser, model_source, output_folder, positive_int
+from alternet_hf.training.recipe import SKIP_UNREADABLE_HELP
 
 
 def build_parser():
@@ -43,8 +43,8 @@ def build_parser():
 @command
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    from alternet_hf.data import SAMPLE_SHUFFLE_BUFFER, UnreadableRows
-    from alternet_hf.evaluation import evaluate_model, evaluation_stem, metric_lines, write_evaluation
+    from alternet_hf.apps.evaluation import evaluate_model, evaluation_stem, metric_lines, write_evaluation
+    from alternet_hf.data.sources import SAMPLE_SHUFFLE_BUFFER, UnreadableRows
 
     sample = None
     if args.max_images is not None:

@@ -4,8 +4,8 @@ alternet-finetune --model outputs/alternet-digits --dataset path/to/imagefolder 
 alternet-finetune --model <org>/alternet-50-cifar100 --dataset uoft-cs/cifar10 --epochs 10
 """
 
-from alternet_hf.cli._common import command, flag_values, json_object, make_parser, model_source, output_folder
-from alternet_hf.recipe import FINETUNE_DEFAULTS, FROM_SCRATCH_DEFAULTS, SKIP_UNREADABLE_HELP
+from alternet_hf.cli.common import command, flag_values, json_object, make_parser, model_source, output_folder
+from alternet_hf.training.recipe import FINETUNE_DEFAULTS, FROM_SCRATCH_DEFAULTS, SKIP_UNREADABLE_HELP
 
 
 def build_parser():
@@ -53,7 +53,7 @@ def build_parser():
 @command
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    from alternet_hf.finetuning import finetune
+    from alternet_hf.training.finetuning import finetune
 
     options = flag_values(
         args,

@@ -11,7 +11,7 @@ refuses; this one is plain parquet.
 import functools
 from pathlib import Path
 
-from alternet_hf.cli._common import command, make_parser, output_folder, publish
+from alternet_hf.cli.common import command, make_parser, output_folder, publish
 
 
 def build_parser():
@@ -27,7 +27,7 @@ def build_parser():
 @command
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    from alternet_hf.hub import write_hub_dataset
+    from alternet_hf.hub.cifar100c import write_hub_dataset
 
     corruptions = [c for c in args.corruptions.split(",") if c] if args.corruptions else None  # None: all
     write = functools.partial(write_hub_dataset, args.zenodo_dir, repo_id=args.repo_id, corruptions=corruptions)

@@ -11,7 +11,7 @@ evaluation split (the whole split before a sample of it), else training's metric
 import functools
 from pathlib import Path
 
-from alternet_hf.cli._common import CommandError, command, make_parser, output_folder, publish
+from alternet_hf.cli.common import CommandError, command, make_parser, output_folder, publish
 from alternet_hf.utils import damaged_model_file
 
 
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> None:
     problem = damaged_model_file(args.model)
     if problem:
         raise CommandError(problem)
-    from alternet_hf.hub import write_release
+    from alternet_hf.hub.repos import write_release
 
     write = functools.partial(write_release, args.model, repo_id=args.repo_id, evaluation=args.evaluation)
     if not publish(args, write, f"the model {args.model}", commit_message=f"Upload {args.model.name}"):

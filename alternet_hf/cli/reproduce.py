@@ -13,10 +13,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from alternet_hf.cli._common import CommandError, command, make_parser, output_folder
 from alternet_hf.cli.analyze import add_analysis_arguments, comma_list, run_options
+from alternet_hf.cli.common import CommandError, command, make_parser, output_folder
 
-# The same names as alternet_hf.minizoo's (a test keeps them equal), read before the analyses load.
+# The same names as alternet_hf.apps.minizoo's (a test keeps them equal), read before the analyses load.
 FAMILIES = ("resnet", "vit", "alternet")
 # --quick: the data batch of the smallest analyses (their amounts are analysis.registry.Settings.QUICK_AMOUNTS).
 QUICK_BATCH_SIZE = 64
@@ -47,8 +47,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         _apply_quick(args, argv)
     options = run_options(args)
+    from alternet_hf.apps.minizoo import reproduce
     from alternet_hf.cli.compare import print_verdicts
-    from alternet_hf.minizoo import reproduce
 
     written = reproduce(
         args.out,

@@ -12,8 +12,8 @@ how to make it: it always starts.
 import os
 from pathlib import Path
 
-from alternet_hf.cli._common import command, make_parser
 from alternet_hf.cli.analyze import comma_list
+from alternet_hf.cli.common import command, make_parser
 
 DEFAULT_MODELS = (
     "ResNet-50=alternet-hf/resnet-50-cifar100,ViT-Ti=alternet-hf/vit-ti-cifar100,"
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     from PIL import Image
 
-    from alternet_hf.space import MAX_SIDE, MAX_UPLOAD, build_demo, parse_models, start
+    from alternet_hf.apps.space import MAX_SIDE, MAX_UPLOAD, build_demo, parse_models, start
 
     parse_models(args.models)  # a malformed --models is an error before anything loads
     Image.MAX_IMAGE_PIXELS = MAX_SIDE * MAX_SIDE  # a second guard behind the header check of every upload

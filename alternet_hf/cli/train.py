@@ -14,7 +14,7 @@ import json
 import types
 import typing
 
-from alternet_hf.cli._common import (
+from alternet_hf.cli.common import (
     CommandError,
     command,
     json_file,
@@ -23,7 +23,7 @@ from alternet_hf.cli._common import (
     model_source,
     output_folder,
 )
-from alternet_hf.recipe import TrainingConfig, recipe_config
+from alternet_hf.training.recipe import TrainingConfig, recipe_config
 
 
 def _parsertype(annotation):
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.print_config:
         print(json.dumps(config.to_dict(), indent=2))
         return
-    from alternet_hf.training import train
+    from alternet_hf.training.engine import train
 
     if args.resume and args.overwrite:
         raise CommandError("--resume continues the run in --output-dir and --overwrite replaces it: choose one")

@@ -9,10 +9,10 @@ from unittest import mock
 import numpy as np
 import torch
 
-from analysis.cifar_c import CORRUPTIONS
-from analysis.corruptions import corrupt
+from alternet_hf.data.cifar_c import CORRUPTIONS
+from alternet_hf.data.cifar_c.corruptions import corrupt
 
-from .device import timed, torch_threads
+from .timing import timed, torch_threads
 
 
 @contextlib.contextmanager
@@ -145,8 +145,8 @@ def hessian_convergence(
 def _model_and_images(name: str, dataset: str, split: str, count: int, device, overrides: dict):
     """(model, (images, labels)): `name` on `device` (default CPU), the first `count` images of `split` evaluated."""
     import alternet_hf
-    from alternet_hf.augmentation import eval_transform
-    from alternet_hf.data import load_image_classification
+    from alternet_hf.data.augmentation import eval_transform
+    from alternet_hf.data.sources import load_image_classification
 
     model = alternet_hf.create_model(name, **overrides).to(device or "cpu")
     config = model.config

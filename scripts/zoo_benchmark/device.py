@@ -1,5 +1,5 @@
-"""The device every benchmark runs on (chosen, named, waited for, timed), and what only `scripts/device_check.py`
-measures: the machine, bf16 against fp32, and the training engine in steady state."""
+"""What only `scripts/device_check.py` measures: the machine, bf16 against fp32, and the training engine in steady
+state."""
 
 import gc
 import importlib.metadata
@@ -13,59 +13,12 @@ from functools import partial
 
 import torch
 
-from analysis._common import synchronize
 from analysis.inputs import choose_device
+from analysis.shared import synchronize
+
+from .timing import device_name, timed
 
 PACKAGES = ("torch", "triton", "transformers", "timm", "accelerate", "datasets", "huggingface_hub", "numpy", "pyarrow")
-
-
-def device_name(device: str | torch.device | None = None) -> str:
-    """The GPU's name, or "cpu": the device as the results name it."""
-    device = choose_device(device)
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-
-
-@contextmanager
-def torch_threads(count: int | None):
-    """torch's CPU threads set to `count` (None: left as they are) inside the block, restored after it."""
-    kept = torch.get_num_threads()
-    torch.set_num_threads(count or kept)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(kept)
-
-
-def timed(run, repeats: int = 1, *, calls: int = 1, warmup: int = 1, device=None) -> list[float]:
-    """Wall-clock seconds of each of `repeats` timings of `calls` calls of `run`, after `warmup` untimed calls (where
-    compilation, caches and the allocator settle); with a `device`, each reading of the clock waits for its work."""
-    wait = (lambda: None) if device is None else (lambda: synchronize(device))
-    for _ in range(warmup):
-        run()
-    wait()
-    seconds = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        for _ in range(calls):
-            run()
-        wait()
-        seconds.append(time.perf_counter() - started)
-    return seconds
-
-
-def timed_in_turn(runs: dict, repeats: int) -> dict:
-    """Seconds of each of `runs` ({name: function}) by wall clock and by CPU (process) time, the runs taking turns
-    `repeats` times after one untimed call each: {(clock, name): [seconds, ...]}, the clock "wall" or "cpu"."""
-    for run in runs.values():
-        run()  # warm-up
-    timings = {(clock, name): [] for clock in ("wall", "cpu") for name in runs}
-    for _ in range(repeats):
-        for name, run in runs.items():
-            started_wall, started_cpu = time.perf_counter(), time.process_time()
-            run()
-            timings["wall", name].append(time.perf_counter() - started_wall)
-            timings["cpu", name].append(time.process_time() - started_cpu)
-    return timings
 
 
 def environment() -> dict:
@@ -108,8 +61,8 @@ def precision_gap(name: str, *, batch_size: int, seed: int = 0, **overrides) -> 
     """bf16 autocast against strict fp32 (no TF32) on one batch of random images: the relative error of the logits and
     of the gradient's norm, and how often the top-1 classes agree. In eval mode, so that both passes compute the same
     function and the difference is the arithmetic's alone."""
-    from alternet_hf.presets import create_model
-    from alternet_hf.training import training_loss
+    from alternet_hf.models.presets import create_model
+    from alternet_hf.training.engine import training_loss
 
     device = choose_device()
     torch.manual_seed(seed)
@@ -187,10 +140,10 @@ def engine_steady_state(
     from torch._dynamo.utils import counters
     from tqdm.auto import tqdm
 
-    from alternet_hf.recipe import recipe_config
-    from alternet_hf.training import TrainingSession
-    from zoo_release.estimates import ASSUMED_UTILISATION, H100_BF16_FLOPS, training_flops_per_image
+    from alternet_hf.training.engine import TrainingSession
+    from alternet_hf.training.recipe import recipe_config
 
+    from .flops import ASSUMED_UTILISATION, H100_BF16_FLOPS, training_flops_per_image
     from .models import ReferenceClassifier
 
     recipe = recipe_config(name)

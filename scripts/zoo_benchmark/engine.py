@@ -14,10 +14,10 @@ import numpy as np
 import torch
 from PIL import Image
 
-from alternet_hf.augmentation import channel_statistics, normalize_images
-from alternet_hf.recipe import TrainingConfig, recipe_config
+from alternet_hf.data.augmentation import channel_statistics, normalize_images
+from alternet_hf.training.recipe import TrainingConfig, recipe_config
 
-from .device import device_name, timed_in_turn, torch_threads
+from .timing import device_name, timed_in_turn, torch_threads
 
 
 def cifar_like_dataset(path: str, *, num_labels: int, image_size: int, train: int, test: int, seed: int = 0) -> str:
@@ -44,7 +44,7 @@ def write_parquet_split(dataset, folder, split: str, files: int = 1) -> None:
 def _recipe_on_random_images(name: str, recipe: str, folder: str, *, train: int, test: int, **settings):
     """The config of `recipe` for `name` (`settings` override its fields) on `train` and `test` random images of the
     model's size and classes, written to `folder` (with `streaming`: as four parquet files)."""
-    from alternet_hf.presets import create_config
+    from alternet_hf.models.presets import create_config
 
     config = create_config(name, **settings.get("model_overrides", {}))
     data = cifar_like_dataset(
@@ -84,7 +84,7 @@ def measure_data_path(
 ) -> DataPathSpeed:
     """CPU time per image of what `alternet-train`'s loader workers do (read, decode, augment, collate), on one
     thread as in a worker; `streaming`: read as `alternet-train --streaming` reads four parquet files."""
-    from alternet_hf.training import build_model_and_data
+    from alternet_hf.training.engine import build_model_and_data
 
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         settings = dict(batch_size=batch_size, num_workers=0, eval_batch_size=1, streaming=streaming)
@@ -107,7 +107,7 @@ def measure_engine_overhead(*, steps: int = 50, batch_size: int = 8, repeats: in
     model and tensors, timed alternately; the smallest AlterNet keeps the step short, so that the loops' cost shows."""
     from tqdm.auto import tqdm
 
-    from alternet_hf.training import TrainingSession, training_loss
+    from alternet_hf.training.engine import TrainingSession, training_loss
 
     smallest = dict(
         embedding_size=8,
@@ -223,7 +223,7 @@ def measure_training_run(
 ) -> TrainingRun:
     """`epochs` epochs of the real engine with the recipe on random images, and the bytes the full recipe's
     checkpoint cadence writes in `recipe_minutes`. `model_overrides` replace the recipe's."""
-    from alternet_hf.training import train
+    from alternet_hf.training.engine import train
 
     full_recipe = recipe_config(name, recipe)
     overrides = full_recipe.model_overrides if model_overrides is None else model_overrides
@@ -269,7 +269,7 @@ def image_check_speed(*, num_images: int, workdir: str, repeats: int = 2, size: 
     """Files per second of the check an image folder gets before a run (`data.check_image_files`: headers and ends,
     no pixel decoded), on `num_images` JPEGs of `size`² noise (about an ImageNet photo's bytes), the best of
     `repeats` (the files in the page cache, as after the folder was written or read once)."""
-    from alternet_hf.data import check_image_files
+    from alternet_hf.data.sources import check_image_files
 
     folder, rng = Path(workdir) / "images", np.random.default_rng(0)
     for i in range(num_images):
@@ -295,7 +295,7 @@ def image_check_speed(*, num_images: int, workdir: str, repeats: int = 2, size: 
 def sample_speed(*, num_images: int, split_images: int, files: int, workdir: str, seed: int = 0) -> dict:
     """Seconds to a streamed sample of `num_images` of a split of `files` parquet files (`split_images` images in
     all), against preparing the split first and drawing as many rows; and the bytes each wrote into the cache."""
-    from alternet_hf.data import load_image_classification, load_image_sample
+    from alternet_hf.data.sources import load_image_classification, load_image_sample
 
     folder = Path(workdir) / "split"
     saved = cifar_like_dataset(str(Path(workdir) / "saved"), num_labels=100, image_size=32, train=1, test=split_images)

@@ -38,7 +38,7 @@ def write_faces_dataset(folder: Path) -> Path:
 def finetune_accuracy(model: str, dataset: Path, runs: Path, *, seed: int) -> dict:
     """One `finetune` with its defaults, into `runs`/<model>-<seed>: held-out accuracy before and after, the defaults
     used, wall time."""
-    from alternet_hf.finetuning import finetune
+    from alternet_hf.training.finetuning import finetune
 
     lines = []
     started = time.perf_counter()

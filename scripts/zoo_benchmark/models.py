@@ -9,11 +9,11 @@ from pathlib import Path
 
 import torch
 
-from alternet_hf.presets import create_model
-from analysis._common import logits_of
+from alternet_hf.models.presets import create_model
 from analysis.inputs import choose_device
+from analysis.shared import logits_of
 
-from .device import device_name, timed, timed_in_turn
+from .timing import device_name, timed, timed_in_turn
 
 
 @dataclass
@@ -187,7 +187,7 @@ def reference_alternet(reference_dir: str, config) -> torch.nn.Module:
         window_size=config.window_size,
         sd=config.drop_path_rate,
     )
-    from alternet_hf.modeling_alternet import AlterNetForImageClassification
+    from alternet_hf.models.modeling_alternet import AlterNetForImageClassification
 
     with torch.device("meta"):
         zoo_model = AlterNetForImageClassification(config)

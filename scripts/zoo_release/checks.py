@@ -8,11 +8,11 @@ from pathlib import Path
 
 import torch
 
-from alternet_hf.data import KNOWN_COLUMNS
-from alternet_hf.presets import PAPER_MODELS
-from alternet_hf.reference import REFERENCE_FILES
-from alternet_hf.run_lock import LOCK_FILE
+from alternet_hf.data.sources import KNOWN_COLUMNS
+from alternet_hf.hub.reference import REFERENCE_FILES
+from alternet_hf.models.presets import PAPER_MODELS
 from alternet_hf.utils import format_duration
+from alternet_hf.utils.run_lock import LOCK_FILE
 
 from .estimates import h100_estimate
 
@@ -97,7 +97,7 @@ def check_options(options: ReleaseOptions) -> None:
     """Every refusal that needs no training: organisation name, presets, CIFAR-100-C arrays, the folder."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
-    from alternet_hf.presets import list_models
+    from alternet_hf.models.presets import list_models
 
     try:
         validate_repo_id(f"{options.org}/{SPACE_REPO}")
@@ -128,7 +128,7 @@ def check_options(options: ReleaseOptions) -> None:
 
 
 def check_cifar100c_dir(folder: Path | None) -> None:
-    from analysis.cifar_c import CORRUPTIONS, ZENODO_URL
+    from alternet_hf.data.cifar_c import CORRUPTIONS, ZENODO_URL
 
     where = (
         f"download CIFAR-100-C.tar from Zenodo record 3555552 ({ZENODO_URL}), unpack it and pass the folder as "
@@ -153,7 +153,7 @@ def check_cifar100c_labels(folder: Path, test_labels, dataset: str) -> None:
     """CIFAR-100-C's `labels.npy` repeats the clean test split's labels, in its order, once per severity."""
     import numpy as np
 
-    from analysis.cifar_c import SEVERITIES
+    from alternet_hf.data.cifar_c import SEVERITIES
 
     labels, expected = np.load(Path(folder) / "labels.npy", mmap_mode="r"), np.asarray(test_labels)
     if len(labels) != len(SEVERITIES) * len(expected):
@@ -223,7 +223,7 @@ def check_training_data(options: ReleaseOptions) -> None:
     would otherwise convert CIFAR-100-C into its folder and only then stop, at training."""
     if options.rehearsal:
         return
-    from alternet_hf.data import DatasetUnavailableError, load_raw_dataset
+    from alternet_hf.data.sources import DatasetUnavailableError, load_raw_dataset
 
     try:
         load_raw_dataset(DATASET, split="test")
@@ -240,7 +240,7 @@ def check_training_data(options: ReleaseOptions) -> None:
 
 def check_reference_files(options: ReleaseOptions) -> None:
     """The reference's files the release converts are in `reference_dir`, already downloaded, or reachable."""
-    from alternet_hf.reference import DownloadError, file_url, where_to_get_them
+    from alternet_hf.hub.reference import DownloadError, file_url, where_to_get_them
 
     presets = [p for p in options.models if options.converted(p)]
     if not presets or options.rehearsal:
@@ -265,7 +265,7 @@ def reachable(url: str, timeout: float = 20.0) -> None:
     import urllib.error
     import urllib.request
 
-    from alternet_hf.reference import DownloadError
+    from alternet_hf.hub.reference import DownloadError
 
     try:
         urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout).close()

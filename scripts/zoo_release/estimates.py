@@ -1,11 +1,8 @@
 """How long things take: the durations people write (`--cifar100c-budget 30m`), and the training time of the paper's
 recipe on one H100 (FLOPs counted, at an assumed share of its peak)."""
 
-import torch
+from zoo_benchmark.flops import ASSUMED_UTILISATION, H100_BF16_FLOPS, training_flops_per_image
 
-# The H100 estimate: the datasheet's dense bf16 peak, and the share of it assumed sustained (the engine's goal).
-H100_BF16_FLOPS = 989e12
-ASSUMED_UTILISATION = 0.08
 CIFAR_TRAIN_IMAGES, CIFAR_TEST_IMAGES = 50_000, 10_000
 
 
@@ -23,25 +20,10 @@ def parse_duration(text: str) -> float:
     return value
 
 
-def training_flops_per_image(preset: str, **overrides) -> float:
-    """FLOPs of one training image (forward + backward) of the preset (full size unless `overrides` say otherwise) at
-    its input size, counted by torch's FlopCounterMode on the meta device (shapes only: instant, no memory)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from alternet_hf.presets import create_model
-
-    with torch.device("meta"):
-        model = create_model(preset, **overrides)
-        inputs = torch.randn(2, 3, model.config.image_size, model.config.image_size)
-    with FlopCounterMode(display=False) as counter:
-        model(inputs).logits.sum().backward()
-    return counter.get_total_flops() / len(inputs)
-
-
 def h100_estimate(presets, epochs: int | None = None, **overrides) -> tuple[float, str]:
     """Hours the real release's training takes on one H100 by measured FLOPs at an assumed sustained rate, and
     the lines that say how."""
-    from alternet_hf.recipe import PAPER_RECIPE
+    from alternet_hf.training.recipe import PAPER_RECIPE
 
     epochs = epochs or PAPER_RECIPE["epochs"]
     rate = H100_BF16_FLOPS * ASSUMED_UTILISATION

@@ -1,5 +1,5 @@
-"""What the release writes beside the model repos (`alternet_hf.hub`): each model's CIFAR-100-C evaluation within the
-machine's time budget, and the Space repo with its packages pinned."""
+"""What the release writes beside the model repos (`alternet_hf.hub.repos`): each model's CIFAR-100-C evaluation
+within the machine's time budget, and the Space repo with its packages pinned."""
 
 import shutil
 import sys
@@ -21,11 +21,11 @@ def write_robustness(
     import matplotlib.pyplot as plt
     import torch
 
-    from alternet_hf.presets import create_model
-    from analysis.cifar_c import SEVERITIES
+    from alternet_hf.data.cifar_c import SEVERITIES
+    from alternet_hf.data.cifar_c.sources import ParquetCorruptions
+    from alternet_hf.models.presets import create_model
     from analysis.robustness import (
         Classifiers,
-        ParquetCorruptions,
         bf16_agreement,
         bf16_matrix_units,
         evaluate_corruptions,

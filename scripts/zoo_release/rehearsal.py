@@ -121,8 +121,8 @@ def write_stand_in_dataset(folder: Path) -> Path:
 def write_stand_in_cifar100c(dataset: Path, folder: Path) -> Path:
     """CIFAR-100-C's Zenodo layout (`<corruption>.npy`, `labels.npy`) of the stand-in's test split, made by the zoo's
     corruption generator."""
-    from alternet_hf.data import load_image_classification
-    from analysis.robustness import GeneratedCorruptions, save_as_arrays
+    from alternet_hf.data.cifar_c.sources import GeneratedCorruptions, save_as_arrays
+    from alternet_hf.data.sources import load_image_classification
 
     test = load_image_classification(str(dataset), split="test", **COLUMN_NAMES)
     return save_as_arrays(GeneratedCorruptions.from_dataset(test), folder)
@@ -131,10 +131,10 @@ def write_stand_in_cifar100c(dataset: Path, folder: Path) -> Path:
 def write_reference_stand_in(dataset: Path, folder: Path, preset: str, *, say=print) -> list[Path]:
     """Train the stand-in of the reference's `preset` on `dataset` and write it as its released file into `folder`,
     with `reported/<preset>.json`, the top-1 it reached (as the paper reports its models')."""
-    from alternet_hf.convert import save_reference_checkpoint
-    from alternet_hf.recipe import TrainingConfig
-    from alternet_hf.reference import REFERENCE_FILES
-    from alternet_hf.training import train
+    from alternet_hf.hub.convert import save_reference_checkpoint
+    from alternet_hf.hub.reference import REFERENCE_FILES
+    from alternet_hf.training.engine import train
+    from alternet_hf.training.recipe import TrainingConfig
 
     folder, family = Path(folder), preset.split("-", 1)[0]
     config = TrainingConfig(

@@ -17,13 +17,14 @@ import torch
 
 import alternet_hf
 import analysis
-from alternet_hf.data import load_image_classification
-from alternet_hf.hub import PAPER_ID, write_hub_dataset, write_release
-from alternet_hf.presets import PAPER_MODELS, display_name
-from alternet_hf.recipe import recipe_config
-from alternet_hf.reference import PAPER_RESULTS, REFERENCE_FILES, DownloadError, download, file_url
-from alternet_hf.run_lock import hold_folder
+from alternet_hf.data.sources import load_image_classification
+from alternet_hf.hub.cifar100c import write_hub_dataset
+from alternet_hf.hub.reference import PAPER_RESULTS, REFERENCE_FILES, DownloadError, download, file_url
+from alternet_hf.hub.repos import PAPER_ID, write_release
+from alternet_hf.models.presets import PAPER_MODELS, display_name
+from alternet_hf.training.recipe import recipe_config
 from alternet_hf.utils import format_duration, machine, write_json
+from alternet_hf.utils.run_lock import hold_folder
 from analysis.inputs import DataOptions, choose_device
 from analysis.registry import ANALYSES, Settings
 
@@ -362,9 +363,9 @@ class Release:
         return dict(rehearsal.REFERENCE_STAND_INS[preset]) if self.options.rehearsal else {}
 
     def convert(self, preset: str) -> list[Path]:
-        """The zoo model of the released file (`alternet_hf.convert`: every key consumed, none left over), saved
+        """The zoo model of the released file (`alternet_hf.hub.convert`: every key consumed, none left over), saved
         with `provenance.json`: the file's record, the converter's version, the numbers the paper reports."""
-        from alternet_hf.convert import convert_original_checkpoint
+        from alternet_hf.hub.convert import convert_original_checkpoint
 
         path, folder = self.reference_file(preset), self.model_dir(preset)
         try:
@@ -478,7 +479,7 @@ class Release:
     def evaluate(self, preset: str) -> list[Path]:
         """The clean test split (a converted model's top-1 checked against the reported one) and, where there is
         CIFAR-100-C, its corruptions read from the published parquet."""
-        from alternet_hf.evaluation import evaluate_model, write_evaluation
+        from alternet_hf.apps.evaluation import evaluate_model, write_evaluation
 
         folder = self.model_dir(preset)
         metrics, logits, labels = evaluate_model(

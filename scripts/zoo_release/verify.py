@@ -121,7 +121,7 @@ def card_top1(repo: Path) -> float:
     """The clean top-1 the card's `model-index` states (the first accuracy that is not CIFAR-100-C's)."""
     from huggingface_hub import ModelCard
 
-    from alternet_hf.hub import CIFAR_C_METRIC
+    from alternet_hf.hub.repos import CIFAR_C_METRIC
 
     results = ModelCard.load(repo / "README.md").data.eval_results or []
     for result in results:
@@ -132,7 +132,7 @@ def card_top1(repo: Path) -> float:
 
 def space_probabilities(repo: Path, images) -> list[list[float]]:
     """The Space's class probabilities for `images` (PIL), its model loaded from `repo` as the Space loads it."""
-    from alternet_hf.space import Space, load_models
+    from alternet_hf.apps.space import Space, load_models
 
     (loaded,) = load_models(f"model={repo}")
     if loaded.model is None:
@@ -148,7 +148,7 @@ def verify_repo(
     predictions against the user's model on the first test images. Returns what was compared."""
     import numpy as np
 
-    from alternet_hf.data import load_image_classification
+    from alternet_hf.data.sources import load_image_classification
 
     stated, user = card_top1(repo), user.evaluate(repo, source, image_column, label_column)
     allowed = TIED_IMAGES / user["images"]

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .recipe import TrainingConfig
-from .utils import write_json
+from ..training.recipe import TrainingConfig
+from ..utils import write_json
 
 # What a candidate's model folder holds that `final/` copies (the training's checkpoints and logs stay behind).
 MODEL_FILES = ("config.json", "model.safetensors", "preprocessor_config.json", "metrics.json")
@@ -108,8 +108,8 @@ def baseline(config: TrainingConfig) -> tuple[TrainingConfig, list[int]]:
     """`config` with its model as an AlterNet preset and overrides (a folder's architecture read from its config: the
     fields of `AlterNetConfig` and the image statistics, which the candidates, trained from scratch, take on), and the
     stages' depths; an error that names the families the rules apply to for anything else."""
-    from .configuration_alternet import AlterNetConfig
-    from .presets import create_config
+    from ..models.configuration_alternet import AlterNetConfig
+    from ..models.presets import create_config
 
     not_alternet = (
         f"{config.model} is not an AlterNet: the build-up rules re-lay out the blocks of an AlterNet's CNN (the "
@@ -266,7 +266,7 @@ def _train_layout(config: TrainingConfig, root: Path, layout, stage: int | None,
 
 def train_candidate(config: TrainingConfig, say: Callable[[str], None] = print) -> dict:
     """The record of one candidate run: read where it finished, else trained (resumed where a checkpoint is)."""
-    from .training import changed_settings, train
+    from ..training.engine import changed_settings, train
 
     folder = Path(config.output_dir)
     record_path = folder / RECORD

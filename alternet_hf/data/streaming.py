@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from tqdm.auto import tqdm
 
-from .data import DataRowError, collate_images, raised_message, split_files, transform_row
+from .sources import DataRowError, collate_images, raised_message, split_files, transform_row
 
 
 class StreamBrokenError(OSError):

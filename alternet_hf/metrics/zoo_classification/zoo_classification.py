@@ -9,7 +9,7 @@ import datasets
 import evaluate
 import numpy as np
 
-from alternet_hf.metrics import classification_metrics
+from alternet_hf.metrics.classification import classification_metrics
 
 _DESCRIPTION = (
     "Accuracy, NLL, ECE (10 equal-width bins), Acc-90, Unc-90, Freq-90, IoU, IoU-90 and Brier score of "

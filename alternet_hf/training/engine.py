@@ -30,7 +30,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from .augmentation import (
+from ..data.augmentation import (
     BatchMixer,
     SeededAugmentation,
     channel_statistics,
@@ -39,13 +39,13 @@ from .augmentation import (
     normalize_images,
     train_transform,
 )
-from .data import UNREADABLE_FILE, UnreadableRows, collate_images, load_train_and_eval, with_transform
-from .metrics import classification_metrics, plot_reliability_diagram, reliability_diagram
-from .presets import create_classifier
+from ..data.sources import UNREADABLE_FILE, UnreadableRows, collate_images, load_train_and_eval, with_transform
+from ..data.streaming import StreamBrokenError, StreamLoader, stream_loader
+from ..metrics.classification import classification_metrics, plot_reliability_diagram, reliability_diagram
+from ..models.presets import create_classifier
+from ..utils import padded_to_first_batch, quiet_progress_bars, write_atomically, write_json
+from ..utils.run_lock import hold_folder
 from .recipe import TrainingConfig, build_optimizer, build_scheduler
-from .run_lock import hold_folder
-from .streaming import StreamBrokenError, StreamLoader, stream_loader
-from .utils import padded_to_first_batch, quiet_progress_bars, write_atomically, write_json
 
 # What a second run on a folder in use is told (`run_lock.hold_folder`): resuming beside a live run would train twice.
 RUNNING_ADVICE = "wait for it to end, or stop it and then continue it with --resume"

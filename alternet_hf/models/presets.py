@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
-from .utils import damaged_model_file
+from ..utils import damaged_model_file
 
 if TYPE_CHECKING:
     from torch import nn

@@ -20,14 +20,15 @@ from PIL import Image, UnidentifiedImageError
 from transformers import AutoModelForImageClassification
 
 import alternet_hf  # noqa: F401  (registers the zoo's classes: no remote code is ever run)
-from alternet_hf.augmentation import channel_statistics, eval_transform, normalize_images
-from alternet_hf.utils import UNREACHABLE, damaged_model_file, hub_failure, to_rgb, write_atomically
 from analysis.blocks import as_feature_map, run_blocks
-from analysis.cifar_c import CORRUPTIONS, SEVERITIES
-from analysis.corruptions import corrupt
 from analysis.fourier import fourier_log_amplitude, mean_log_amplitude
 from analysis.robustness import band_pass_noise
 from analysis.runner import read_result
+
+from ..data.augmentation import channel_statistics, eval_transform, normalize_images
+from ..data.cifar_c import CORRUPTIONS, SEVERITIES
+from ..data.cifar_c.corruptions import corrupt
+from ..utils import UNREACHABLE, damaged_model_file, hub_failure, to_rgb, write_atomically
 
 MAX_SIDE = 4096  # larger images are refused from their header; anything above MAX_WORKING_SIDE is shrunk
 MAX_WORKING_SIDE = 512
@@ -130,7 +131,7 @@ def example_files(kind: str = "photos") -> list[str]:
     """Example images as PNG files (examples go through the upload path): photographs, or (`kind="digits"`) digits."""
     folder = Path(tempfile.gettempdir()) / "alternet-space-examples"
     if kind == "digits":
-        from .data import load_digits_dataset
+        from ..data.sources import load_digits_dataset
 
         test = load_digits_dataset("test")
         images = {f"digit-{test[i]['label']}": test[i]["image"] for i in range(0, 40, 5)}

@@ -143,7 +143,7 @@ def flag_values(args: argparse.Namespace, names: str) -> dict:
 
 def model_source(text: str) -> str:
     """argparse type of `--model`: a preset, a model folder, or something that can only be a Hub id."""
-    from alternet_hf.presets import list_models, unknown_preset_message
+    from alternet_hf.models.presets import list_models, unknown_preset_message
 
     path = Path(text).expanduser()
     if path.is_dir():

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from .utils import not_a_folder
+from . import not_a_folder
 
 LOCK_FILE = ".alternet-run.lock"
 

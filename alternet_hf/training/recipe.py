@@ -8,7 +8,7 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .utils import write_json
+from ..utils import write_json
 
 # torch and transformers are imported where they are used: a TrainingConfig is plain data (JSON files, flags).
 
@@ -176,7 +176,7 @@ class TrainingConfig:
         if (self.mixup_alpha > 0 or self.cutmix_alpha > 0) and self.batch_size % 2:
             raise ValueError("Mixup/CutMix pair samples within a batch: TrainingConfig.batch_size must be even")
         if self.rand_augment is not None:
-            from .augmentation import check_rand_augment
+            from ..data.augmentation import check_rand_augment
 
             try:
                 check_rand_augment(self.rand_augment)

@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
+from ..utils import FORBIDDEN, GATED, NOT_FOUND, UNAUTHENTICATED, hub_failure, quiet_progress_bars, to_rgb, write_json
 from .augmentation import SeededAugmentation
-from .utils import FORBIDDEN, GATED, NOT_FOUND, UNAUTHENTICATED, hub_failure, quiet_progress_bars, to_rgb, write_json
 
 DIGITS = "digits"
 

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from alternet_hf.augmentation import channel_statistics
+from alternet_hf.data.augmentation import channel_statistics
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -161,7 +161,7 @@ def analysis_mode(model: nn.Module, *, batchnorm: str = "eval", device: torch.de
 
 def model_normalization(model: nn.Module, mean=None, std=None, device=None) -> tuple[torch.Tensor, torch.Tensor]:
     """The mean and std to normalise a model's inputs with (those given, else its config's, else 0.5), as
-    `alternet_hf.augmentation.channel_statistics` gives them on `device`."""
+    `alternet_hf.data.augmentation.channel_statistics` gives them on `device`."""
     config = getattr(model, "config", None)
     mean = (getattr(config, "image_mean", None) or (0.5, 0.5, 0.5)) if mean is None else mean
     std = (getattr(config, "image_std", None) or (0.5, 0.5, 0.5)) if std is None else std

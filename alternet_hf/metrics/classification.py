@@ -9,7 +9,7 @@ import numpy as np
 from scipy.special import softmax
 
 # `evaluate.load(EVALUATE_METRIC_PATH)`: the same metrics as an `evaluate` module, no Hub needed.
-EVALUATE_METRIC_PATH = str(Path(__file__).parent / "evaluate_metrics" / "zoo_classification")
+EVALUATE_METRIC_PATH = str(Path(__file__).parent / "zoo_classification")
 
 METRIC_NAMES = ("accuracy", "nll", "ece", "acc_90", "unc_90", "freq_90", "iou", "iou_90", "brier")
 CONFIDENT = 0.9

@@ -33,7 +33,7 @@ PAPER_RESULTS = {
     "vit-ti-cifar100": PaperResult(top1=66.5, cifar100c_mean=51.9),
 }
 
-# The released files, by the zoo preset with the same architecture (the converters' `alternet_hf.convert`).
+# The released files, by the zoo preset with the same architecture (the converters' `alternet_hf.hub.convert`).
 REFERENCE_FILES = {
     "resnet-50-cifar100": "resnet_50_cifar100_691cc9a9e4.pth.tar",
     "vit-ti-cifar100": "vit_ti_cifar100_9857b21357.pth.tar",

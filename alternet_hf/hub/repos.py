@@ -6,16 +6,15 @@ model card whose `model-index` comes from the evaluation JSON, and CIFAR-100-C a
 import json
 import shutil
 import warnings
-from collections.abc import Sequence
 from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from .metrics import METRIC_NAMES
-from .modeling_common import ZooModelMixin
-from .presets import create_model, list_models
-from .timm_families import is_timm_wrapper
-from .timm_models import TIMM_ARGUMENTS, timm_name
+from ..metrics.classification import METRIC_NAMES
+from ..models.modeling_common import ZooModelMixin
+from ..models.presets import create_model, list_models
+from ..models.timm_families import is_timm_wrapper
+from ..models.timm_models import TIMM_ARGUMENTS, timm_name
 
 PAPER_ID = "2202.06709"  # arXiv
 PAPER = f"https://arxiv.org/abs/{PAPER_ID}"  # every card links it: the Hub lists the repo on the paper's page
@@ -79,7 +78,7 @@ def _fields_table(fields: dict) -> str:
 
 def _recipe_table(model_dir: Path, provenance: dict | None = None, dataset_aliases: dict | None = None) -> str:
     if provenance is not None:  # weights trained by the reference's authors, with the recipe the zoo reproduces
-        from .recipe import recipe_config
+        from ..training.recipe import recipe_config
 
         preset = provenance["preset"]
         fields = recipe_config(preset, "paper").to_dict()
@@ -389,7 +388,7 @@ def _scripts_section(
 ) -> str:
     """The commands of transformers' example script and, where timm loads the repo (`timm`), timm's `validate.py` and
     `train.py` for this repo, with the column flags of a dataset whose columns are not `image`/`label`."""
-    from .data import DEFAULT_COLUMNS, KNOWN_COLUMNS
+    from ..data.sources import DEFAULT_COLUMNS, KNOWN_COLUMNS
 
     name = repo_id.split("/")[-1]
     hub_dataset = dataset if _is_hub_id(dataset) else "<dataset on the Hub>"
@@ -479,112 +478,3 @@ def _figures_section(figures: dict[str, str] | None) -> str:
         return ""
     shown = "\n\n".join(f"**{title}**\n\n![{title}]({path})" for title, path in figures.items())
     return f"\n## Figures\n\n{shown}\n"
-
-
-# --- CIFAR-100-C ---------------------------------------------------------------------------------------
-
-
-def set_file(corruption: str, severity: int) -> str:
-    """Where `write_hub_dataset` puts one set, relative to the repo."""
-    from analysis.robustness import severity_split
-
-    return f"data/{corruption}/{severity_split(severity)}-00000-of-00001.parquet"
-
-
-def hub_dataset_configs(corruptions: Sequence[str]) -> list[dict]:
-    """The card's configs: `default`, every set in one split `test`; then one per corruption, a split per severity."""
-    from analysis.cifar_c import SEVERITIES
-    from analysis.robustness import severity_split
-
-    configs = [{"config_name": "default", "data_files": [{"split": "test", "path": "data/*/*.parquet"}]}]
-    for corruption in corruptions:
-        files = [
-            {"split": severity_split(s), "path": set_file(corruption, s).replace("00000-of-00001", "*")}
-            for s in SEVERITIES
-        ]
-        configs.append({"config_name": corruption, "data_files": files})
-    return configs
-
-
-def hub_dataset_card(repo_id: str, corruptions: Sequence[str], images_per_set: int):
-    """The dataset card of CIFAR-C published as parquet."""
-    from huggingface_hub import DatasetCard, DatasetCardData
-
-    from analysis.cifar_c import CIFAR_C_CITATION, SEVERITY_PARAMETERS
-
-    data = DatasetCardData(
-        license="cc-by-4.0",
-        pretty_name="CIFAR-100-C",
-        task_categories=["image-classification"],
-        size_categories=["100K<n<1M"] if images_per_set * 5 * len(corruptions) >= 100_000 else ["n<100K"],
-        source_datasets=["uoft-cs/cifar100"],
-        configs=hub_dataset_configs(corruptions),
-    )
-    table = "\n".join(f"| {name} | {SEVERITY_PARAMETERS[name]} |" for name in corruptions)
-    example = "fog" if "fog" in corruptions else corruptions[0]
-    body = f"""
-# CIFAR-100-C
-
-The CIFAR-100 test set under {len(corruptions)} common corruptions at 5 severities (Hendrycks & Dietterich,
-ICLR 2019), converted from the released arrays (Zenodo record 3555552) to parquet, one row per image:
-`image` (PNG, 32×32 RGB), `label` (CIFAR-100 fine label), `corruption`, `severity` (1–5);
-{images_per_set:,} images per corruption and severity, in the order of the CIFAR-100 test set.
-
-One config per corruption, one split per severity (`severity_1` … `severity_5`), each a file of its own; the
-`default` config holds every set in one split, `test`:
-
-```python
-from datasets import load_dataset
-
-# {images_per_set:,} images; `datasets` fetches the config's 5 files, one per severity
-{example}_3 = load_dataset("{repo_id}", "{example}", split="severity_3")
-# the same rows, reading that one file
-{example}_3 = load_dataset("{repo_id}", "{example}", split="severity_3", streaming=True)
-# all {len(corruptions) * 5 * images_per_set:,} images
-everything = load_dataset("{repo_id}", split="test")
-
-# evaluation by corruption and severity, reading only the sets it evaluates:
-from analysis.robustness import ParquetCorruptions, evaluate_corruptions
-evaluate_corruptions(model, ParquetCorruptions("{repo_id}"))
-```
-
-| corruption | CIFAR-C parameters, severities 1–5 |
-|---|---|
-{table}
-
-Published with `alternet-publish-cifar100c` of alternet-hf, the model zoo of ["How Do Vision Transformers
-Work?"]({PAPER}) (Park & Kim, ICLR 2022), whose robustness results it is measured on. Licence of the original
-arrays: CC BY 4.0.
-
-```bibtex
-{CIFAR_C_CITATION}
-```
-"""
-    return DatasetCard(f"---\n{data.to_yaml()}\n---\n{body}")
-
-
-def write_hub_dataset(
-    zenodo_dir: str | Path, folder: str | Path, repo_id: str, corruptions: Sequence[str] | None = None
-) -> Path:
-    """The Hub dataset repo of the Zenodo arrays in `zenodo_dir`, written into `folder`, with its card."""
-    from tqdm import tqdm
-
-    from analysis.cifar_c import CORRUPTIONS, SEVERITIES, ZENODO_URL
-    from analysis.robustness import ZenodoArrays, save_as_parquet
-
-    corruptions = CORRUPTIONS if corruptions is None else corruptions
-    folder = Path(folder)
-    source = ZenodoArrays(zenodo_dir)
-    missing = sorted(set(corruptions) - set(source.available()))
-    if missing:
-        raise FileNotFoundError(
-            f"{zenodo_dir} lacks {', '.join(f'{name}.npy' for name in missing)} (it has {source.available()}): "
-            f"CIFAR-100-C's arrays are Zenodo record 3555552 ({ZENODO_URL}); unpack CIFAR-100-C.tar there"
-        )
-    sets = [(corruption, severity) for corruption in corruptions for severity in SEVERITIES]
-    for corruption, severity in tqdm(sets, desc="parquet", unit="set"):
-        save_as_parquet(
-            source, folder / set_file(corruption, severity), corruptions=[corruption], severities=[severity]
-        )
-    hub_dataset_card(repo_id, corruptions, source.per_severity).save(folder / "README.md")
-    return folder

@@ -3,7 +3,7 @@ AlterNet-50 for CIFAR-100, and every other preset has its timm name.
 
 Names follow timm's rule that an architecture fixes the layers and a pretrained tag the data: the reference code's
 model names, tagged with the dataset (docs/models.md, "In timm", lists them and the interface `TimmZooModel` gives).
-PiT-Ti and Swin-Ti are timm's own classes (`alternet_hf.timm_families`). `import alternet_hf` does not import timm:
+PiT-Ti and Swin-Ti are timm's own classes (`timm_families`). `import alternet_hf` does not import timm:
 `register_models` runs once timm is imported.
 """
 

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .cifar_c import CORRUPTIONS, SEVERITIES, SEVERITY_PARAMETERS
+from . import CORRUPTIONS, SEVERITIES, SEVERITY_PARAMETERS
 
 
 def _uniform(shape, low, high, generator, device, dtype=torch.float32):

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from .utils import to_rgb
+from ..utils import to_rgb
 
 _LEVEL_DENOMINATOR = 10.0  # timm's: magnitudes run 0…10
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel
 
-from .presets import create_model
+from ..models.presets import create_model
 
 Rules = list[tuple[str, str | Callable[[re.Match], str]]]
 

@@ -12,7 +12,7 @@ from analysis.inputs import DataOptions
 from analysis.registry import ANALYSES, Settings
 from analysis.runner import compare_models
 
-from .recipe import DEFAULT_MODEL, DEFAULT_MODEL_OVERRIDES, TrainingConfig
+from ..training.recipe import DEFAULT_MODEL, DEFAULT_MODEL_OVERRIDES, TrainingConfig
 
 FAMILIES = ("resnet", "vit", "alternet")
 # Small members of each family at comparable size (docs/analyses.md): the AlterNet is the first run's, the ResNet the
@@ -61,7 +61,7 @@ def training_config(family: str, out: Path, *, epochs: int | None, quick: bool):
 
 def train_family(config, say=print):
     """Train (or reuse, or resume) one model; returns its folder."""
-    from .training import changed_settings, train
+    from ..training.engine import changed_settings, train
 
     folder = Path(config.output_dir)
     saved = folder / "training_config.json"

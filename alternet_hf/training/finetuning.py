@@ -12,13 +12,20 @@ import numpy as np
 import torch
 from transformers import Trainer, TrainingArguments, set_seed
 
-from .augmentation import eval_transform, train_transform
-from .data import DIGITS, UNREADABLE_FILE, UnreadableRows, collate_images, load_train_and_eval, with_transform
-from .metrics import EVALUATE_METRIC_PATH
-from .modeling_common import build_image_processor
-from .presets import create_classifier, loads_weights
+from ..data.augmentation import eval_transform, train_transform
+from ..data.sources import (
+    DIGITS,
+    UNREADABLE_FILE,
+    UnreadableRows,
+    collate_images,
+    load_train_and_eval,
+    with_transform,
+)
+from ..metrics.classification import EVALUATE_METRIC_PATH
+from ..models.modeling_common import build_image_processor
+from ..models.presets import create_classifier, loads_weights
+from ..utils.run_lock import hold_folder
 from .recipe import FINETUNE_DEFAULTS, FROM_SCRATCH_DEFAULTS
-from .run_lock import hold_folder
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """A trained model's evaluation: the paper's metrics on a split of a dataset (`alternet-evaluate`), written as the
-`eval_<dataset>_<split>.json` and reliability diagram that model cards read (`alternet_hf.hub.find_evaluation`)."""
+`eval_<dataset>_<split>.json` and reliability diagram that model cards read
+(`alternet_hf.hub.repos.find_evaluation`)."""
 
 import math
 from pathlib import Path
@@ -8,8 +9,8 @@ import torch
 from accelerate import Accelerator
 from torch.utils.data import DataLoader
 
-from .augmentation import eval_transform
-from .data import (
+from ..data.augmentation import eval_transform
+from ..data.sources import (
     UnreadableRows,
     class_names_of,
     collate_images,
@@ -18,9 +19,9 @@ from .data import (
     stream_image_classification,
     with_transform,
 )
-from .presets import create_model
-from .training import build_steps, evaluate, save_reliability_diagram
-from .utils import write_json
+from ..models.presets import create_model
+from ..training.engine import build_steps, evaluate, save_reliability_diagram
+from ..utils import write_json
 
 PERCENT_METRICS = ("accuracy", "acc_90", "unc_90", "freq_90", "iou", "iou_90")
 
