@@ -14,7 +14,7 @@ from reference_forward import (
 from transformers import AutoModelForImageClassification
 
 import alternet_hf
-from alternet_hf.convert import reference_state_dict, save_reference_checkpoint
+from alternet_hf.hub.convert import reference_state_dict, save_reference_checkpoint
 
 
 def _save(tmp_path, state_dict, name="model.pth.tar"):
@@ -131,7 +131,7 @@ def test_corrupt_and_truncated_files_fail_clearly(tmp_path):
         alternet_hf.convert_original_checkpoint(truncated, "resnet-18-cifar10")
     garbage = tmp_path / "garbage.pth.tar"
     garbage.write_bytes(b"this is not a checkpoint")
-    with pytest.raises(ValueError, match="not a readable PyTorch checkpoint"):
+    with pytest.raises(ValueError, match="not a readable PyTorch checkpoint: it is no checkpoint at all"):
         alternet_hf.convert_original_checkpoint(garbage, "resnet-18-cifar10")
     with pytest.raises(FileNotFoundError):
         alternet_hf.convert_original_checkpoint(tmp_path / "absent.pth.tar", "resnet-18-cifar10")
@@ -152,3 +152,15 @@ def test_command_line_writes_a_loadable_folder(tmp_path):
     x = torch.randn(1, 3, 32, 32)
     with torch.no_grad():
         torch.testing.assert_close(model(x).logits, resnet_forward(state_dict, x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.commands
+def test_command_line_says_a_garbage_file_is_no_checkpoint_at_all(tmp_path):
+    """Seven bytes of text are not a checkpoint holding something unsafe: the command says what the file is."""
+    (tmp_path / "garbage.pth.tar").write_bytes(b"garbage")
+    result = run_command(
+        [installed_command("alternet-convert"), "garbage.pth.tar", "resnet-18-cifar10", "converted"], cwd=tmp_path
+    )
+    assert result.returncode == 2 and "it is no checkpoint at all (7 bytes" in result.stderr, result.stderr
+    assert "beyond tensors" not in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "converted").exists()

@@ -177,11 +177,22 @@ def _drop_computed_buffers(state_dict: dict[str, torch.Tensor], model: PreTraine
     return kept
 
 
+ZIP_MAGIC, PICKLE_MAGIC = b"PK\x03\x04", b"\x80"
+
+
 def load_original_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     """The tensors of a reference checkpoint, loaded safely (`weights_only=True`), with clear errors."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
+    with path.open("rb") as file:
+        head = file.read(4)
+    if not head.startswith((ZIP_MAGIC, PICKLE_MAGIC)):  # torch.save writes a zip archive, older torch a pickle
+        size = path.stat().st_size
+        raise ValueError(
+            f"{path} is not a readable PyTorch checkpoint: it is no checkpoint at all ({size:,} bytes, neither a "
+            "zip archive nor a pickle, as torch.save writes them); download it again (reference files end in .pth.tar)"
+        )
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # truncated zip, pickle with code, not a torch file at all
