@@ -183,6 +183,12 @@ class Inputs:
 def prepare_data(loaded, options: DataOptions, analyses, settings, cache: DataCache, *, device) -> Inputs:
     """The `Inputs` of `analyses` for one loaded model (`analysis.models.LoadedModel`), its blocks aside."""
     size, mean, std = loaded.image_size, loaded.image_mean, loaded.image_std
+    if not any(ANALYSES[name].paper for name in analyses):  # the probe alone: its own photos, no dataset
+        from .probe import PHOTOS, photo_inputs
+
+        photos = photo_inputs(size, mean, std)
+        test = (photos, torch.full((len(photos),), -1))  # one batch; the photos have no labels
+        return Inputs(test, image_size=size, image_mean=mean, image_std=std, images={"photos": len(PHOTOS)})
     names = class_names_of(getattr(loaded.model, "config", None))
     used = images_used(options, analyses, settings)
     test_set = cache.split(options.test_split, names, used["test"])

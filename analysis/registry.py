@@ -46,6 +46,8 @@ class Analysis:
     per_block: bool = False
     training_batches: str | None = None
     corruptions: bool = False
+    # False: an analysis of its own fixed images (the probe), run only when asked for by name; it reads no dataset.
+    paper: bool = True
 
     def load(self, name: str):
         """The object called `name` in the analysis's module (`module`, else its own name): `entry.load(entry.run)`."""
@@ -230,9 +232,27 @@ _ANALYSES = (
         comparisons=(("cka", "cka_comparison", "Minibatch CKA between the blocks of each model."),),
         per_block=True,
     ),
+    Analysis(
+        "probe",
+        "ProbeResult",
+        "probe_analysis",
+        plot="plot_probe",
+        summary="probe_summary",
+        estimate="probe_estimate",
+        comparisons=(
+            (
+                "probe",
+                "plot_probe",
+                "The Space's Any model tab: ΔlogA at π and feature-map variance by normalised depth, and the share of "
+                "top-1 predictions kept under band-limited noise, on the same fixed photographs for every model.",
+            ),
+        ),
+        paper=False,
+    ),
 )
-# The analyses a user asks for, by name, in the paper's order.
+# The analyses a user asks for, by name, in the paper's order; `PAPER_ANALYSES` runs when none is named.
 ANALYSES: dict[str, Analysis] = {analysis.name: analysis for analysis in _ANALYSES}
+PAPER_ANALYSES: tuple[str, ...] = tuple(name for name, analysis in ANALYSES.items() if analysis.paper)
 # Every result the per-block pass and the analyses write (`runner.read_result`): the clean accuracy too, computed
 # whenever the per-block pass runs and never asked for by name.
 RESULTS = ANALYSES | {"accuracy": Analysis("accuracy", "AccuracyResult", "AccuracyAccumulator", "blocks")}

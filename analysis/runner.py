@@ -26,14 +26,14 @@ from .claims import COMPETENCE
 from .hessian import HessianOperator
 from .inputs import DataCache, DataOptions, Inputs, prepare_data
 from .models import load_model
-from .registry import ANALYSES, RESULTS, Settings
+from .registry import ANALYSES, PAPER_ANALYSES, RESULTS, Settings
 from .report import write_comparison
 from .shared import AnalysisResult, count_batches, iterate_batches, plain
 
 
 def analyse(
     model: nn.Module,
-    analyses: Sequence[str] = tuple(ANALYSES),
+    analyses: Sequence[str] = PAPER_ANALYSES,
     *,
     test_data,
     train_data: Callable[[], object] | None = None,
@@ -178,18 +178,22 @@ def analyse_model(
     device: torch.device,
     out: Path | None,
     weights: str | Path | None = None,
+    revision: str | None = None,
     scaled_down: Sequence[str] = (),
     say: Callable[[str], None] = print,
 ) -> dict:
-    """Every analysis of `analyses` on the model `source` (see `analysis.models.load_model`), written into `out`,
+    """Every analysis of `analyses` on the model `source` (see `analysis.models.load_model`; a Hub id at
+    `revision`), written into `out`,
     which is held while the analyses write it (one analysis per folder at a time; the model and data are loaded
     first, so that a bad input is said before the folder is claimed)."""
     torch.manual_seed(data.seed)
-    loaded = load_model(source, weights=weights)
+    loaded = load_model(source, weights=weights, revision=revision)
     loaded.model.to(device)
     parameters = sum(p.numel() for p in loaded.model.parameters())
     say(f"analysing {source} ({type(loaded.model).__name__}, {parameters:,} parameters) on {device}")
     meta = {"model": source, **_run_meta(data, device, scaled_down, say)}
+    if loaded.revision is not None:
+        meta["revision"] = loaded.revision
     inputs = prepare_data(loaded, data, analyses, settings, DataCache(data), device=device)
     if inputs.augmentation:
         say(f"Hessian/landscape batches augmented as: {inputs.augmentation['source']}")

@@ -14,11 +14,13 @@ one of the modes below, each timing one part of the zoo (the figures and their m
     python scripts/benchmark.py --feature-maps --models alternet-18-cifar10 --num-images 256
     python scripts/benchmark.py --finetune --models alternet-50-cifar100 outputs/alternet-digits --seeds 0 1 2
     python scripts/benchmark.py --sample --num-images 512 --split-images 50000 --split-files 20
+    python scripts/benchmark.py --any-model  # the Space's Any model tab: ResNet-50 analysed, then a cached answer
 """
 
 import functools
 import importlib.util
 import itertools
+import os
 import tempfile
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
@@ -39,7 +41,8 @@ def build_parser():
     parser.add_argument(
         "--models",
         nargs="+",
-        help=f"default: {' '.join(DEFAULT_MODELS)}; --finetune takes them from you (presets or model folders)",
+        help=f"default: {' '.join(DEFAULT_MODELS)}; --finetune takes them from you (presets or model folders), "
+        "--any-model timm architectures",
     )
     parser.add_argument("--batch-sizes", nargs="+", type=positive_int, default=[32])
     parser.add_argument(
@@ -133,6 +136,11 @@ def build_parser():
         "--num-images 224×224 JPEGs",
     )
     parser.add_argument("--split-files", type=positive_int, default=20, help="parquet files of the --sample split")
+    mode(
+        "--any-model",
+        help="seconds of the Space's Any model tab for timm architectures (--models; default resnet50), untrained, "
+        "in timm's Hub format, already in the cache: the first answer, and a cached one with its figures",
+    )
     parser.add_argument("--output", type=Path, default=None, help="also write the results as JSON here")
     return parser
 
@@ -160,8 +168,11 @@ def main(argv: list[str] | None = None) -> None:
         )
     if args.finetune and importlib.util.find_spec("skimage") is None:
         raise CommandError("--finetune reads scikit-image's photographs: pip install scikit-image")
-    args.models = args.models or list(DEFAULT_MODELS)
+    named_models, args.models = args.models, args.models or list(DEFAULT_MODELS)
     compiled_options = COMPILED[args.compile or "no"]
+    workdir = tempfile.TemporaryDirectory(prefix="alternet-any-model-") if args.any_model else None
+    if workdir is not None:  # read by huggingface_hub when it is imported: the weights are local, the Hub off
+        os.environ |= {"HF_HUB_OFFLINE": "1", "ALTERNET_MODEL_CACHE": str(Path(workdir.name) / "hub")}
     import torch
 
     import zoo_benchmark as benchmark
@@ -175,6 +186,13 @@ def main(argv: list[str] | None = None) -> None:
             over = {"model": args.models, "seed": args.seeds}
             rows = sweep(finetune_accuracy, over, bar="fine-tuning", dataset=faces, runs=Path(work) / "runs")
         report = tables.finetune_table(rows)
+    elif args.any_model:
+        from zoo_benchmark.any_model import any_model_speed
+
+        with workdir:
+            architectures = named_models or ["resnet50"]
+            rows = [any_model_speed(workdir.name, architecture=name, repeats=args.repeats) for name in architectures]
+        report = tables.any_model_table(rows)
     elif args.engine_overhead:
         result = benchmark.measure_engine_overhead(repeats=args.repeats)
         report, rows = tables.engine_overhead_table(result, args.repeats), [result]

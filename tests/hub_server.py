@@ -4,22 +4,68 @@ repo lacks is a 404 with `X-Error-Code: EntryNotFound` (olah answers 500); `/api
 revision is the head of `main`; a repo whose folder holds an (uncommitted) file `.status`, say `401 GatedRepo`,
 answers every request with that HTTP status and `X-Error-Code`, as the Hub answers without access to a gated repo
 (401 GatedRepo), to a wrong token (401), without permission (403) or for no such repo (404 RepoNotFound), and so
-does a repo that is not there at all with `.status` where its folder would be; a GET with a `Range` (what a
+does a repo that is not there at all with `.status` where its folder would be; an API call at a revision the repo
+lacks is a 404 with `X-Error-Code: RevisionNotFound`; a GET with a `Range` (what a
 stream reads: a parquet file's footer, then its row groups) is answered with those bytes (206), where olah would send
 the whole file, except in a repo whose folder holds a file `.ignores-range`: there it is the whole file (200), as a
 mirror that ignores Range (olah offline, some proxies) answers, which HTTP allows. Each file served (GET of
 `/resolve/`, whole or a range) is appended to --log, one path per line, so that a test counts what a command
 fetched.
 
-    python tests/hub_server.py --mirrors DIR --port N --log FILE   # DIR/datasets/<org>/<repo>: git repos on main
+    python tests/hub_server.py --mirrors DIR --port N --log FILE   # DIR/{datasets,models}/<org>/<repo>: git repos
 """
 
 import argparse
 import os
+import socket
+import subprocess
+import sys
 import tempfile
+import time
+import urllib.request
 from pathlib import Path
 
 TYPES = {"models", "datasets", "spaces"}
+
+
+def commit(repo: Path, message: str = "files") -> str:
+    """Commit every file of the folder `repo` (a git repo on `main`, made on first use); the new commit's sha."""
+    identity = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+
+    def git(*args):
+        done = subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, env={**os.environ, **identity})
+        return done.stdout.decode().strip()
+
+    if not (repo / ".git").exists():
+        git("init", "-q", "-b", "main")
+    git("add", "-A")
+    git("commit", "-q", "-m", message)
+    return git("rev-parse", "HEAD")
+
+
+def serve(mirrors: Path, log: Path, probe: str) -> tuple[subprocess.Popen, str]:
+    """This server on a free port, serving the repos under `mirrors`: (its process, its endpoint), once the API path
+    `probe` (e.g. `api/models/org/name`) answers."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    command = [sys.executable, __file__, "--mirrors", str(mirrors), "--port", str(port), "--log", str(log)]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120  # a bound for a server that hangs, far above the few seconds it takes
+    while True:  # olah takes a few seconds to import; the port answers once it listens
+        assert server.poll() is None, server.stderr.read().decode()[-3000:]
+        try:
+            urllib.request.urlopen(f"{endpoint}/{probe}", timeout=5).read()
+            return server, endpoint
+        except OSError:
+            assert time.monotonic() < deadline, "the Hub server did not answer within 120 s"
+            time.sleep(0.3)
 
 
 def repo_of(path: str) -> Path | None:
@@ -35,11 +81,13 @@ def repo_of(path: str) -> Path | None:
 
 
 def repo_and_file(path: str) -> tuple[Path, str, str] | None:
-    """(repo folder relative to the mirrors, revision, file) of a `/resolve/` path; None for any other path."""
+    """(repo folder relative to the mirrors, revision, file) of a `/resolve/` path (`<type>/<org>/<repo>/resolve/...`,
+    or `<org>/<repo>/resolve/...` for a model); None for any other path."""
     parts, repo = path.strip("/").split("/"), repo_of(path)
-    if repo is None or parts[3:4] != ["resolve"] or len(parts) < 6:
+    start = 3 if parts[0] in TYPES else 2
+    if repo is None or parts[start : start + 1] != ["resolve"] or len(parts) < start + 3:
         return None
-    return repo, parts[4], "/".join(parts[5:])
+    return repo, parts[start + 1], "/".join(parts[start + 2 :])
 
 
 def byte_range(header: str, size: int) -> tuple[int, int] | None:
@@ -83,6 +131,12 @@ def main() -> None:
             return Response(status_code=int(status), headers=headers)
         if len(parts) == 4 and parts[0] == "api" and parts[1] in TYPES:
             request.scope["path"] = request.url.path.rstrip("/") + "/revision/main"
+        if len(parts) == 6 and parts[0] == "api" and parts[4] == "revision" and (args.mirrors / repo).is_dir():
+            try:
+                git.Repo(args.mirrors / repo).commit(parts[5])
+            except Exception:  # gitdb's BadName, git's errors: no such revision
+                headers = {"X-Error-Code": "RevisionNotFound", "X-Error-Message": f"{repo} has no {parts[5]}"}
+                return Response(status_code=404, headers=headers)
         found = repo_and_file(request.url.path)
         if found is not None:
             repo, revision, file = found

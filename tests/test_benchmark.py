@@ -251,3 +251,13 @@ def test_the_image_check_benchmark_times_the_check_over_every_file(tmp_path):
     (row,) = json.loads((tmp_path / "check.json").read_text())
     assert row["num_images"] == row["sound_files"] == 30 and row["seconds"] > 0 and row["mean_file_bytes"] > 25_000
     assert "| 30 |" in completed.stdout and "files per second" in completed.stdout
+
+
+def test_the_any_model_benchmark_times_a_first_and_a_cached_answer(tmp_path):
+    """`--any-model`: a timm architecture saved untrained into a Hub cache, answered offline, then from the cache."""
+    command = [*tool_command("benchmark"), "--any-model", "--models", "test_resnet", "--repeats", "1"]
+    completed = run_command([*command, "--output", "any-model.json"], cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    (row,) = json.loads((tmp_path / "any-model.json").read_text())
+    assert row["architecture"] == "test_resnet" and row["cached"] is True and row["analysed_seconds"] > 0
+    assert "| test_resnet | 0.5 M |" in completed.stdout

@@ -5,13 +5,11 @@ run with `HF_ENDPOINT` pointing at it and a fresh cache, and the server's log sa
 import json
 import os
 import shutil
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
+import hub_server
 import numpy as np
 import pytest
 from commands import run_command, warm_environment
@@ -20,7 +18,6 @@ from test_space import free_port
 
 pytestmark = pytest.mark.commands
 
-HUB_SERVER = Path(__file__).with_name("hub_server.py")
 REPO = "org/digits"
 CARD = """---
 configs:
@@ -35,22 +32,12 @@ configs:
 """
 
 
-def git(*args, cwd: Path) -> None:
-    identity = {
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@t",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@t",
-    }
-    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, env={**os.environ, **identity})
-
-
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
     """The server, serving `org/digits`: the embedded digits' training split in three shards, its test split as
     `validation`; and a tiny model that classifies them."""
     import alternet_hf
-    from alternet_hf.data import load_image_classification
+    from alternet_hf.data.sources import load_image_classification
 
     root = tmp_path_factory.mktemp("hub")
     repo = root / "mirrors" / "datasets" / REPO
@@ -62,28 +49,15 @@ def hub(tmp_path_factory):
         str(repo / "data" / "validation-00000-of-00001.parquet")
     )
     (repo / "README.md").write_text(CARD)
-    git("init", "-q", "-b", "main", cwd=repo)
-    git("add", "-A", cwd=repo)
-    git("commit", "-q", "-m", "digits", cwd=repo)
+    hub_server.commit(repo, "digits")
 
     overrides = {**TINY["alternet-18-cifar10"], "num_labels": 10}
     overrides |= {"id2label": {i: str(i) for i in range(10)}, "label2id": {str(i): i for i in range(10)}}
     model = root / "model"
     alternet_hf.create_model("alternet-18-cifar10", **overrides).save_pretrained(model)
 
-    port, log = free_port(), root / "fetched.log"
-    command = [sys.executable, str(HUB_SERVER), "--mirrors", str(root / "mirrors"), "--port", str(port)]
-    server = subprocess.Popen([*command, "--log", str(log)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        assert server.poll() is None, server.stderr.read().decode()[-3000:]
-        try:
-            urllib.request.urlopen(f"{endpoint}/api/datasets/{REPO}", timeout=5).read()
-            break
-        except OSError:
-            assert time.monotonic() < deadline, "the Hub server did not answer within 60 s"
-            time.sleep(0.3)
+    log = root / "fetched.log"
+    server, endpoint = hub_server.serve(root / "mirrors", log, f"api/datasets/{REPO}")
     yield SimpleNamespace(endpoint=endpoint, log=log, repo=repo, model=model, root=root, home=root / "hf-home")
     server.terminate()
     server.wait(30)
@@ -133,7 +107,7 @@ def test_a_seeded_sample_reads_a_few_files_of_a_large_split_and_its_seed_draws_i
     """`--max-images 16` of a split in 20 files of 300 images: the stream reads files until its shuffle buffer
     (1,000 rows) has filled twice, about 7 files, and never fetches the rest (at least half the split); the same seed,
     in a fresh cache, draws the same images."""
-    from alternet_hf.data import load_image_classification
+    from alternet_hf.data.sources import load_image_classification
 
     repo = hub.root / "mirrors" / "datasets" / "org" / "digits-20"
     (repo / "data").mkdir(parents=True)
@@ -143,9 +117,7 @@ def test_a_seeded_sample_reads_a_few_files_of_a_large_split_and_its_seed_draws_i
         train.select(rows).to_parquet(str(repo / "data" / f"train-{shard:05d}-of-00020.parquet"))
     shutil.copy(hub.repo / "data" / "validation-00000-of-00001.parquet", repo / "data")
     (repo / "README.md").write_text(CARD)
-    git("init", "-q", "-b", "main", cwd=repo)
-    git("add", "-A", cwd=repo)
-    git("commit", "-q", "-m", "digits in 20 files", cwd=repo)
+    hub_server.commit(repo, "digits in 20 files")
 
     argv = ["alternet-evaluate", "--model", str(hub.model), "--dataset", "org/digits-20", "--split", "train"]
     runs = []
@@ -196,14 +168,12 @@ def test_the_robustness_analysis_fetches_only_the_cifar_c_sets_it_evaluates(hub,
     severities fetch those four sets' files, and the clean images come from the validation split alone."""
     from readme_data import zenodo_arrays
 
-    from alternet_hf.hub import set_file, write_hub_dataset
+    from alternet_hf.hub.cifar100c import set_file, write_hub_dataset
 
     repo = hub.root / "mirrors" / "datasets" / "org" / "digits-c"
     arrays = zenodo_arrays(tmp_path / "arrays", images=40)  # CIFAR-C of the first 40 test digits
     write_hub_dataset(arrays, repo, "org/digits-c")
-    git("init", "-q", "-b", "main", cwd=repo)
-    git("add", "-A", cwd=repo)
-    git("commit", "-q", "-m", "digits-c", cwd=repo)
+    hub_server.commit(repo, "digits-c")
     argv = ["alternet-analyze", "--model", str(hub.model), "--dataset", REPO, "--test-split", "validation"]
     argv += ["--analyses", "robustness", "--cifar-c", "org/digits-c", "--corruptions", "fog,snow"]
     result, fetched = fetch(hub, [*argv, "--severities", "1,3", "--out", "results"], tmp_path)
@@ -234,7 +204,7 @@ def refusing_repos(hub):
 FAILURES_OF = """
 import json, sys
 import alternet_hf
-from alternet_hf.data import load_raw_dataset
+from alternet_hf.data.sources import load_raw_dataset
 from alternet_hf.utils import hub_failure
 from huggingface_hub import HfApi, hf_hub_download
 calls = {"file": lambda repo: hf_hub_download(repo, "config.json"), "model": alternet_hf.create_model}

@@ -54,6 +54,7 @@ RULES = [
     (r"^alternet-buildup", PARSE_ONLY, "minutes of training; tests/test_buildup.py runs a search, killed and resumed"),
     (r"--num_machines", PARSE_ONLY, "several nodes: the launch waits for all of them to join"),
     (r"uoft-cs/|imagenet|<org>/(alternet|resnet|vit)-\d", CLEAR_ERROR, "Hub data or models"),
+    (r"--model timm/", CLEAR_ERROR, "a model of the Hub, checked and fetched: offline it is not in the cache"),
     (r"--recipe paper --model \S+-cifar(?!.*--print-config)|-paper\b", CLEAR_ERROR, "the paper's recipe on Hub data"),
     (r"--config my_run\.json", CLEAR_ERROR, "my_run.json: a run on the Hub's CIFAR-10"),
     (r"^alternet-(push|publish-cifar100c)(?!.*--dry-run)", CLEAR_ERROR, "uploads to the Hub"),

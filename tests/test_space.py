@@ -251,6 +251,14 @@ def test_a_malformed_models_flag_is_a_clear_error(tmp_path):
     )
     assert completed.returncode == 2 and "must look like Name=folder_or_hub_id" in completed.stderr
     assert "Traceback" not in completed.stderr
+    nowhere = run_command(
+        [installed_command("alternet-space"), "--models", "X=nowhere"],
+        cwd=tmp_path,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert nowhere.returncode == 2 and "nowhere: neither a folder here nor a Hub id" in nowhere.stderr
+    assert "Traceback" not in nowhere.stderr and "Running on" not in nowhere.stdout  # said at once, nothing started
 
 
 @pytest.mark.commands

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from analysis.inputs import DataOptions
-from analysis.registry import ANALYSES, Settings
+from analysis.registry import ANALYSES, PAPER_ANALYSES, Settings
 from analysis.runner import compare_models
 
 from ..training.recipe import DEFAULT_MODEL, DEFAULT_MODEL_OVERRIDES, TrainingConfig
@@ -84,7 +84,7 @@ def comparison_dir(out: Path, families: Sequence[str], analyses: Sequence[str]) 
     """Where a run's comparison goes: `out/comparison` for every family and analysis, else a folder beside it that
     names the run (`comparison-resnet-vit-fourier-lesion`), never over the whole zoo's report."""
     parts = [] if set(families) == set(FAMILIES) else [f for f in FAMILIES if f in families]
-    parts += [] if set(analyses) == set(ANALYSES) else [a for a in ANALYSES if a in analyses]
+    parts += [] if set(analyses) == set(PAPER_ANALYSES) else [a for a in ANALYSES if a in analyses]
     return Path(out) / "-".join(["comparison", *parts])
 
 

@@ -8,7 +8,9 @@ import contextlib
 import hashlib
 import io
 import os
+import sys
 import tempfile
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,13 +24,18 @@ from transformers import AutoModelForImageClassification
 import alternet_hf  # noqa: F401  (registers the zoo's classes: no remote code is ever run)
 from analysis.blocks import as_feature_map, run_blocks
 from analysis.fourier import fourier_log_amplitude, mean_log_amplitude
+from analysis.probe import PHOTOS as PROBE_PHOTOS
+from analysis.probe import plot_probe_by_depth, plot_probe_noise
 from analysis.robustness import band_pass_noise
 from analysis.runner import read_result
 
 from ..data.augmentation import channel_statistics, eval_transform, normalize_images
 from ..data.cifar_c import CORRUPTIONS, SEVERITIES
 from ..data.cifar_c.corruptions import corrupt
+from ..hub.vetting import RefusedModel
 from ..utils import UNREACHABLE, damaged_model_file, hub_failure, to_rgb, write_atomically
+from .any_model import EXAMPLES as ANY_MODEL_EXAMPLES
+from .any_model import AnyModel, Busy, TimeLimit
 
 MAX_SIDE = 4096  # larger images are refused from their header; anything above MAX_WORKING_SIDE is shrunk
 MAX_WORKING_SIDE = 512
@@ -49,6 +56,8 @@ BLOCK_NAMES = {
     "conv": "a Conv",
     "pool": "a downsampling",
 }
+# Visitors of the Any model tab served at once: cached answers need no CPU; the analyses wait in the service's line.
+ANY_MODEL_CONCURRENCY = 16
 MODELS_SYNTAX = "alternet-space --models Name=folder_or_hub_id,... (or ALTERNET_SPACE_MODELS)"
 
 
@@ -70,7 +79,19 @@ def parse_models(spec: str) -> list[tuple[str, str]]:
         entries.append((name.strip(), source.strip()))
     if not entries:
         raise ValueError(f"no models given: {MODELS_SYNTAX}")
+    if not any(_folder_or_hub_id(source) for _, source in entries):  # a Space with nothing to load: say so now
+        wrong = ", ".join(source for _, source in entries)
+        raise ValueError(f"{wrong}: neither a folder here nor a Hub id (owner/name): {MODELS_SYNTAX}")
     return entries
+
+
+def _folder_or_hub_id(source: str) -> bool:
+    """Whether `source` is a folder, or has a Hub id's form (owner/name, where no folder `owner` is here: that is a
+    path with a typo)."""
+    if Path(source).expanduser().exists():
+        return True
+    parts = source.split("/")
+    return len(parts) == 2 and all(parts) and not source.startswith((".", "~")) and not Path(parts[0]).is_dir()
 
 
 def load_models(spec: str) -> list[LoadedModel]:
@@ -242,6 +263,7 @@ class Space:
         self.results_dir = Path(results_dir) if results_dir is not None else None
         self.note = note
         self.pending = list(pending)
+        self.any_model = AnyModel({m.name: m.model for m in self.ready})
 
     def status(self) -> str:
         lines = [
@@ -391,6 +413,52 @@ class Space:
             )
         return figure
 
+    # --- any model tab -----------------------------------------------------------------------------
+
+    def analyse_model(self, model_id: str, revision: str = "", progress=gr.Progress()):  # noqa: B008 (Gradio's way)
+        """The probe of any Hub model beside the Space's own: [reading, ΔlogA figure, variance figure, noise figure,
+        JSON answer]. A model that may not or cannot be analysed gets one sentence in the reading, no figures, and
+        `{"model_id", "refused"}` as its answer: never a traceback in the page."""
+        from analysis.probe import ProbeResult, probe_reading
+
+        def waiting(ahead: int) -> None:
+            progress(0.0, desc=f"waiting for the CPU: {ahead} analys{'es' if ahead != 1 else 'is'} ahead")
+
+        try:
+            answer = self.any_model.analyse(
+                model_id, revision, on_wait=waiting, on_step=lambda fraction, what: progress(fraction, desc=what)
+            )
+            references = self.any_model.reference_results()
+        except (RefusedModel, Busy, TimeLimit) as error:
+            return self._refusal(model_id, str(error))
+        except Exception as error:  # a model that passed the checks and still failed: said, and logged for us
+            traceback.print_exc(file=sys.stderr)
+            first = (str(error).strip().splitlines() or [""])[0][:300]
+            return self._refusal(model_id, f"“{model_id}” could not be analysed ({type(error).__name__}: {first}).")
+        result = ProbeResult.from_dict(answer)
+        found = {answer["model_id"]: result, **references}
+        figures = []
+        bold = dict(highlight=answer["model_id"])
+        for draw, title in (
+            (lambda ax: plot_probe_by_depth(found, ax, **bold), "ΔlogA at π by depth (its MSA blocks shaded)"),
+            (lambda ax: plot_probe_by_depth(found, ax, field="variance", **bold), "Feature-map variance by depth"),
+            (lambda ax: plot_probe_noise(found, ax, **bold), "Top-1 kept under band-limited noise"),
+        ):
+            figure = Figure(figsize=(5.2, 3.6), layout="constrained")
+            draw(figure.subplots()).set_title(title, fontsize=9)
+            figures.append(figure)
+        where = "from the cache" if answer["cached"] else f"in {answer['seconds']:.1f} s"
+        reading = (
+            f"**{answer['model_id']}** at commit `{answer['revision']}` ({answer['architecture']}, "
+            f"{answer['parameters'] / 1e6:.1f} M parameters, {answer['library']}), on {result.num_images} photos, "
+            f"answered {where}.\n\n" + probe_reading(answer["model_id"], result, references)
+        )
+        return [reading, *figures, answer]
+
+    @staticmethod
+    def _refusal(model_id: str, sentence: str) -> list:
+        return [f"**Not analysed.** {sentence}", None, None, None, {"model_id": model_id, "refused": sentence}]
+
 
 def _severity_or_frequency(corruption: str):
     """Only the control that applies to the chosen corruption is active."""
@@ -465,4 +533,28 @@ def build_demo(space: Space) -> gr.Blocks:
                 [corrupted, *labels, curves],
                 api_name="robustness",
             )
+        with gr.Tab("Any model"):
+            gr.Markdown(
+                "Type the id of any image classifier on the Hugging Face Hub (transformers, or timm's own repos) and "
+                f"see how it handles frequencies on {len(PROBE_PHOTOS)} fixed photos, beside this Space's models: "
+                "the high-frequency amplitude block by block (a fall after MSA blocks is the low-pass filtering "
+                "the paper finds), the feature-map variance, and how many of its top-1 predictions survive noise "
+                "in each frequency band. Only public models with safetensors weights and no code of their own are "
+                "analysed, one at a time; every answer is kept, so a model someone already asked for answers at once."
+            )
+            with gr.Row():
+                model_id = gr.Textbox(label="Hub model id", placeholder="owner/name, e.g. timm/resnet50.a1_in1k")
+                revision = gr.Textbox(label="Revision (optional)", placeholder="main, a tag or a commit sha")
+                probe_button = gr.Button("Analyse", variant="primary")
+            gr.Examples([[example] for example in ANY_MODEL_EXAMPLES], inputs=[model_id], label="Well-known models")
+            reading = gr.Markdown()
+            with gr.Row():
+                probe_plots = [gr.Plot(show_label=False, elem_classes="any-model-figure") for _ in range(3)]
+            answer = gr.JSON(label="The numbers (also the API's answer)")
+            probe_inputs = [model_id, revision]
+            probe_outputs = [reading, *probe_plots, answer]
+            # One limit for the button and the Enter key; the API endpoint is the button's.
+            limits = dict(concurrency_limit=ANY_MODEL_CONCURRENCY, concurrency_id="any-model")
+            probe_button.click(space.analyse_model, probe_inputs, probe_outputs, api_name="analyse_model", **limits)
+            model_id.submit(space.analyse_model, probe_inputs, probe_outputs, api_name=False, **limits)
     return demo

@@ -97,14 +97,19 @@ def add_analysis_arguments(parser: argparse.ArgumentParser, **defaults) -> None:
     """The options of the analyses themselves, shared by alternet-analyze, -compare and -reproduce: the data, and
     one flag per field of `analysis.registry.Settings` (its name, type and help), left unset unless given so that
     `Settings.for_device` can scale what was not given to the device; `defaults` are a command's own."""
-    from analysis.registry import ANALYSES, Settings
+    from analysis.registry import ANALYSES, PAPER_ANALYSES, Settings
 
     parser.add_argument("--dataset", default="digits", help="'digits', a Hub id, or a local folder/parquet file")
     parser.add_argument("--image-column")
     parser.add_argument("--label-column")
     parser.add_argument("--train-split", default="train")
     parser.add_argument("--test-split", default="test")
-    parser.add_argument("--analyses", type=analyses_list, default=list(ANALYSES), help=f"from {','.join(ANALYSES)}")
+    parser.add_argument(
+        "--analyses",
+        type=analyses_list,
+        default=list(PAPER_ANALYSES),
+        help=f"from {','.join(ANALYSES)} (default: the paper's, {','.join(PAPER_ANALYSES)})",
+    )
     parser.add_argument("--batch-size", type=int, default=256, help="evaluation batch size")
     parser.add_argument(
         "--max-images",
@@ -149,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a preset name (random weights), a folder, a Hub id, or timm:<name> (--weights, else from the Hub)",
     )
     parser.add_argument("--weights", type=existing_path, help="a timm model's weights: a file or a folder holding one")
+    parser.add_argument("--revision", help="of a Hub id: a branch, tag or commit sha (default: its main branch)")
     parser.add_argument("--out", type=output_folder, default=Path("results"), help="folder for JSON and PNG files")
     add_analysis_arguments(parser)
     return parser
@@ -192,7 +198,7 @@ def main(argv: list[str] | None = None) -> None:
     options = run_options(args)
     from analysis.runner import analyse_model
 
-    analyse_model(args.model, args.analyses, out=args.out, weights=args.weights, **options)
+    analyse_model(args.model, args.analyses, out=args.out, weights=args.weights, revision=args.revision, **options)
     print(f"wrote {', '.join(f'{n}.json/.png' for n in args.analyses)} to {args.out}/")
 
 

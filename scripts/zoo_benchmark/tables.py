@@ -169,3 +169,15 @@ def sample_table(rows: list[dict]) -> str:
         ),
         f"{machine()}; a split of CIFAR-shaped PNGs in parquet files, in the Hub's layout",
     )
+
+
+def any_model_table(rows: list[dict]) -> str:
+    return _table(
+        "model | parameters | first answer | cached answer, figures drawn",
+        [
+            f"{r['architecture']} | {r['parameters'] / 1e6:.1f} M | {r['analysed_seconds']:.1f} s | "
+            f"{r['cached_seconds']:.2f} s"
+            for r in rows
+        ],
+        title=f"The Space's Any model tab, weights already local ({rows[0]['machine']})",
+    )

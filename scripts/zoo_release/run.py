@@ -26,7 +26,7 @@ from alternet_hf.training.recipe import recipe_config
 from alternet_hf.utils import format_duration, machine, write_json
 from alternet_hf.utils.run_lock import hold_folder
 from analysis.inputs import DataOptions, choose_device
-from analysis.registry import ANALYSES, Settings
+from analysis.registry import PAPER_ANALYSES, Settings
 
 from . import rehearsal
 from .checks import (
@@ -517,7 +517,7 @@ class Release:
             first_device = self.manifest.data.setdefault("analysis_device", self.device.type)
             settings, notes = Settings.for_device(first_device)
         data = DataOptions(dataset=self.source, **COLUMN_NAMES, batch_size=64 if self.options.rehearsal else 256)
-        return settings, notes, data, [a for a in ANALYSES if a != "robustness"]
+        return settings, notes, data, [a for a in PAPER_ANALYSES if a != "robustness"]
 
     def analysis_settings(self, preset: str) -> dict:
         settings, notes, data, analyses = self.analysis_plan()

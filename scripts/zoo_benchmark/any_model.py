@@ -1,0 +1,67 @@
+"""The Space's *Any model* tab on this machine: seconds to answer for an ImageNet classifier whose weights are
+already local (a model created without weights, saved in timm's Hub format into a Hub cache and read offline), and
+seconds to a cached answer with its figures drawn as PNG, as a second visitor waits for them."""
+
+import functools
+import hashlib
+import io
+import os
+import time
+from pathlib import Path
+
+
+def _cached_snapshot(cache: Path, repo_id: str, architecture: str) -> str:
+    """`architecture` without weights, saved in timm's Hub format as the main branch of `repo_id` in the Hub cache
+    `cache`; its (made-up) commit sha."""
+    import timm
+    from timm.models._hub import save_for_hf
+
+    staging = cache / "staging"
+    save_for_hf(timm.create_model(architecture, pretrained=False), str(staging), safe_serialization=True)
+    sha = hashlib.sha1((staging / "model.safetensors").read_bytes()).hexdigest()
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    (repo / "snapshots").mkdir(parents=True, exist_ok=True)
+    staging.rename(repo / "snapshots" / sha)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(sha)
+    return sha
+
+
+def any_model_speed(workdir: str, *, architecture: str = "resnet50", repeats: int = 2) -> dict:
+    """Seconds of the tab's service (`alternet_hf.apps.any_model.AnyModel`) for `architecture`: the first answer
+    (blocks found on the meta device, weights loaded, the probe), then cached answers with their three figures
+    drawn, the best of `repeats`. Needs HF_HUB_OFFLINE=1 and ALTERNET_MODEL_CACHE=<workdir>/hub set before
+    huggingface_hub is imported (`scripts/benchmark.py --any-model` sets them)."""
+    from huggingface_hub import constants
+    from matplotlib.figure import Figure
+
+    from alternet_hf.apps.any_model import AnyModel, ResultCache
+    from alternet_hf.utils import machine
+    from analysis.probe import ProbeResult, plot_probe_by_depth, plot_probe_noise
+
+    cache = Path(os.environ["ALTERNET_MODEL_CACHE"])
+    assert constants.HF_HUB_OFFLINE and cache.is_relative_to(workdir), "set the environment before any import"
+    repo_id = f"timm/{architecture}.untrained"
+    _cached_snapshot(cache, repo_id, architecture)
+    service = AnyModel({}, cache=ResultCache(Path(workdir) / "answers", 2**26))
+    service.photos  # noqa: B018  (scikit-image's photos read once, as a running Space has them)
+    first = service.analyse(repo_id)
+    cached = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        answer = service.analyse(repo_id)
+        found = {repo_id: ProbeResult.from_dict(answer)}
+        variance = functools.partial(plot_probe_by_depth, field="variance")
+        for draw in (plot_probe_by_depth, variance, plot_probe_noise):
+            figure = Figure(figsize=(5.2, 3.6), layout="constrained")
+            draw(found, figure.subplots(), highlight=repo_id)
+            figure.savefig(io.BytesIO(), format="png")  # as Gradio sends a figure: a PNG
+        cached.append(time.perf_counter() - started)
+    return {
+        "architecture": architecture,
+        "parameters": first["parameters"],
+        "analysed_seconds": first["seconds"],
+        "cached_seconds": min(cached),
+        "cached": answer["cached"],
+        "machine": machine(),
+    }
