@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from alternet_hf.data.cifar_c import CORRUPTIONS, SEVERITIES
 
-PAPER = object()  # a `Setting`'s CPU or quick amount that is the paper's own
+PAPER_AMOUNT = object()  # a `Setting`'s CPU or quick amount that is the paper's own
 
 
 @dataclass(frozen=True)
@@ -21,8 +21,8 @@ class Setting:
     kind: object
     default: object
     help: str
-    cpu: object = PAPER
-    quick: object = PAPER
+    cpu: object = PAPER_AMOUNT
+    quick: object = PAPER_AMOUNT
     choices: tuple[str, ...] | None = None
 
 
@@ -275,8 +275,8 @@ SETTINGS = _setting_specs()
 
 
 class _SettingsMethods:
-    CPU_AMOUNTS = {name: s.cpu for name, s in SETTINGS.items() if s.cpu is not PAPER}
-    QUICK_AMOUNTS = {name: s.quick for name, s in SETTINGS.items() if s.quick is not PAPER}
+    CPU_AMOUNTS = {name: s.cpu for name, s in SETTINGS.items() if s.cpu is not PAPER_AMOUNT}
+    QUICK_AMOUNTS = {name: s.quick for name, s in SETTINGS.items() if s.quick is not PAPER_AMOUNT}
 
     @classmethod
     def for_device(cls, device, **given) -> tuple["Settings", list[str]]:

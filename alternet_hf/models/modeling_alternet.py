@@ -2,9 +2,9 @@
 
 Paper: Park & Kim, "How Do Vision Transformers Work?" (ICLR 2022), §4. MSAs are low-pass filters
 that complement the high-pass convolutions, so the last blocks of a stage alternate conv and MSA.
-Reference code: `xxxnell/how-do-vits-work`, `models/alternet.py`, computed exactly as there (`alternet_hf.convert`
-maps the weights), except that maps the attention window does not divide are padded and the padded keys masked
-(reference issue #38) and the relative-position index is a buffer that moves with the model (docs/models.md).
+Reference code: `xxxnell/how-do-vits-work`, `models/alternet.py`, computed exactly as there (alternet-hf's converter
+maps its weights), except that maps the attention window does not divide are padded and the padded keys masked
+(reference issue #38) and the relative-position index is a buffer that moves with the model.
 
 This file imports only its configuration and `modeling_common`: they are copied next to the weights for
 `trust_remote_code=True`.

@@ -102,13 +102,13 @@ def check_pixel_values(
 
 
 # The smallest batch computed in channels-last on the CPU. Below it, oneDNN's per-call work on the weights outweighs
-# what the layout saves (`scripts/benchmark.py --reference-dir` measures both sides; docs/benchmarks.md).
+# what the layout saves (measured both ways in alternet-hf's benchmarks).
 CHANNELS_LAST_MIN_BATCH = 8
 
 
 def compute_layout(pixel_values: torch.Tensor) -> torch.Tensor:
     """The images in the memory layout the convolutions run fastest in: channels-last on the CPU for a batch of
-    `CHANNELS_LAST_MIN_BATCH` or more, where oneDNN reorders every NCHW input (docs/benchmarks.md). Every later map
+    `CHANNELS_LAST_MIN_BATCH` or more, where oneDNN reorders every NCHW input. Every later map
     follows, so feature maps are channels-last tensors (`.reshape` them, not `.view`). Otherwise the caller's layout
     is kept: on CUDA the engine chooses it, and a compiled or exported graph leaves layouts to its compiler."""
     if (
@@ -141,8 +141,9 @@ def image_classification_loss(
 ) -> torch.Tensor:
     """The zoo's loss, one for every family, chosen by `config.problem_type` as in transformers' ResNet, except that
     float labels are soft single-label targets (Mixup/CutMix), not multi-label, and an inferred type is not written
-    into the config (docs/models.md). In float32 whatever the model's dtype; `num_items_in_batch` (labelled samples
-    over an accumulated batch) turns the mean into a sum divided by it, as transformers' loss does.
+    into the config (a saved model keeps what it was given). In float32 whatever the model's dtype;
+    `num_items_in_batch` (labelled samples over an accumulated batch) turns the mean into a sum divided by it, as
+    transformers' loss does.
     """
     labels = labels.to(logits.device)
     if logits.shape[0] == 0 or labels.numel() == 0:

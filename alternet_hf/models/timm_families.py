@@ -41,7 +41,7 @@ FAMILIES = {
 # The zoo's preprocessing in timm's terms (resize the whole image to size×size, bilinear), and the paper, for every
 # pretrained cfg (`timm_models` too).
 SQUASH_RESIZE = dict(crop_pct=1.0, crop_mode="squash", interpolation="bilinear")
-PAPER = dict(paper_name="How Do Vision Transformers Work?", paper_ids="arXiv:2202.06709")
+PAPER_CFG = dict(paper_name="How Do Vision Transformers Work?", paper_ids="arXiv:2202.06709")
 # Fields of the zoo's config that timm takes under its own names; the rest of an override goes to timm as is.
 TIMM_NAMES = {"image_size": "img_size", "num_channels": "in_chans"}
 CONFIG_FIELDS = ("num_labels", "id2label", "label2id", "problem_type", "image_mean", "image_std")
@@ -83,7 +83,7 @@ def timm_settings(family: str, data, **overrides) -> dict:
         std=list(fields["image_std"]),
         first_conv=spec["first_conv"],
         classifier=spec["classifier"],
-        **PAPER,
+        **PAPER_CFG,
     )
     return dict(architecture=spec["architecture"], model_args=model_args, pretrained_cfg=pretrained_cfg, **fields)
 

@@ -15,7 +15,7 @@ from torch.nn import functional as F
 
 from .modeling_common import check_pixel_values, close_match_hints, compute_layout
 from .presets import ARCHITECTURES, DATASETS, TIMM_ARCHITECTURES, DatasetSpec, build_preset, create_config
-from .timm_families import PAPER, SQUASH_RESIZE, timm_family_model, timm_settings
+from .timm_families import PAPER_CFG, SQUASH_RESIZE, timm_family_model, timm_settings
 
 # One call each in an fx graph: fx cannot branch on a traced tensor's shape or device.
 torch.fx.wrap("check_pixel_values")
@@ -74,7 +74,7 @@ def _pretrained_cfg(config, spec: DatasetSpec) -> dict:
         classifier="classifier",
         # ViT's position embeddings fix its input size: timm's tooling then keeps it (and passes img_size)
         **(dict(fixed_input_size=True) if config.model_type == "vit" else {}),
-        **PAPER,
+        **PAPER_CFG,
     )
 
 

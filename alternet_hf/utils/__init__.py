@@ -18,9 +18,9 @@ from pathlib import Path
 
 class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """A finder that lets the other finders locate `name` and wraps the loader they return, so that its `callbacks`
-    run once the module has run; one per module, however many callbacks wait for it (two would ask each other for the
-    spec without end). It leaves `sys.meta_path` only then: transformers asks for timm's spec at import to see whether
-    it is installed, without importing it."""
+    run once the module has run; one per module, however many callbacks wait for it, since each asks the other
+    finders for the spec. It leaves `sys.meta_path` only then: transformers asks for timm's spec at import to see
+    whether it is installed, without importing it."""
 
     def __init__(self, name: str):
         self.name, self.callbacks = name, []
