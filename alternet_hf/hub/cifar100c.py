@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..data.cifar_c import CIFAR_C_CITATION, CORRUPTIONS, SEVERITIES, SEVERITY_PARAMETERS, ZENODO_URL
 from ..data.cifar_c.sources import severity_split
-from .repos import PAPER
+from .repos import PAPER_URL, TEMPLATES
 
 
 def set_file(corruption: str, severity: int) -> str:
@@ -38,48 +38,18 @@ def hub_dataset_card(repo_id: str, corruptions: Sequence[str], images_per_set: i
         source_datasets=["uoft-cs/cifar100"],
         configs=hub_dataset_configs(corruptions),
     )
-    table = "\n".join(f"| {name} | {SEVERITY_PARAMETERS[name]} |" for name in corruptions)
-    example = "fog" if "fog" in corruptions else corruptions[0]
-    body = f"""
-# CIFAR-100-C
-
-The CIFAR-100 test set under {len(corruptions)} common corruptions at 5 severities (Hendrycks & Dietterich,
-ICLR 2019), converted from the released arrays (Zenodo record 3555552) to parquet, one row per image:
-`image` (PNG, 32×32 RGB), `label` (CIFAR-100 fine label), `corruption`, `severity` (1–5);
-{images_per_set:,} images per corruption and severity, in the order of the CIFAR-100 test set.
-
-One config per corruption, one split per severity (`severity_1` … `severity_5`), each a file of its own; the
-`default` config holds every set in one split, `test`:
-
-```python
-from datasets import load_dataset
-
-# {images_per_set:,} images; `datasets` fetches the config's 5 files, one per severity
-{example}_3 = load_dataset("{repo_id}", "{example}", split="severity_3")
-# the same rows, reading that one file
-{example}_3 = load_dataset("{repo_id}", "{example}", split="severity_3", streaming=True)
-# all {len(corruptions) * 5 * images_per_set:,} images
-everything = load_dataset("{repo_id}", split="test")
-
-# evaluation by corruption and severity, reading only the sets it evaluates:
-from alternet_hf.data.cifar_c.sources import ParquetCorruptions
-from analysis.robustness import evaluate_corruptions
-evaluate_corruptions(model, ParquetCorruptions("{repo_id}"))
-```
-
-| corruption | CIFAR-C parameters, severities 1–5 |
-|---|---|
-{table}
-
-Published with `alternet-publish-cifar100c` of alternet-hf, the model zoo of ["How Do Vision Transformers
-Work?"]({PAPER}) (Park & Kim, ICLR 2022), whose robustness results it is measured on. Licence of the original
-arrays: CC BY 4.0.
-
-```bibtex
-{CIFAR_C_CITATION}
-```
-"""
-    return DatasetCard(f"---\n{data.to_yaml()}\n---\n{body}")
+    return DatasetCard.from_template(
+        data,
+        template_path=str(TEMPLATES / "dataset_card.md"),
+        repo_id=repo_id,
+        corruptions=len(corruptions),
+        images_per_set=f"{images_per_set:,}",
+        images=f"{len(corruptions) * 5 * images_per_set:,}",
+        example="fog" if "fog" in corruptions else corruptions[0],
+        parameters_table="\n".join(f"| {name} | {SEVERITY_PARAMETERS[name]} |" for name in corruptions),
+        paper_url=PAPER_URL,
+        citation=CIFAR_C_CITATION,
+    )
 
 
 def write_hub_dataset(

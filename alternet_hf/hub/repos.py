@@ -17,7 +17,8 @@ from ..models.timm_families import is_timm_wrapper
 from ..models.timm_models import TIMM_ARGUMENTS, timm_name
 
 PAPER_ID = "2202.06709"  # arXiv
-PAPER = f"https://arxiv.org/abs/{PAPER_ID}"  # every card links it: the Hub lists the repo on the paper's page
+PAPER_URL = f"https://arxiv.org/abs/{PAPER_ID}"  # every card links it: the Hub lists the repo on the paper's page
+TEMPLATES = Path(__file__).parent / "templates"  # the cards' Jinja templates (`ModelCard.from_template`)
 RUNS = "runs"  # a repo's TensorBoard event files, which the Hub shows on its metrics tab
 CITATION = """@inproceedings{park2022how,
   title={How Do Vision Transformers Work?},
@@ -47,7 +48,7 @@ def find_evaluation(model_dir: Path, evaluation: Path | None = None) -> tuple[di
     """(metrics, dataset, split) of a trained model for its card: `evaluation` (an `eval_*.json` of
     alternet-evaluate) if given; else alternet-evaluate's `eval_*.json` on the dataset and split the model was
     trained and evaluated on (any other is not the headline result), the whole split before a sample of it and a
-    larger sample before a smaller (never the newest file by chance); else training's final `metrics.json`."""
+    larger sample before a smaller; else training's final `metrics.json`."""
     if evaluation is not None:
         payload = json.loads(Path(evaluation).read_text())
         return payload["metrics"], payload["dataset"], payload["split"]
@@ -184,50 +185,29 @@ def build_model_card(
     )
     remote = isinstance(model, ZooModelMixin)
     zoo_model = None if timm_family else _zoo_timm_model(model_dir, provenance and provenance["preset"])
-    architecture = f"timm's {type(model.timm_model).__name__}" if timm_family else type(model).__name__
     clean = [r for r in results if r.dataset_name == dataset]
-    table = "\n".join(f"| {METRIC_LABELS[r.metric_type]} | {r.metric_value:.4f} |" for r in clean)
-    body = f"""
-# {name}
-
-{architecture} ({model.num_parameters():,} parameters) from ["How Do Vision Transformers Work?"]({PAPER})
-(Park & Kim, ICLR 2022), trained on `{dataset}`. Released with alternet-hf.
-{_provenance_section(provenance, evaluated_on)}
-## Usage
-
-```python
-{"import alternet_hf  # registers the zoo's classes (pip install alternet-hf)" if remote else ""}
-from transformers import AutoImageProcessor, AutoModelForImageClassification, pipeline
-
-model = AutoModelForImageClassification.from_pretrained("{repo_id}")
-processor = AutoImageProcessor.from_pretrained("{repo_id}")
-classifier = pipeline("image-classification", model="{repo_id}")
-```
-{"Without `alternet_hf`, pass `trust_remote_code=True`: the repo carries its own modeling code." if remote else ""}
-
-{_timm_usage(repo_id, zoo_model) if timm_family or zoo_model else ""}
-
-Fine-tune with the HF `Trainer` (`forward(pixel_values, labels)` returns the loss), e.g.
-`alternet-finetune --model {repo_id} --dataset <your dataset>` from alternet-hf.
-
-{_scripts_section(repo_id, dataset, remote, zoo_model, timm=timm_family or zoo_model is not None)}
-## Evaluation on `{dataset}` ({split})
-{f"{chr(10)}Evaluated on {evaluated_on}, in float32.{chr(10)}" if evaluated_on else ""}
-| metric | value |
-|---|---|
-{table}
-{_reported_section(reported, metrics, robustness)}{_robustness_section(robustness)}{_figures_section(figures)}
-## Training
-
-{_recipe_table(model_dir, provenance, dataset_aliases)}
-
-## Citation
-
-```bibtex
-{CITATION}
-```
-"""
-    return ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
+    return ModelCard.from_template(
+        data,
+        template_path=str(TEMPLATES / "model_card.md"),
+        name=name,
+        architecture=f"timm's {type(model.timm_model).__name__}" if timm_family else type(model).__name__,
+        parameters=f"{model.num_parameters():,}",
+        paper_url=PAPER_URL,
+        dataset=dataset,
+        split=split,
+        repo_id=repo_id,
+        remote=remote,
+        provenance=_provenance_section(provenance, evaluated_on),
+        timm_usage=_timm_usage(repo_id, zoo_model) if timm_family or zoo_model else "",
+        scripts=_scripts_section(repo_id, dataset, remote, zoo_model, timm=timm_family or zoo_model is not None),
+        evaluated_on=evaluated_on,
+        metrics_table="\n".join(f"| {METRIC_LABELS[r.metric_type]} | {r.metric_value:.4f} |" for r in clean),
+        reported=_reported_section(reported, metrics, robustness),
+        robustness=_robustness_section(robustness),
+        figures=_figures_section(figures),
+        recipe=_recipe_table(model_dir, provenance, dataset_aliases),
+        citation=CITATION,
+    )
 
 
 def write_release(
