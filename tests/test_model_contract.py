@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -354,6 +355,11 @@ class ModelContractMixin:
             return
         config = json.loads((tmp_path / "config.json").read_text())
         assert set(config["auto_map"]) == {"AutoConfig", "AutoModel", "AutoModelForImageClassification"}
+        # The repo's code is the package's files as they are, wherever the package keeps them: nothing rewritten.
+        copied = {path.name: path.read_bytes() for path in tmp_path.glob("*.py")}
+        package = Path(sys.modules[type(model).__module__].__file__).parent
+        assert {"modeling_common.py", "configuration_common.py"} < set(copied)
+        assert copied == {name: (package / name).read_bytes() for name in copied}
         assert "auto_map" not in model.config.to_dict()  # the live config is left as it was
         pixel_values = self.tester.pixel_values()
         torch.save(pixel_values, tmp_path / "input.pt")
