@@ -21,6 +21,7 @@ def test_benchmark_script_writes_json(tmp_path):
     result = run_command(
         [
             *tool_command("benchmark"),
+            "throughput",
             "--models",
             "resnet-18-cifar10",
             "--batch-sizes",
@@ -76,7 +77,7 @@ def test_the_training_benchmark_runs_the_real_engine_end_to_end(tmp_path):
 
 
 def test_training_with_compile_both_times_an_eager_and_a_compiled_run(tmp_path, monkeypatch, capsys):
-    """`--compile both` gives --training one run each way; without --compile the engine chooses (None)."""
+    """`--compile both` gives `training` one run each way; without --compile the engine chooses (None)."""
     import benchmark
 
     import zoo_benchmark
@@ -93,30 +94,28 @@ def test_training_with_compile_both_times_an_eager_and_a_compiled_run(tmp_path, 
 
     monkeypatch.setattr(zoo_benchmark, "measure_training_run", measured)
     out = tmp_path / "runs.json"
-    benchmark.main(["--training", "--compile", "both", "--models", "resnet-18-cifar10", "--output", str(out)])
+    benchmark.main(["training", "--compile", "both", "--models", "resnet-18-cifar10", "--output", str(out)])
     assert asked == [False, True] and [row["compiled"] for row in json.loads(out.read_text())] == [False, True]
-    benchmark.main(["--training", "--models", "resnet-18-cifar10"])
+    benchmark.main(["training", "--models", "resnet-18-cifar10"])
     assert asked[2:] == [None] and "resnet-18-cifar10" in capsys.readouterr().out
 
 
-def test_data_path_and_engine_overhead_benchmarks(tmp_path):
-    from zoo_benchmark import measure_data_path, measure_engine_overhead
+def test_the_data_path_benchmark(tmp_path):
+    from zoo_benchmark import measure_data_path
 
     speed = measure_data_path("resnet-18-cifar10", images=48, batch_size=16, repeats=2, workdir=str(tmp_path))
     assert speed.images == 48 and len(speed.milliseconds_per_image) == 2 and speed.images_per_second_per_worker > 0
-    overhead = measure_engine_overhead(steps=3, batch_size=4, repeats=1)
-    assert set(overhead["median_milliseconds_per_step"]) == {"hand-written loop", "engine"}
 
 
 @pytest.mark.commands
 def test_the_evaluation_benchmark_refuses_a_precision_the_evaluation_does_not_run(tmp_path):
-    result = run_command([*tool_command("benchmark"), "--evaluation", "--dtype", "float16"], cwd=tmp_path)
-    assert result.returncode == 2 and "--evaluation runs in float32 and/or bf16 autocast" in result.stderr
+    result = run_command([*tool_command("benchmark"), "evaluation", "--dtype", "float16"], cwd=tmp_path)
+    assert result.returncode == 2 and "evaluation runs in float32 and/or bf16 autocast" in result.stderr
 
 
 @pytest.mark.commands
 def test_the_reference_comparison_names_a_folder_that_is_not_the_reference_code(tmp_path):
-    command = [*tool_command("benchmark"), "--reference-dir", str(tmp_path)]
+    command = [*tool_command("benchmark"), "reference", "--reference-dir", str(tmp_path)]
     result = run_command(command, cwd=tmp_path)
     assert result.returncode == 2 and "is not a checkout of the reference code" in result.stderr
 
@@ -126,8 +125,8 @@ def test_the_reference_race_gives_both_models_the_same_format_and_both_clocks(tm
     """The race's mechanics on a stand-in checkout (`write_reference_stand_in`), asked for the paper's layout."""
     write_reference_stand_in(tmp_path / "checkout")
     out = tmp_path / "race.json"
-    command = [*tool_command("benchmark"), "--reference-dir", str(tmp_path / "checkout")]
-    command += ["--batch-sizes", "2", "--inference-batch-sizes", "1", "3", "--repeats", "1", "--output", str(out)]
+    command = [*tool_command("benchmark"), "reference", "--reference-dir", str(tmp_path / "checkout")]
+    command += ["--batch-size", "2", "--inference-batch-sizes", "1", "3", "--repeats", "1", "--output", str(out)]
     result = run_command(command, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     rows = json.loads(out.read_text())
@@ -191,18 +190,18 @@ def write_reference_stand_in(folder: Path) -> Path:
 
 @pytest.mark.commands
 def test_the_finetune_benchmark_gives_trained_weights_the_fine_tuning_defaults(tmp_path):
-    """`scripts/benchmark.py --finetune` on a model folder (trained weights): the fine-tuning defaults, per seed, on
+    """`scripts/benchmark.py finetune` on a model folder (trained weights): the fine-tuning defaults, per seed, on
     the 200 real photographs; a preset would get the from-scratch ones (`recipe.FROM_SCRATCH_DEFAULTS`)."""
     from alternet_hf.training.recipe import FINETUNE_DEFAULTS
     from zoo_benchmark.finetuning import write_faces_dataset
 
-    unnamed = run_command([*tool_command("benchmark"), "--finetune"], cwd=tmp_path)
-    assert unnamed.returncode == 2 and "error: --finetune needs --models: presets (trained from scratch)" in (
+    unnamed = run_command([*tool_command("benchmark"), "finetune"], cwd=tmp_path)
+    assert unnamed.returncode == 2 and "error: finetune needs --models: presets (trained from scratch)" in (
         unnamed.stderr
     )
     alternet_hf.create_model("alternet-50-cifar100", **TINY["alternet-50-cifar100"]).save_pretrained(tmp_path / "m")
     completed = run_command(
-        [*tool_command("benchmark"), "--finetune", "--models", "m", "--seeds", "0", "1", "--output", "finetune.json"],
+        [*tool_command("benchmark"), "finetune", "--models", "m", "--seeds", "0", "1", "--output", "finetune.json"],
         cwd=tmp_path,
         timeout=600,
     )
@@ -221,9 +220,11 @@ def test_the_finetune_benchmark_gives_trained_weights_the_fine_tuning_defaults(t
 
 
 @pytest.mark.commands
-@pytest.mark.parametrize("flag", ["--num-images", "--batch-sizes", "--repeats", "--threads"])
-def test_a_count_below_one_is_refused_before_anything_runs(tmp_path, flag):
-    completed = run_command([*tool_command("benchmark"), "--corruptions", flag, "0"], cwd=tmp_path)
+@pytest.mark.parametrize(
+    "measurement, flag", [("throughput", "--batch-sizes"), ("data", "--repeats"), ("evaluation", "--iterations")]
+)
+def test_a_count_below_one_is_refused_before_anything_runs(tmp_path, measurement, flag):
+    completed = run_command([*tool_command("benchmark"), measurement, flag, "0"], cwd=tmp_path)
     assert completed.returncode == 2 and f"argument {flag}: takes a whole number of at least 1, not '0'" in (
         completed.stderr
     )
@@ -231,31 +232,15 @@ def test_a_count_below_one_is_refused_before_anything_runs(tmp_path, flag):
 
 
 @pytest.mark.commands
-def test_the_sample_benchmark_writes_nothing_to_the_cache_where_preparing_writes_the_split(tmp_path):
-    command = [*tool_command("benchmark"), "--sample", "--num-images", "8", "--split-images", "60"]
-    completed = run_command([*command, "--split-files", "3", "--output", "sample.json"], cwd=tmp_path)
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    (row,) = json.loads((tmp_path / "sample.json").read_text())
-    assert row["num_images"] == 8 and row["split_images"] == 60 and row["files"] == 3
-    assert row["sample_cache_bytes"] == 0 < row["prepare_cache_bytes"]
-    assert "| 60 | 3 | 8 |" in completed.stdout
-
-
-@pytest.mark.commands
-def test_the_image_check_benchmark_times_the_check_over_every_file(tmp_path):
-    """`--image-check`: the check a folder gets before a run, timed over all the files the benchmark wrote."""
-    completed = run_command(
-        [*tool_command("benchmark"), "--image-check", "--num-images", "30", "--output", "check.json"], cwd=tmp_path
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    (row,) = json.loads((tmp_path / "check.json").read_text())
-    assert row["num_images"] == row["sound_files"] == 30 and row["seconds"] > 0 and row["mean_file_bytes"] > 25_000
-    assert "| 30 |" in completed.stdout and "files per second" in completed.stdout
+def test_a_measurement_must_be_named(tmp_path):
+    completed = run_command([*tool_command("benchmark")], cwd=tmp_path)
+    assert completed.returncode == 2 and "the following arguments are required: measurement" in completed.stderr
+    assert "throughput" in completed.stderr and "any-model" in completed.stderr
 
 
 def test_the_any_model_benchmark_times_a_first_and_a_cached_answer(tmp_path):
-    """`--any-model`: a timm architecture saved untrained into a Hub cache, answered offline, then from the cache."""
-    command = [*tool_command("benchmark"), "--any-model", "--models", "test_resnet", "--repeats", "1"]
+    """`any-model`: a timm architecture saved untrained into a Hub cache, answered offline, then from the cache."""
+    command = [*tool_command("benchmark"), "any-model", "--models", "test_resnet", "--repeats", "1"]
     completed = run_command([*command, "--output", "any-model.json"], cwd=tmp_path)
     assert completed.returncode == 0, completed.stderr[-3000:]
     (row,) = json.loads((tmp_path / "any-model.json").read_text())

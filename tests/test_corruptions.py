@@ -629,19 +629,3 @@ def test_corruption_speed_reports_both_sides_or_says_why_not(monkeypatch):
     (row,) = corruption_speed(2, 1, ("fog",), repeats=1)
     assert row["ours_images_per_s"] > 0 and row["numpy_images_per_s"] is None and row["speedup"] is None
     assert "pip install imagecorruptions" in row["note"]
-
-
-def test_benchmark_script_corruptions_mode(tmp_path, monkeypatch, capsys):
-    import json
-    import runpy
-    from pathlib import Path
-
-    script = Path(__file__).parents[1] / "scripts" / "benchmark.py"
-    output = tmp_path / "speed.json"
-    monkeypatch.setitem(sys.modules, "imagecorruptions", None)
-    argv = ["benchmark.py", "--corruptions", "--num-images", "2", "--corruption-names", "fog", "pixelate"]
-    monkeypatch.setattr(sys, "argv", [*argv, "--output", str(output)])
-    runpy.run_path(str(script), run_name="__main__")
-    printed = capsys.readouterr().out
-    assert "| fog |" in printed and "| pixelate |" in printed and "(1) imagecorruptions not importable" in printed
-    assert [row["corruption"] for row in json.loads(output.read_text())] == ["fog", "pixelate"]

@@ -642,8 +642,8 @@ class TrainingSession:
         """Train on `loader` (already advanced past `state.step_in_epoch` batches), `after_batch` after every batch."""
         accelerator, state, optimizer, clip = self.accelerator, self.state, self.optimizer, self.config.clip_grad_norm
         self.model.train()
-        # Accelerate's optimizer, backward and clipping wrappers cost host time per step (`scripts/benchmark.py
-        # --engine-overhead`): where they only forward to torch (no fp16 scaler; one device or DDP), torch is called.
+        # Accelerate's optimizer, backward and clipping wrappers cost host time per step (docs/benchmarks.md, "The
+        # training engine"): where they only forward to torch (no fp16 scaler; one device or DDP), torch is called.
         direct = accelerator.scaler is None and accelerator.distributed_type in DIRECT_TORCH_CALLS
         accumulation = accelerator.gradient_accumulation_steps
         batches = iter(loader)

@@ -25,7 +25,7 @@ DEFAULT_MODEL_OVERRIDES = dict(
 )
 
 # `alternet-finetune`'s defaults: brief for trained weights, longer for a preset, which is trained from scratch
-# (`scripts/benchmark.py --finetune` measures both).
+# (`scripts/benchmark.py finetune` measures both).
 FINETUNE_DEFAULTS = dict(epochs=3.0, learning_rate=1e-3, warmup=0.1)
 FROM_SCRATCH_DEFAULTS = dict(epochs=30.0, learning_rate=2e-3, warmup=0.1)
 
@@ -184,7 +184,7 @@ class TrainingConfig:
                 raise ValueError(f"TrainingConfig.rand_augment: {error}") from None
 
 
-# How often a long GPU run evaluates and checkpoints (`scripts/benchmark.py --training` counts the bytes it writes).
+# How often a long GPU run evaluates and checkpoints (`scripts/benchmark.py training` counts the bytes it writes).
 GPU_RUN_CADENCE = dict(eval_every_epochs=5, save_every_epochs=10, save_every_minutes=10.0)
 # The paper's recipe for every CIFAR preset (docs/paper.md §4): AdamW lr 1.25e-4 at batch 96. `batch_size`
 # is per process and the learning rate is not rescaled: on several GPUs, scale it with the global batch.

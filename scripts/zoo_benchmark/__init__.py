@@ -8,13 +8,7 @@ __getattr__ = lazy_package(
     __name__,
     {
         "analyses": ("corruption_speed", "hessian_convergence", "per_block_speed"),
-        "engine": (
-            "image_check_speed",
-            "measure_data_path",
-            "measure_engine_overhead",
-            "measure_training_run",
-            "sample_speed",
-        ),
+        "engine": ("measure_data_path", "measure_training_run"),
         "models": ("evaluation_throughput", "measure_throughput", "race_reference"),
     },
 )

@@ -31,7 +31,7 @@ def any_model_speed(workdir: str, *, architecture: str = "resnet50", repeats: in
     """Seconds of the tab's service (`alternet_hf.apps.any_model.AnyModel`) for `architecture`: the first answer
     (blocks found on the meta device, weights loaded, the probe), then cached answers with their three figures
     drawn, the best of `repeats`. Needs HF_HUB_OFFLINE=1 and ALTERNET_MODEL_CACHE=<workdir>/hub set before
-    huggingface_hub is imported (`scripts/benchmark.py --any-model` sets them)."""
+    huggingface_hub is imported (`scripts/benchmark.py any-model` sets them)."""
     from huggingface_hub import constants
     from matplotlib.figure import Figure
 

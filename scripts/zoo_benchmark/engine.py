@@ -1,9 +1,7 @@
-"""Speed of the training engine: the data path per loader worker, the loop's overhead against a hand-written loop,
-and end-to-end runs of `alternet-train` with the checkpoint bytes of the full recipe's cadence."""
+"""Speed of the training engine: the data path per loader worker, and end-to-end runs of `alternet-train` with the
+checkpoint bytes of the full recipe's cadence."""
 
-import io
 import math
-import statistics
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -14,10 +12,9 @@ import numpy as np
 import torch
 from PIL import Image
 
-from alternet_hf.data.augmentation import channel_statistics, normalize_images
-from alternet_hf.training.recipe import TrainingConfig, recipe_config
+from alternet_hf.training.recipe import recipe_config
 
-from .timing import device_name, timed_in_turn, torch_threads
+from .timing import device_name, torch_threads
 
 
 def cifar_like_dataset(path: str, *, num_labels: int, image_size: int, train: int, test: int, seed: int = 0) -> str:
@@ -102,86 +99,6 @@ def measure_data_path(
     return DataPathSpeed(name, recipe, count, milliseconds, streaming)
 
 
-def measure_engine_overhead(*, steps: int = 50, batch_size: int = 8, repeats: int = 15) -> dict:
-    """CPU ms per step of the engine's loop (`TrainingSession.train_batches`) and of a hand-written one on the same
-    model and tensors, timed alternately; the smallest AlterNet keeps the step short, so that the loops' cost shows."""
-    from tqdm.auto import tqdm
-
-    from alternet_hf.training.engine import TrainingSession, training_loss
-
-    smallest = dict(
-        embedding_size=8,
-        depths=[2],
-        hidden_sizes=[8],
-        num_attention_blocks=[1],
-        num_attention_heads=[1],
-        attention_head_dim=8,
-        image_size=8,
-    )
-    with tempfile.TemporaryDirectory() as folder:
-        config = TrainingConfig(
-            model="alternet-18-cifar10",
-            model_overrides=smallest,
-            epochs=1000,
-            batch_size=batch_size,
-            output_dir=folder,
-            mixed_precision="no",
-            compile=False,
-            save_every_minutes=None,
-        )
-        session = TrainingSession(config)
-        session.build()
-        session.start(resume=False)
-        model, optimizer, scheduler = session.model, session.optimizer, session.scheduler
-        parameters, device = session.parameters, session.accelerator.device
-        mean, std = channel_statistics(model.config.image_mean, model.config.image_std, device=device)
-        generator = torch.Generator().manual_seed(0)
-        batches = [
-            {
-                "pixel_values": torch.randint(0, 256, (batch_size, 8, 8, 3), dtype=torch.uint8, generator=generator)
-                .permute(0, 3, 1, 2)
-                .to(device),
-                "labels": torch.randint(0, 10, (batch_size,), generator=generator).to(device),
-            }
-            for _ in range(steps)
-        ]
-
-        def hand_written():
-            for batch in batches:
-                logits = model(normalize_images(batch["pixel_values"], mean, std)).logits
-                loss = training_loss(logits, batch["labels"])
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(parameters, config.clip_grad_norm)
-                optimizer.optimizer.step()
-                optimizer.optimizer.zero_grad(set_to_none=True)
-                scheduler.step()
-
-        def engine():
-            session.state.step_in_epoch = 0
-            with tqdm(total=steps, file=io.StringIO()) as progress:
-                session.train_batches(batches, progress)
-            session.read_losses()
-
-        loops = {"hand-written loop": hand_written, "engine": engine}
-        with torch_threads(1):  # parallel kernels' spinning threads would bury the loops' own time on a busy CPU
-            try:
-                model.train()
-                seconds = timed_in_turn(loops, repeats)
-            finally:
-                session.accelerator.end_training()
-    timings = {label: [1000 * cpu / steps for cpu in seconds["cpu", label]] for label in loops}
-    medians = {label: statistics.median(values) for label, values in timings.items()}
-    differences = [engine - hand for engine, hand in zip(timings["engine"], timings["hand-written loop"])]
-    return {
-        "milliseconds_per_step": timings,
-        "median_milliseconds_per_step": medians,
-        "overhead_milliseconds_per_step": statistics.median(differences),
-        "batch_size": batch_size,
-        "device": str(device),
-    }
-
-
-# The end-to-end run's cadence: an evaluation and a checkpoint after every epoch, none by the clock.
 EVERY_EPOCH = dict(eval_every_epochs=1, save_every_epochs=1, save_every_minutes=None)
 
 
@@ -263,63 +180,3 @@ def measure_training_run(
         recipe_minutes=recipe_minutes,
         recipe_checkpoint_bytes=(epochs_saved + timed) * checkpoint_bytes,
     )
-
-
-def image_check_speed(*, num_images: int, workdir: str, repeats: int = 2, size: int = 224) -> dict:
-    """Files per second of the check an image folder gets before a run (`data.check_image_files`: headers and ends,
-    no pixel decoded), on `num_images` JPEGs of `size`² noise (about an ImageNet photo's bytes), the best of
-    `repeats` (the files in the page cache, as after the folder was written or read once)."""
-    from alternet_hf.data.sources import check_image_files
-
-    folder, rng = Path(workdir) / "images", np.random.default_rng(0)
-    for i in range(num_images):
-        (folder / str(i % 10)).mkdir(parents=True, exist_ok=True)
-        pixels = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
-        Image.fromarray(pixels).save(folder / str(i % 10) / f"{i}.jpg", quality=90)
-    split = datasets.load_dataset("imagefolder", data_dir=str(folder), split="train", cache_dir=f"{workdir}/cache")
-    split = split.cast_column("image", datasets.Image(decode=False))
-    seconds = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        sound = check_image_files(split, "the benchmark's folder", None)
-        seconds.append(time.perf_counter() - started)
-    files_bytes = sum(path.stat().st_size for path in folder.rglob("*.jpg"))
-    return {
-        "num_images": num_images,
-        "sound_files": len(sound),
-        "mean_file_bytes": files_bytes / num_images,
-        "seconds": min(seconds),
-    }
-
-
-def sample_speed(*, num_images: int, split_images: int, files: int, workdir: str, seed: int = 0) -> dict:
-    """Seconds to a streamed sample of `num_images` of a split of `files` parquet files (`split_images` images in
-    all), against preparing the split first and drawing as many rows; and the bytes each wrote into the cache."""
-    from alternet_hf.data.sources import load_image_classification, load_image_sample
-
-    folder = Path(workdir) / "split"
-    saved = cifar_like_dataset(str(Path(workdir) / "saved"), num_labels=100, image_size=32, train=1, test=split_images)
-    write_parquet_split(load_image_classification(saved, split="test"), folder, "test", files)
-
-    def timed(way: str, load) -> dict:
-        """Seconds of `load` with a datasets cache of its own, and the bytes it wrote there."""
-        cache = Path(workdir) / f"cache-{way}"
-        kept, datasets.config.HF_DATASETS_CACHE = datasets.config.HF_DATASETS_CACHE, str(cache)
-        try:
-            started = time.perf_counter()
-            load()
-            seconds = time.perf_counter() - started
-        finally:
-            datasets.config.HF_DATASETS_CACHE = kept
-        written = sum(path.stat().st_size for path in cache.rglob("*") if path.is_file())
-        return {f"{way}_seconds": seconds, f"{way}_cache_bytes": written}
-
-    sample = lambda: load_image_sample(str(folder), split="test", num_images=num_images, seed=seed)
-    prepare = lambda: load_image_classification(str(folder), split="test").shuffle(seed=seed).select(range(num_images))
-    return {
-        "split_images": split_images,
-        "files": files,
-        "num_images": num_images,
-        **timed("sample", sample),
-        **timed("prepare", prepare),
-    }

@@ -36,16 +36,6 @@ def evaluation_table(rows: list[dict]) -> str:
     )
 
 
-def engine_overhead_table(result: dict, repeats: int) -> str:
-    table = _table(
-        "loop | ms per step",
-        (f"{label} | {value:.2f}" for label, value in result["median_milliseconds_per_step"].items()),
-        f"{machine()}; CPU ms per step (median of {repeats}), batch {result['batch_size']}, the smallest AlterNet, "
-        "one thread",
-    )
-    return f"{table}\nengine overhead: {result['overhead_milliseconds_per_step']:+.3f} ms per step"
-
-
 def reference_race_table(rows: list[dict]) -> str:
     """The fair race: per memory format (both models given it) and pass, seconds by wall clock and CPU time."""
     return _table(
@@ -83,47 +73,6 @@ def training_run_lines(result) -> str:
     )
 
 
-def feature_maps_table(rows: list[dict]) -> str:
-    return _table(
-        "model | images | separate passes s | one pass s | reference notebooks s | separate / one | one / ref",
-        (
-            f"{r['model']} | {r['images']} | {r['separate_passes_s']:.2f} | {r['one_pass_s']:.2f} | "
-            f"{r['reference_notebook_s']:.2f} | {r['separate_over_one_pass']:.2f}× | "
-            f"{r['one_pass_over_reference']:.2f}×"
-            for r in rows
-        ),
-    )
-
-
-def corruptions_table(rows: list[dict]) -> str:
-    first = rows[0]
-    notes = list(dict.fromkeys(r["note"] for r in rows if not r["numpy_images_per_s"]))  # numbered in order of need
-    table = _table(
-        "corruption | ours images/s | imagecorruptions images/s | speed-up",
-        (
-            f"{r['corruption']} | {r['ours_images_per_s']:,.0f} | "
-            + (f"{r['numpy_images_per_s']:,.0f}" if r["numpy_images_per_s"] else f"— ({notes.index(r['note']) + 1})")
-            + (f" | {r['speedup']:.1f}×" if r["speedup"] else " | —")
-            for r in rows
-        ),
-        f"{first['images']} images {first['image_size']}×{first['image_size']}, severity {first['severity']}, on "
-        f"{first['device']}",
-    )
-    return "\n".join([table, *(f"({number}) {note}" for number, note in enumerate(notes, 1))])
-
-
-def hessian_table(rows: list[dict]) -> str:
-    return _table(
-        "model | batch | top eigenvalue | HVPs to 1%: Lanczos | power | own stop: Lanczos (error) | power (error)",
-        (
-            f"{r['model']} | {r['batch_size']} | {r['top_eigenvalue']:.4g} | {r['lanczos_hvps_to_tolerance']} | "
-            f"{r['power_hvps_to_tolerance'] or 'never'} | {r['lanczos_hvps_own_stop']} "
-            f"({r['lanczos_error_own_stop']:.1e}) | {r['power_hvps_own_stop']} ({r['power_error_own_stop']:.1e})"
-            for r in rows
-        ),
-    )
-
-
 def finetune_table(rows: list[dict]) -> str:
     """Held-out accuracy of `alternet-finetune` with its defaults, per model and seed, and the median."""
     import statistics
@@ -141,33 +90,6 @@ def finetune_table(rows: list[dict]) -> str:
         "model | weights | epochs | learning rate | accuracy per seed (%) | median (%) | minutes per run",
         lines,
         f"{machine()}; {first['dataset']} ({first['images']['train']} to train, {first['images']['test']} to test)",
-    )
-
-
-def image_check_table(rows: list[dict]) -> str:
-    """The check of a folder's image files before a run: files per second."""
-    return _table(
-        "files | mean file | seconds | files per second",
-        (
-            f"{r['num_images']:,} | {r['mean_file_bytes'] / 1024:.0f} KiB | {r['seconds']:.2f} | "
-            f"{r['num_images'] / r['seconds']:,.0f}"
-            for r in rows
-        ),
-        f"{machine()}; JPEGs in a folder of classes, read from the page cache",
-    )
-
-
-def sample_table(rows: list[dict]) -> str:
-    """A streamed sample of a split against preparing the split first: seconds and bytes written to the cache."""
-    return _table(
-        "split images | files | sample | streamed (s) | cache written | prepared, then sampled (s) | cache written",
-        (
-            f"{r['split_images']:,} | {r['files']} | {r['num_images']:,} | {r['sample_seconds']:.1f} | "
-            f"{r['sample_cache_bytes'] / 1e6:.1f} MB | {r['prepare_seconds']:.1f} | "
-            f"{r['prepare_cache_bytes'] / 1e6:.1f} MB"
-            for r in rows
-        ),
-        f"{machine()}; a split of CIFAR-shaped PNGs in parquet files, in the Hub's layout",
     )
 
 
