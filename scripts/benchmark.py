@@ -222,7 +222,7 @@ SUBCOMMANDS = {
 
 def build_parser():
     parser = make_parser(__doc__)
-    measurements = parser.add_subparsers(dest="measurement", required=True, metavar="measurement")
+    measurements = parser.add_subparsers(dest="measurement", required=True, metavar="{" + ",".join(SUBCOMMANDS) + "}")
     for name, (help, add_arguments, _) in SUBCOMMANDS.items():
         sub = measurements.add_parser(name, help=help, description=help)
         add_arguments(sub)

@@ -60,7 +60,9 @@ def _build_repos(models: Path, marker: Path) -> dict[str, str]:
     _tiny_vit(models / "org" / "tiny-vit")
     torch.manual_seed(0)
     (models / "timm" / "test-resnet").mkdir(parents=True)
-    save_for_hf(timm.create_model("test_resnet"), str(models / "timm" / "test-resnet"), safe_serialization=True)
+    resnet = timm.create_model("test_resnet")
+    resnet.pretrained_cfg = {**resnet.pretrained_cfg, "input_size": (3, 64, 64)}  # its config's input size: small
+    save_for_hf(resnet, str(models / "timm" / "test-resnet"), safe_serialization=True)
     _tiny_vit(models / "org" / "changing", seed=1)
     _tiny_vit(models / "org" / "gated")
     _tiny_vit(models / "org" / "too-big", hidden=192, layers=6)  # 1.8 M parameters
@@ -150,11 +152,10 @@ def _library_probe(hub, repo: str) -> ProbeResult:
     folder = hub.models / repo
     if (folder / "config.json").exists() and "architecture" in json.loads((folder / "config.json").read_text()):
         import timm
-        from timm.data import resolve_data_config
 
         model = timm.create_model("test_resnet", pretrained=False)
         timm.models.load_checkpoint(model, str(folder / "model.safetensors"))
-        data = resolve_data_config({}, model=model)
+        data = json.loads((folder / "config.json").read_text())["pretrained_cfg"]
         size, mean, std = data["input_size"][-1], data["mean"], data["std"]
     else:
         from transformers import AutoModelForImageClassification
