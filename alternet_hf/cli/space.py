@@ -1,4 +1,4 @@
-"""The Gradio Space: frequency and robustness demos over ResNet, ViT and AlterNet.
+"""The Gradio Space: frequency and robustness demos over ResNet, ViT and AlterNet, and any Hub model beside them.
 
     alternet-space                                        # the zoo's Hub models
     alternet-space --models resnet=outputs/resnet-digits,alternet=outputs/alternet-digits
@@ -6,7 +6,9 @@
 Models: `--models name=hub_id_or_folder,...` or `ALTERNET_SPACE_MODELS`; stored results for the accuracy curves
 (one sub-folder per model name): `--results` or `ALTERNET_SPACE_RESULTS`; models still to be published: `--pending`
 or `ALTERNET_SPACE_PENDING`. When no model loads (offline, say), it shows `alternet-reproduce`'s mini-zoo or says
-how to make it: it always starts.
+how to make it: it always starts. The Any model tab's limits, for a bigger machine: ALTERNET_MAX_PARAMETERS (100e6),
+ALTERNET_SPACE_TIME_LIMIT (180 s), ALTERNET_SPACE_MAX_WAITING (8), ALTERNET_SPACE_CACHE and ALTERNET_SPACE_CACHE_MB
+(64) for its answers (docs/release.md).
 """
 
 import os
