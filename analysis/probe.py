@@ -300,8 +300,8 @@ def probe_reading(name: str, result: ProbeResult, references: dict[str, ProbeRes
     high_drop = float(np.asarray(result.probability_drop)[np.asarray(result.noise_frequencies) >= 0.7].mean())
     parts.append(
         f"Under band-limited noise it keeps {100 * low:.0f}% of its top-1 predictions at low frequencies (≤ 0.3π) "
-        f"and {100 * high:.0f}% at high frequencies (≥ 0.7π), where the clean class loses {100 * high_drop:.0f} "
-        "points of probability"
+        f"and {100 * high:.0f}% at high frequencies (≥ 0.7π), where the clean class's probability changes by "
+        f"{-100 * high_drop:+.1f} points"
         + (": high-frequency noise hurts it more." if high < low else ": high-frequency noise hurts it no more.")
     )
     if references:
