@@ -1,13 +1,13 @@
 """One run per output folder: a run holds a lock on the folder it writes, and a second run on that folder stops at
 once, naming the first (two runs in one folder corrupt each other's checkpoints).
 
-The lock is `flock` on a file in the folder (`LOCK_FILE`, which says who holds it), so the kernel releases it when its
-process ends, SIGKILL included. Under a multi-process launch (`RANK` set) rank 0 holds it for all. Within one process
-it is re-entrant (`scripts/release.py` holds its folder for its checks, then `Release.run` for its steps).
+The lock is filelock's on a file in the folder (`LOCK_FILE`, which says who holds it): `flock` on Unix, so the kernel
+releases it when its process ends, SIGKILL included, and the operating system's own lock on Windows. Under a
+multi-process launch (`RANK` set) rank 0 holds it for all. Within one process it is re-entrant (`scripts/release.py`
+holds its folder for its checks, then `Release.run` for its steps).
 """
 
 import contextlib
-import errno
 import json
 import os
 import socket
@@ -25,6 +25,10 @@ _held: dict[Path, int] = {}  # the folders this process holds, with how many hol
 
 class FolderInUse(OSError):
     """Another live run is writing to the folder."""
+
+
+class _StaleLockFile(Exception):
+    """The lock taken is of a lock file that is no longer the folder's."""
 
 
 def _holder(lock: Path) -> str:
@@ -60,48 +64,47 @@ def hold_folder(
             if not _held[folder]:
                 del _held[folder]
         return
-    import fcntl
+    from filelock import FileLock, Timeout
 
     created = [folder, *folder.parents]  # the folders this run makes, innermost first
     created = created[: next(i for i, path in enumerate(created) if path.exists())]
-    folder.mkdir(parents=True, exist_ok=True)
-    lock = folder / LOCK_FILE
-    while True:
-        try:
-            descriptor = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-        except FileNotFoundError:  # the folder, made by a run that has just ended, removed by it
-            folder.mkdir(parents=True, exist_ok=True)
-            continue
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as error:
-            os.close(descriptor)
-            if error.errno not in (errno.EAGAIN, errno.EACCES):
-                raise
-            raise FolderInUse(f"{folder} is in use by another run ({_holder(lock)}); {advice}") from None
-        # The file may have been removed by the run that held it between our open and our lock: lock the new one.
-        try:
-            if os.stat(lock).st_ino == os.fstat(descriptor).st_ino:
-                break
-        except FileNotFoundError:
-            pass
-        os.close(descriptor)
+    lock_file = folder / LOCK_FILE
     holder = {
         "pid": os.getpid(),
         "host": socket.gethostname(),
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv and sys.argv[0] else "python",
     }
-    os.ftruncate(descriptor, 0)
-    os.write(descriptor, json.dumps(holder).encode())
+
+    def claim(descriptor: int) -> None:
+        """With the lock held: check it is the folder's lock file's, then say who holds it."""
+        try:
+            current = os.stat(lock_file).st_ino == os.fstat(descriptor).st_ino
+        except FileNotFoundError:
+            current = False
+        if not current:  # removed by the run that held it between our open and our lock: lock the new one
+            raise _StaleLockFile
+        os.ftruncate(descriptor, 0)
+        os.write(descriptor, json.dumps(holder).encode())
+
+    while True:
+        folder.mkdir(parents=True, exist_ok=True)  # again where a run that has just ended removed it
+        lock = FileLock(lock_file, timeout=0, thread_local=False, on_acquired=claim)
+        try:
+            lock.acquire()
+            break
+        except Timeout:
+            raise FolderInUse(f"{folder} is in use by another run ({_holder(lock_file)}); {advice}") from None
+        except (_StaleLockFile, FileNotFoundError):
+            continue
     _held[folder] = 1
     try:
         yield folder
     finally:
         del _held[folder]
-        with contextlib.suppress(FileNotFoundError):
-            lock.unlink()  # still holding it, so no other run has it
+        with contextlib.suppress(FileNotFoundError, PermissionError):  # Windows: the release removes it
+            lock_file.unlink()  # still holding it, so no other run has it
+        lock.release()
         with contextlib.suppress(OSError):
             for path in created:
-                path.rmdir()  # only where the run wrote nothing else
-        os.close(descriptor)
+                path.rmdir()  # only where the run wrote nothing else (and no new run has begun)
