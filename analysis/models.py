@@ -278,9 +278,9 @@ def load_vetted(vetted, folder: Path, *, name: str | None = None) -> LoadedModel
             preprocessing_note=f"timm's data config of {vetted.repo_id}",
             revision=vetted.revision,
         )
-    from transformers import AutoModelForImageClassification
+    import alternet_hf
 
-    model = AutoModelForImageClassification.from_pretrained(folder, trust_remote_code=False, use_safetensors=True)
+    model = alternet_hf.create_model(str(folder))  # as a folder loads: never with remote code, the zoo's loss attached
     config = model.config
     fields = {key: getattr(config, key, None) for key in ("image_size", "image_mean", "image_std")}
     note = ""

@@ -44,11 +44,6 @@ class VettedModel:
     architecture: str  # transformers' class name, or timm's architecture
     parameters: int
     config: dict = field(repr=False)
-    weight_files: list[str] = field(default_factory=list)
-
-    @property
-    def short_revision(self) -> str:
-        return self.revision[:10]
 
 
 def max_parameters() -> int:
@@ -180,7 +175,7 @@ def vet_model(
     if not isinstance(config, dict):
         raise RefusedModel(f"The config.json of “{repo_id}” is not a JSON object.")
     library, architecture = _architecture(repo_id, config)
-    weights = _weight_files(repo_id, files)
+    _check_weights(repo_id, files)
     try:
         metadata = get_safetensors_metadata(repo_id, revision=sha)
     except (NotASafetensorsRepoError, SafetensorsParsingError):
@@ -191,7 +186,7 @@ def vet_model(
         raise _hub_refusal(error, repo_id, revision) from None
     parameters = int(sum(metadata.parameter_count.values()))
     _check_size(repo_id, parameters, limit)
-    return VettedModel(repo_id, sha, library, architecture, parameters, config, weights)
+    return VettedModel(repo_id, sha, library, architecture, parameters, config)
 
 
 def _check_size(repo_id: str, parameters: int, limit: int) -> None:
@@ -227,10 +222,10 @@ def _vet_cached(repo_id: str, revision: str | None, limit: int) -> VettedModel:
         raise RefusedModel(f"The cached “{repo_id}” has no config.json: analyse it once online to fetch it again.")
     config = json.loads((folder / "config.json").read_text())
     library, architecture = _architecture(repo_id, config)
-    weights = _weight_files(repo_id, files)
+    _check_weights(repo_id, files)
     parameters = sum(_header_parameters(folder / name) for name in files if name.endswith(".safetensors"))
     _check_size(repo_id, parameters, limit)
-    return VettedModel(repo_id, folder.name, library, architecture, parameters, config, weights)
+    return VettedModel(repo_id, folder.name, library, architecture, parameters, config)
 
 
 def _header_parameters(path: Path) -> int:
@@ -281,10 +276,10 @@ def _architecture(repo_id: str, config: dict) -> tuple[str, str]:
     return "transformers", found[0]
 
 
-def _weight_files(repo_id: str, files: list[str]) -> list[str]:
-    weights = [name for name in files if name in SAFE_WEIGHTS or re.fullmatch(r"model-\d+-of-\d+\.safetensors", name)]
-    if "model.safetensors" in weights or "model.safetensors.index.json" in weights:
-        return weights
+def _check_weights(repo_id: str, files: list[str]) -> None:
+    """Safetensors weights (one file, or shards with their index), else a refusal that says what there is."""
+    if any(name in SAFE_WEIGHTS for name in files):
+        return
     pickled = [name for name in files if name.lower().endswith(PICKLED_SUFFIXES)]
     if pickled:
         raise RefusedModel(
