@@ -11,14 +11,9 @@ import torch
 
 from alternet_hf.data.augmentation import BatchMixer, SeededAugmentation, eval_transform, mix_batch, train_transform
 from alternet_hf.data.cifar_c import sources as corruption_sources
-from alternet_hf.data.sources import (
-    SAMPLE_SHUFFLE_BUFFER,
-    class_names_of,
-    collate_images,
-    load_image_classification,
-    load_image_sample,
-    with_transform,
-)
+from alternet_hf.data.collate import collate_images, with_transform
+from alternet_hf.data.labels import class_names_of
+from alternet_hf.data.sources import SAMPLE_SHUFFLE_BUFFER, load_image_classification, load_image_sample
 
 from .blocks import BlockAdapter
 from .registry import ANALYSES, AUGMENTATIONS

@@ -21,7 +21,7 @@ from alternet_hf.data.augmentation import (
     mix_batch,
     train_transform,
 )
-from alternet_hf.data.sources import collate_images, with_transform
+from alternet_hf.data.collate import collate_images, with_transform
 from alternet_hf.training.engine import training_loss
 from alternet_hf.utils import to_rgb
 

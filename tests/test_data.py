@@ -154,7 +154,7 @@ def test_holdout_is_seeded_stratified_and_disjoint(tmp_path):
 
 def test_sparse_integer_labels_are_refused():
     """Labels 0, 1 and 1000 would silently build a 1001-class model with 998 classes never seen."""
-    from alternet_hf.data.sources import encode_labels
+    from alternet_hf.data.labels import encode_labels
 
     with pytest.raises(ValueError, match="1001-class model in which 998 classes never occur"):
         encode_labels(_plain_labels([0, 1, 1000, 1], "int64"))
@@ -218,7 +218,7 @@ def test_every_split_is_encoded_with_the_training_classes(tmp_path):
 def test_class_names_of_a_model_config():
     from transformers import PretrainedConfig
 
-    from alternet_hf.data.sources import class_names_of
+    from alternet_hf.data.labels import class_names_of
 
     assert class_names_of(PretrainedConfig(id2label={0: "cat", 1: "dog"})) == ["cat", "dog"]
     assert class_names_of(PretrainedConfig(num_labels=3)) is None  # LABEL_0…: indices only
@@ -270,7 +270,8 @@ def test_a_streamed_split_gives_the_prepared_splits_rows_and_pixels(tmp_path):
     import torch
 
     from alternet_hf.data.augmentation import eval_transform
-    from alternet_hf.data.sources import collate_images, stream_image_classification, with_transform
+    from alternet_hf.data.collate import collate_images, with_transform
+    from alternet_hf.data.sources import stream_image_classification
 
     source = _parquet_repo(tmp_path / "repo", _cifar100_like(30), _cifar100_like(4))
     columns = dict(image_column="img", label_column="fine_label")
@@ -292,7 +293,9 @@ def test_a_stream_is_encoded_by_the_class_names_it_is_given(tmp_path):
     """A stream cannot be scanned for its labels: plain labels need the class names (the model's), and a label
     outside them is named by row as the rows are read."""
     from alternet_hf.data.augmentation import eval_transform
-    from alternet_hf.data.sources import DataRowError, stream_image_classification, with_transform
+    from alternet_hf.data.collate import with_transform
+    from alternet_hf.data.rows import DataRowError
+    from alternet_hf.data.sources import stream_image_classification
 
     DatasetDict({"test": _plain_labels([2, 0, 1], "int64")}).save_to_disk(str(tmp_path / "ints"))
     DatasetDict({"test": _plain_labels(["b", "a"], "string")}).save_to_disk(str(tmp_path / "strings"))

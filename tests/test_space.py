@@ -165,7 +165,7 @@ def test_models_that_know_only_digits_get_digit_examples_and_say_so(tmp_path):
 def test_the_space_and_training_read_an_image_file_alike(tmp_path):
     """One rule makes any image 8-bit RGB (`alternet_hf.utils.to_rgb`): a 16-bit PNG, a float TIFF and a palette GIF
     read the same to the Space's upload and to the training data's rows, greys scaled over their range, none white."""
-    from alternet_hf.data.sources import decode_image
+    from alternet_hf.data.rows import decode_image
 
     ramp = np.linspace(0.0, 1.0, 64 * 64).reshape(64, 64)
     palette = Image.fromarray(np.stack([ramp * 255, 255 - ramp * 255, ramp * 128], -1).astype(np.uint8)).quantize(16)

@@ -23,7 +23,8 @@ from safetensors.torch import load_file
 from test_training import TINY_ALTERNET, TORCHRUN_ENV, _distributed_config, _env, _torchrun, _torchrun_command
 
 from alternet_hf.data.augmentation import SeededAugmentation, train_transform
-from alternet_hf.data.sources import stream_image_classification, with_transform
+from alternet_hf.data.collate import with_transform
+from alternet_hf.data.sources import stream_image_classification
 from alternet_hf.data.streaming import EpochPlan, StreamLoader, TrainStream, deal, row_counts, turns
 from alternet_hf.training.engine import _check_resumable, train
 from alternet_hf.training.recipe import TrainingConfig

@@ -10,15 +10,10 @@ from accelerate import Accelerator
 from torch.utils.data import DataLoader
 
 from ..data.augmentation import eval_transform
-from ..data.sources import (
-    UnreadableRows,
-    class_names_of,
-    collate_images,
-    load_image_classification,
-    load_image_sample,
-    stream_image_classification,
-    with_transform,
-)
+from ..data.collate import collate_images, with_transform
+from ..data.labels import class_names_of
+from ..data.rows import UnreadableRows
+from ..data.sources import load_image_classification, load_image_sample, stream_image_classification
 from ..models.presets import create_model
 from ..training.engine import build_steps, evaluate, save_reliability_diagram
 from ..utils import write_json

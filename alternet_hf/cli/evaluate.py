@@ -44,7 +44,8 @@ def build_parser():
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     from alternet_hf.apps.evaluation import evaluate_model, evaluation_stem, metric_lines, write_evaluation
-    from alternet_hf.data.sources import SAMPLE_SHUFFLE_BUFFER, UnreadableRows
+    from alternet_hf.data.rows import UnreadableRows
+    from alternet_hf.data.sources import SAMPLE_SHUFFLE_BUFFER
 
     sample = None
     if args.max_images is not None:

@@ -17,7 +17,9 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from tqdm.auto import tqdm
 
-from .sources import DataRowError, collate_images, raised_message, split_files, transform_row
+from .collate import collate_images, transform_row
+from .rows import DataRowError, raised_message
+from .sources import split_files
 
 
 class StreamBrokenError(OSError):

@@ -39,7 +39,9 @@ from ..data.augmentation import (
     normalize_images,
     train_transform,
 )
-from ..data.sources import UNREADABLE_FILE, UnreadableRows, collate_images, load_train_and_eval, with_transform
+from ..data.collate import collate_images, with_transform
+from ..data.rows import UNREADABLE_FILE, UnreadableRows
+from ..data.sources import load_train_and_eval
 from ..data.streaming import StreamBrokenError, StreamLoader, stream_loader
 from ..metrics.classification import classification_metrics, plot_reliability_diagram, reliability_diagram
 from ..models.presets import create_classifier

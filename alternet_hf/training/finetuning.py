@@ -13,14 +13,9 @@ import torch
 from transformers import Trainer, TrainingArguments, set_seed
 
 from ..data.augmentation import eval_transform, train_transform
-from ..data.sources import (
-    DIGITS,
-    UNREADABLE_FILE,
-    UnreadableRows,
-    collate_images,
-    load_train_and_eval,
-    with_transform,
-)
+from ..data.collate import collate_images, with_transform
+from ..data.rows import UNREADABLE_FILE, UnreadableRows
+from ..data.sources import DIGITS, load_train_and_eval
 from ..metrics.classification import EVALUATE_METRIC_PATH
 from ..models.modeling_common import build_image_processor
 from ..models.presets import create_classifier, loads_weights
