@@ -7,11 +7,14 @@
     alternet-analyze --model <dir> --analyses hessian --hessian-batches 1 --bottom-k 5 --hessian-time-limit 600
     alternet-analyze --model timm:vit_small_patch16_224.augreg_in21k_ft_in1k --dataset ILSVRC/imagenet-1k \
         --test-split validation --analyses fourier,variance --max-images 512
+    alternet-analyze --model timm/resnet50.a1_in1k --analyses probe --out probe/   # the Space's Any model tab
 
 Amounts fit the device: a GPU runs the paper's, a CPU fewer (each flag's help gives both; the run says which), and
 every analysis prints a time estimate first. Hessian spectra and landscapes read training batches augmented as the
 model was trained (--augmentation to choose); the other analyses the clean test split, robustness CIFAR-C from
 --cifar-c or generated on the fly. The Hessian spectrum is written after every minibatch (--hessian-time-limit).
+A Hub id is checked before its weights are fetched, as the Space checks a visitor's (no remote code, safetensors,
+ALTERNET_MAX_PARAMETERS; docs/release.md); `probe` runs only when named and reads no dataset.
 """
 
 import argparse
