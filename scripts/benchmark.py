@@ -176,7 +176,13 @@ def _any_model(parser):
 
 
 def _run_any_model(args, benchmark, tables):
+    import timm
+
     from zoo_benchmark.any_model import any_model_speed
+
+    unknown = [name for name in args.models if not timm.is_model(name)]
+    if unknown:
+        raise CommandError(f"timm has no architecture {', '.join(unknown)} (`timm.list_models('*name*')` lists them)")
 
     rows = [any_model_speed(args.workdir, architecture=name, repeats=args.repeats) for name in args.models]
     return rows, tables.any_model_table(rows)
