@@ -5,7 +5,14 @@ alternet-finetune --model <org>/alternet-50-cifar100 --dataset uoft-cs/cifar10 -
 """
 
 from alternet_hf.cli.common import command, flag_values, json_object, make_parser, model_source, output_folder
-from alternet_hf.training.recipe import FINETUNE_DEFAULTS, FROM_SCRATCH_DEFAULTS, SKIP_UNREADABLE_HELP
+from alternet_hf.training.recipe import (
+    FINETUNE_CONFIG,
+    FINETUNE_DEFAULTS,
+    FINETUNE_EVENTS,
+    FINETUNE_RESULTS,
+    FROM_SCRATCH_DEFAULTS,
+    SKIP_UNREADABLE_HELP,
+)
 
 
 def build_parser():
@@ -65,6 +72,10 @@ def main(argv: list[str] | None = None) -> None:
         print(result.holdout_note)
     before, after = result.metrics_before["eval_accuracy"], result.metrics_after["eval_accuracy"]
     print(f"accuracy {100 * before:.2f}% -> {100 * after:.2f}%; model and image processor in {result.output_dir}")
+    print(
+        f"the run's record beside them: {', '.join((*FINETUNE_RESULTS, FINETUNE_CONFIG))} and TensorBoard's "
+        f"{FINETUNE_EVENTS}/ (alternet-push --model {result.output_dir} puts them on the Hub)"
+    )
 
 
 if __name__ == "__main__":

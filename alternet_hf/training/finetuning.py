@@ -3,6 +3,8 @@ transformers recipe, with a new head where the label count changes and the paper
 """
 
 import json
+import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +13,7 @@ import evaluate
 import numpy as np
 import torch
 from transformers import Trainer, TrainingArguments, set_seed
+from transformers.integrations import TensorBoardCallback
 
 from ..data.augmentation import eval_transform, train_transform
 from ..data.collate import collate_images, with_transform
@@ -19,8 +22,9 @@ from ..data.sources import DIGITS, load_train_and_eval
 from ..metrics.classification import EVALUATE_METRIC_PATH
 from ..models.modeling_common import build_image_processor
 from ..models.presets import create_classifier, loads_weights
+from ..utils import write_json
 from ..utils.run_lock import hold_folder
-from .recipe import FINETUNE_DEFAULTS, FROM_SCRATCH_DEFAULTS
+from .recipe import FINETUNE_CONFIG, FINETUNE_DEFAULTS, FINETUNE_EVENTS, FINETUNE_RESULTS, FROM_SCRATCH_DEFAULTS
 
 
 @dataclass
@@ -36,13 +40,15 @@ class FinetuneResult:
 
 
 def default_horizontal_flip(model_name_or_path: str, dataset: str) -> float:
-    """The flip probability that fits the data: the one the model's own recipe used (data trained without flips,
-    such as digits, must not be mirrored), none for the embedded digits, else 0.5 as for photos."""
-    recorded = Path(model_name_or_path) / "training_config.json"
-    if recorded.is_file():
-        training = json.loads(recorded.read_text())
-        if "horizontal_flip" in training:
-            return float(training["horizontal_flip"])
+    """The flip probability that fits the data: the one the model's own recipe (or its own fine-tune) used (data
+    trained without flips, such as digits, must not be mirrored), none for the embedded digits, else 0.5 as for
+    photos."""
+    for name in ("training_config.json", FINETUNE_CONFIG):
+        recorded = Path(model_name_or_path) / name
+        if recorded.is_file():
+            training = json.loads(recorded.read_text())
+            if training.get("horizontal_flip") is not None:
+                return float(training["horizontal_flip"])
     return 0.0 if dataset == DIGITS else 0.5
 
 
@@ -90,7 +96,8 @@ def finetune(
     `default_output_dir`; see `check_output_dir`). `epochs`, `learning_rate` and `warmup` (a fraction of the steps)
     default to `FINETUNE_DEFAULTS`, or `FROM_SCRATCH_DEFAULTS` for a preset (said in one line). Every random draw
     (the new head, data order, augmentation) follows `seed`. `skip_unreadable`: rows whose image cannot be read are
-    left out and listed in `output_dir/unreadable.jsonl`, rather than stop the run."""
+    left out and listed in `output_dir/unreadable.jsonl`, rather than stop the run. Beside the model: the run's record
+    (`write_record`) and its TensorBoard events in `runs/training/`."""
     output_dir = Path(output_dir) if output_dir is not None else default_output_dir(model_name_or_path, dataset)
     from_scratch = not loads_weights(model_name_or_path)
     defaults = FROM_SCRATCH_DEFAULTS if from_scratch else FINETUNE_DEFAULTS
@@ -99,6 +106,7 @@ def finetune(
     warmup = defaults["warmup"] if warmup is None else warmup
     with hold_folder(output_dir):
         check_output_dir(output_dir, model_name_or_path, overwrite=overwrite)
+        clear_record(output_dir)  # a replaced model's record goes with it, or the new one would mix with it
         if from_scratch:
             say(
                 f"{model_name_or_path} is a preset without trained weights: training it from scratch ({epochs:g} "
@@ -118,6 +126,26 @@ def finetune(
         )
         train_data, eval_data = splits.train, splits.eval
         model = create_classifier(model_name_or_path, train_data.features["label"].names, **(model_overrides or {}))
+        settings = dict(
+            model=model_name_or_path,
+            model_source=model_source(model_name_or_path),
+            dataset=dataset,
+            image_column=image_column,
+            label_column=label_column,
+            train_split=train_split,
+            eval_split=eval_split,
+            holdout=None if splits.holdout is None else {k: splits.holdout[k] for k in ("fraction", "seed")},
+            train_samples=len(train_data),
+            eval_samples=len(eval_data),
+            seed=seed,
+            epochs=epochs,
+            learning_rate=learning_rate,
+            warmup=warmup,
+            batch_size=batch_size,
+            weight_decay=weight_decay,
+            horizontal_flip=horizontal_flip,
+            model_overrides=model_overrides or {},
+        )
 
         size, mean, std = model.config.image_size, model.config.image_mean, model.config.image_std
         unreadable = UnreadableRows(output_dir / UNREADABLE_FILE, fresh=True) if skip_unreadable else None
@@ -131,6 +159,10 @@ def finetune(
         def compute_metrics(prediction):
             return metric.compute(predictions=np.asarray(prediction.predictions), references=prediction.label_ids)
 
+        defaults = dict(
+            dataloader_pin_memory=torch.cuda.is_available(),
+            logging_steps=0.05,  # a fraction of the steps: twenty points on the loss curve, however long the run
+        )
         args = TrainingArguments(
             output_dir=str(output_dir),
             num_train_epochs=epochs,
@@ -140,15 +172,18 @@ def finetune(
             weight_decay=weight_decay,
             lr_scheduler_type="cosine",
             warmup_steps=warmup,
+            eval_on_start=True,  # the "before" of the run, at step 0 of its history and its curves
             eval_strategy="epoch",
             # The model of the last epoch: the evaluation split is often the test split, and choosing the best epoch on
             # it would report a number selected on the test images.
             save_strategy="no",
             remove_unused_columns=False,
-            report_to=[],
+            report_to=[],  # TensorBoard only, into the folder (below), whatever else is installed
             seed=seed,
-            **{"dataloader_pin_memory": torch.cuda.is_available(), **training_arguments},
+            **{**defaults, **training_arguments},
         )
+        events = TensorBoardCallback()
+        events.logging_dir = str(output_dir / FINETUNE_EVENTS)  # where the release keeps a run's events
         trainer = Trainer(
             model=model,
             args=args,
@@ -156,16 +191,60 @@ def finetune(
             eval_dataset=eval_data,
             data_collator=collate_images,
             compute_metrics=compute_metrics,
+            callbacks=[events],
         )
-        before = trainer.evaluate()
-        trainer.train()
-        after = trainer.evaluate()
+        trained = trainer.train()
+        evaluations = [entry for entry in trainer.state.log_history if "eval_loss" in entry]
+        before, after = evaluations[0], evaluations[-1]
+        if after["step"] != trainer.state.global_step:  # the last epoch's evaluation is the final model's
+            after = trainer.evaluate()
         trainer.save_model(str(output_dir))
         build_image_processor(model.config).save_pretrained(str(output_dir))
         splits.write_holdout(output_dir, dataset, train_split)
+        write_record(trainer, output_dir, settings, trained.metrics, after)
         note = splits.holdout_note(dataset, train_split)
         if unreadable is not None and unreadable.rows():
             say(unreadable.summary())
         return FinetuneResult(
-            output_dir, before, after, note, from_scratch, epochs=epochs, learning_rate=learning_rate, warmup=warmup
+            output_dir,
+            _without_step(before),
+            _without_step(after),
+            note,
+            from_scratch,
+            epochs=epochs,
+            learning_rate=learning_rate,
+            warmup=warmup,
         )
+
+
+def model_source(model_name_or_path: str) -> str:
+    """'preset' (no trained weights: trained from scratch), 'folder' or 'hub': what a card says it came from."""
+    if not loads_weights(model_name_or_path):
+        return "preset"
+    return "folder" if os.path.isdir(model_name_or_path) else "hub"
+
+
+def clear_record(output_dir: Path) -> None:
+    """Remove an earlier fine-tune's record from `output_dir` (nothing else)."""
+    for name in (*FINETUNE_RESULTS, FINETUNE_CONFIG):
+        (output_dir / name).unlink(missing_ok=True)
+    shutil.rmtree(output_dir / FINETUNE_EVENTS, ignore_errors=True)
+
+
+def write_record(trainer: Trainer, output_dir: Path, settings: dict, train_metrics: dict, evaluation: dict) -> None:
+    """The run's record as transformers' examples leave it (`train_results.json`, `eval_results.json`, both in
+    `all_results.json`, the history in `trainer_state.json`) and its settings, each file written whole or not at
+    all."""
+    train = {**train_metrics, "train_samples": settings["train_samples"]}
+    evaluation = {**_without_step(evaluation), "eval_samples": settings["eval_samples"]}
+    for name, metrics in zip(FINETUNE_RESULTS, (train | evaluation, train, evaluation)):
+        write_json(output_dir / name, metrics, indent=4, sort_keys=True)
+    state = output_dir / FINETUNE_RESULTS[3]
+    partial = state.with_name(f".{state.name}.{os.getpid()}.partial")
+    trainer.state.save_to_json(str(partial))  # transformers' own format, then renamed over the file
+    os.replace(partial, state)
+    write_json(output_dir / FINETUNE_CONFIG, settings)
+
+
+def _without_step(evaluation: dict) -> dict:
+    return {key: value for key, value in evaluation.items() if key != "step"}

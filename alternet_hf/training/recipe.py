@@ -28,6 +28,11 @@ DEFAULT_MODEL_OVERRIDES = dict(
 # (`scripts/benchmark.py finetune` measures both).
 FINETUNE_DEFAULTS = dict(epochs=3.0, learning_rate=1e-3, warmup=0.1)
 FROM_SCRATCH_DEFAULTS = dict(epochs=30.0, learning_rate=2e-3, warmup=0.1)
+# What a fine-tune leaves beside its model, named as transformers' examples name them (`Trainer.save_metrics`,
+# `save_state`), its settings, and its TensorBoard events where a Hub repo keeps them; `alternet-push` reads them.
+FINETUNE_CONFIG = "finetune_config.json"
+FINETUNE_RESULTS = ("all_results.json", "train_results.json", "eval_results.json", "trainer_state.json")
+FINETUNE_EVENTS = "runs/training"
 
 
 # What `TrainingConfig.validate` requires of numeric fields, rule after rule: the words of its error, the test, the
