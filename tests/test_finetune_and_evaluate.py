@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
-from commands import run_command
+from commands import run_command, start_command
 from conftest import installed_command
 from datasets import ClassLabel, DatasetDict, Features, Image
 
@@ -117,3 +117,94 @@ def test_the_papers_recipe_runs_end_to_end(cifar_schema_digits, tmp_path):
     assert result.model.config.drop_path_rate == 0.1
     assert result.history[0]["lr"] > result.history[1]["lr"]  # cosine decay after the warm-up
     assert (tmp_path / "paper" / "model.safetensors").exists()
+
+
+@pytest.mark.commands
+def test_a_finetune_leaves_its_record_and_goes_to_the_hub_with_it(cifar_schema_digits, tmp_path):
+    """As a user types it: `alternet-finetune` twice with one seed (the same model bytes, the same numbers), its record
+    read with `json` and TensorBoard's `EventAccumulator`, `alternet-push --dry-run`, the pushed folder loaded with
+    the Auto classes, and the card's model-index equal to the fine-tune's own evaluation."""
+    import torch
+    from huggingface_hub import ModelCard
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from transformers import AutoModelForImageClassification
+
+    import alternet_hf
+
+    alternet_hf.create_model("alternet-18-cifar100", num_labels=10, **TINY).save_pretrained(tmp_path / "digits-base")
+    finetune_command = [
+        *(installed_command("alternet-finetune"), "--model", "digits-base", "--dataset", cifar_schema_digits),
+        *("--image-column", "img", "--label-column", "fine_label", "--eval-split", "holdout:0.25"),
+        *("--epochs", "2", "--learning-rate", "3e-3", "--batch-size", "50", "--seed", "3"),
+    ]
+    runs = [start_command([*finetune_command, "--output-dir", run], cwd=tmp_path) for run in ("ft", "again")]
+    for run in runs:
+        stdout, stderr = run.communicate(600)
+        assert run.returncode == 0, stderr[-3000:]
+        assert "trainer_state.json" in stdout, stdout
+    folder = tmp_path / "ft"
+    files = {path.name for path in folder.iterdir()}
+    assert {"all_results.json", "train_results.json", "eval_results.json", "trainer_state.json"} <= files
+    assert {"finetune_config.json", "holdout.json", "model.safetensors", "config.json", "runs"} <= files
+
+    # One seed, one run: the same weights and the same numbers, bar seconds and rates.
+    assert (folder / "model.safetensors").read_bytes() == (tmp_path / "again" / "model.safetensors").read_bytes()
+
+    def numbers(run, name):
+        record = json.loads((tmp_path / run / name).read_text())
+        return _untimed(record["log_history"] if name == "trainer_state.json" else record)
+
+    for name in ("all_results.json", "train_results.json", "eval_results.json", "trainer_state.json"):
+        assert numbers("ft", name) == numbers("again", name), name
+
+    # The record, as transformers' examples leave it.
+    settings = json.loads((folder / "finetune_config.json").read_text())
+    assert settings["model"] == "digits-base" and settings["model_source"] == "folder"
+    assert (settings["seed"], settings["epochs"], settings["learning_rate"], settings["batch_size"]) == (3, 2, 3e-3, 50)
+    assert settings["holdout"] == {"fraction": 0.25, "seed": 3} and settings["eval_samples"] == 150
+    evaluation = json.loads((folder / "eval_results.json").read_text())
+    train = json.loads((folder / "train_results.json").read_text())
+    assert json.loads((folder / "all_results.json").read_text()) == train | evaluation
+    assert evaluation["eval_samples"] == 150 and train["train_samples"] == 450 and train["epoch"] == 2
+    history = json.loads((folder / "trainer_state.json").read_text())["log_history"]
+    evaluations = [entry for entry in history if "eval_accuracy" in entry]
+    assert [entry["epoch"] for entry in evaluations] == [0, 1, 2]  # before, and after every epoch
+    assert evaluations[-1]["eval_accuracy"] == evaluation["eval_accuracy"] > evaluations[0]["eval_accuracy"]
+    assert sum("loss" in entry for entry in history) >= 10  # the training curve
+
+    # TensorBoard's own reader: every evaluation and the loss, at the steps of the history.
+    events = EventAccumulator(str(folder / "runs" / "training")).Reload()
+    accuracy = events.Scalars("eval/accuracy")
+    assert [s.step for s in accuracy] == [entry["step"] for entry in evaluations]
+    assert [s.value for s in accuracy] == pytest.approx([entry["eval_accuracy"] for entry in evaluations])
+    assert len(events.Scalars("train/loss")) >= 10
+
+    # From fine-tune to Hub: the card's model-index is the fine-tune's evaluation, with what it started from.
+    push = run_command(
+        [installed_command("alternet-push"), "--model", "ft", "--repo-id", "me/digits-ft", "--dry-run", "pushed"],
+        cwd=tmp_path,
+    )
+    assert push.returncode == 0, push.stderr[-3000:]
+    pushed = tmp_path / "pushed"
+    card = ModelCard.load(pushed / "README.md")
+    reported = {result.metric_type: result.metric_value for result in card.data.eval_results}
+    assert reported["accuracy"] == evaluation["eval_accuracy"] and reported["nll"] == evaluation["eval_nll"]
+    assert {result.dataset_split for result in card.data.eval_results} == {"holdout:0.25"}
+    assert "fine-tuned from a model folder (`digits-base`)" in card.text
+    assert "The fine-tune's own evaluation" in card.text and "hold-out of 25% of the `train` split" in card.text
+    assert "digits-base" in card.text and str(tmp_path) not in card.text  # a folder by its name, not its path
+    assert EventAccumulator(str(pushed / "runs" / "training")).Reload().Scalars("eval/accuracy")  # the metrics tab
+
+    model = AutoModelForImageClassification.from_pretrained(pushed).eval()
+    fine_tuned = AutoModelForImageClassification.from_pretrained(folder).eval()
+    images = torch.randn(4, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.equal(model(pixel_values=images).logits, fine_tuned(pixel_values=images).logits)
+
+
+def _untimed(record):
+    """`record` as JSON without seconds and rates, which differ between two runs of one seed."""
+    if isinstance(record, list):
+        return json.dumps([json.loads(_untimed(entry)) for entry in record], sort_keys=True)
+    kept = {key: value for key, value in record.items() if not key.endswith(("runtime", "per_second"))}
+    return json.dumps(kept, sort_keys=True)

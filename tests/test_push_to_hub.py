@@ -92,7 +92,7 @@ def test_the_card_reports_the_evaluation_on_the_training_dataset(tmp_path):
 
     (tmp_path / "training_config.json").write_text(json.dumps({"dataset": "uoft-cs/cifar100", "eval_split": "test"}))
     (tmp_path / "metrics.json").write_text(json.dumps({"accuracy": 0.5}))
-    assert find_evaluation(tmp_path) == ({"accuracy": 0.5}, "uoft-cs/cifar100", "test")  # training's own
+    assert find_evaluation(tmp_path) == ({"accuracy": 0.5}, "uoft-cs/cifar100", "test", "training")  # training's own
     for name, dataset, split, accuracy, sample in (
         ("eval_cifar100_test_sample-200-seed-0.json", "uoft-cs/cifar100", "test", 0.7, {"num_images": 200}),
         ("eval_cifar100_test.json", "uoft-cs/cifar100", "test", 0.8, None),
@@ -108,6 +108,21 @@ def test_the_card_reports_the_evaluation_on_the_training_dataset(tmp_path):
     with pytest.warns(UserWarning):
         assert find_evaluation(tmp_path)[0] == {"accuracy": 0.9}  # the larger sample
     assert find_evaluation(tmp_path, tmp_path / "eval_cifar100_train.json")[2] == "train"  # asked for by name
+
+
+def test_a_fine_tune_reports_its_own_evaluation_until_alternet_evaluate_has_run(tmp_path):
+    """A fine-tune's `eval_results.json` (transformers' names) is its card's evaluation, of the fine-tune's dataset and
+    evaluation split; alternet-evaluate's result on that split comes first, as for a trained model."""
+    from alternet_hf.hub.repos import find_evaluation
+
+    settings = {"dataset": "faces", "eval_split": "holdout:0.2", "model": "m", "model_source": "folder"}
+    (tmp_path / "finetune_config.json").write_text(json.dumps(settings))
+    (tmp_path / "eval_results.json").write_text(json.dumps({"eval_accuracy": 0.75, "eval_nll": 0.5, "epoch": 3.0}))
+    found = find_evaluation(tmp_path)
+    assert found == ({"accuracy": 0.75, "nll": 0.5}, "faces", "holdout:0.2", "fine-tune")
+    payload = {"metrics": {"accuracy": 0.7}, "dataset": "faces", "split": "holdout:0.2", "num_images": 40}
+    (tmp_path / "eval_faces_holdout.json").write_text(json.dumps(payload))
+    assert find_evaluation(tmp_path) == ({"accuracy": 0.7}, "faces", "holdout:0.2", "alternet-evaluate")
 
 
 def test_the_card_s_script_commands_name_the_repo_the_columns_and_timm_s_wrapper_runs_them(tmp_path):

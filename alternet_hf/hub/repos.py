@@ -7,6 +7,7 @@ import json
 import shutil
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
@@ -15,6 +16,7 @@ from ..models.modeling_common import ZooModelMixin
 from ..models.presets import create_model, list_models
 from ..models.timm_families import is_timm_wrapper
 from ..models.timm_models import TIMM_ARGUMENTS, timm_name
+from ..training.recipe import FINETUNE_CONFIG, FINETUNE_RESULTS
 
 PAPER_ID = "2202.06709"  # arXiv
 PAPER_URL = f"https://arxiv.org/abs/{PAPER_ID}"  # every card links it: the Hub lists the repo on the paper's page
@@ -44,17 +46,30 @@ METRIC_LABELS = {
 }
 
 
-def find_evaluation(model_dir: Path, evaluation: Path | None = None) -> tuple[dict, str, str]:
-    """(metrics, dataset, split) of a trained model for its card: `evaluation` (an `eval_*.json` of
-    alternet-evaluate) if given; else alternet-evaluate's `eval_*.json` on the dataset and split the model was
-    trained and evaluated on (any other is not the headline result), the whole split before a sample of it and a
-    larger sample before a smaller; else training's final `metrics.json`."""
+class Evaluation(NamedTuple):
+    """The evaluation a card reports, and what made it: "given" (`--evaluation`), "alternet-evaluate", "fine-tune"
+    (`alternet-finetune`'s own, on its evaluation split) or "training" (`alternet-train`'s final one)."""
+
+    metrics: dict
+    dataset: str
+    split: str
+    source: str
+
+
+def find_evaluation(model_dir: Path, evaluation: Path | None = None) -> Evaluation:
+    """The evaluation of a trained model for its card: `evaluation` (an `eval_*.json` of alternet-evaluate) if
+    given; else alternet-evaluate's `eval_*.json` on the dataset and split the model was trained (or fine-tuned) and
+    evaluated on (any other is not the headline result), the whole split before a sample of it and a larger sample
+    before a smaller; else the fine-tune's own `eval_results.json`, or training's final `metrics.json`."""
     if evaluation is not None:
         payload = json.loads(Path(evaluation).read_text())
-        return payload["metrics"], payload["dataset"], payload["split"]
+        return Evaluation(payload["metrics"], payload["dataset"], payload["split"], "given")
     metrics_file, config_file = model_dir / "metrics.json", model_dir / "training_config.json"
-    training = json.loads(config_file.read_text()) if config_file.exists() else None
-    evaluations = {p: json.loads(p.read_text()) for p in sorted(model_dir.glob("eval_*.json"))}
+    finetuned = read_finetune(model_dir)
+    training = finetuned or (json.loads(config_file.read_text()) if config_file.exists() else None)
+    evaluations = {
+        p: json.loads(p.read_text()) for p in sorted(model_dir.glob("eval_*.json")) if p.name not in FINETUNE_RESULTS
+    }
     if training is not None:
         headline = (training["dataset"], training.get("eval_split", "test"))
         ignored = sorted(p.name for p, e in evaluations.items() if (e["dataset"], e["split"]) != headline)
@@ -63,13 +78,26 @@ def find_evaluation(model_dir: Path, evaluation: Path | None = None) -> tuple[di
         evaluations = {p: e for p, e in evaluations.items() if (e["dataset"], e["split"]) == headline}
     if evaluations:
         payload = max(evaluations.values(), key=lambda e: ("sample" not in e, e.get("num_images", 0)))
-        return payload["metrics"], payload["dataset"], payload["split"]
+        return Evaluation(payload["metrics"], payload["dataset"], payload["split"], "alternet-evaluate")
+    finetune_results = model_dir / FINETUNE_RESULTS[2]
+    if finetuned is not None and finetune_results.exists():
+        recorded = json.loads(finetune_results.read_text())
+        metrics = {name: recorded[f"eval_{name}"] for name in METRIC_NAMES if f"eval_{name}" in recorded}
+        return Evaluation(metrics, finetuned["dataset"], finetuned["eval_split"], "fine-tune")
     if not metrics_file.exists() or not config_file.exists():
         raise FileNotFoundError(
             f"{model_dir} has no evaluation: run alternet-evaluate --model {model_dir} --dataset <dataset> "
             "(or train it with alternet-train, which writes metrics.json and training_config.json)"
         )
-    return json.loads(metrics_file.read_text()), training["dataset"], training.get("eval_split", "test")
+    return Evaluation(
+        json.loads(metrics_file.read_text()), training["dataset"], training.get("eval_split", "test"), "training"
+    )
+
+
+def read_finetune(model_dir: Path) -> dict | None:
+    """The settings `alternet-finetune` recorded beside the model it wrote, if it wrote this one."""
+    path = model_dir / FINETUNE_CONFIG
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def _fields_table(fields: dict) -> str:
@@ -88,12 +116,52 @@ def _recipe_table(model_dir: Path, provenance: dict | None = None, dataset_alias
             "converted; no training curves were released). `alternet-train --recipe paper --model "
             f"{preset}` runs the same recipe:\n\n{_fields_table(fields)}"
         )
+    finetuned = read_finetune(model_dir)
+    if finetuned is not None:
+        fields = {**finetuned, "model": _source_name(finetuned)}
+        fields["dataset"] = (dataset_aliases or {}).get(fields["dataset"], fields["dataset"])
+        return (
+            "Run by `alternet-finetune` of alternet-hf (the HF `Trainer`, keeping the model of the last epoch); its "
+            f"training curves and evaluations are on this repo's metrics tab:\n\n{_fields_table(fields)}"
+        )
     config_file = model_dir / "training_config.json"
     if not config_file.exists():
         return "Trained outside `alternet-train`; no recipe recorded."
     fields = json.loads(config_file.read_text())
     fields["dataset"] = (dataset_aliases or {}).get(fields.get("dataset"), fields.get("dataset"))
     return f"Trained with `alternet-train` of alternet-hf:\n\n{_fields_table(fields)}"
+
+
+def _source_name(finetuned: dict) -> str:
+    """The model a fine-tune started from, as a card names it: a Hub id or preset as it is, a folder by its name
+    (its path is the fine-tuning machine's)."""
+    model = finetuned["model"]
+    return Path(model).name if finetuned["model_source"] == "folder" else model
+
+
+def _origin(finetuned: dict | None) -> str:
+    """How the card's first sentence says where the weights come from."""
+    if finetuned is None:
+        return "trained on"
+    source = finetuned["model_source"]
+    if source == "preset":
+        return f"the preset `{finetuned['model']}` trained from scratch with `alternet-finetune` on"
+    if source == "hub":
+        return f"fine-tuned from [`{finetuned['model']}`](https://huggingface.co/{finetuned['model']}) on"
+    return f"fine-tuned from a model folder (`{_source_name(finetuned)}`) on"
+
+
+def _finetune_evaluation_note(finetuned: dict) -> str:
+    """Which images the fine-tune's own evaluation is of: its evaluation split, or the hold-out it carved."""
+    holdout, images = finetuned.get("holdout"), f"{finetuned['eval_samples']:,} images"
+    if holdout is not None:
+        split = (
+            f"a seeded, stratified hold-out of {100 * holdout['fraction']:g}% of the `{finetuned['train_split']}` "
+            f"split ({images}, seed {holdout['seed']}), never trained on"
+        )
+    else:
+        split = f"its evaluation split, `{finetuned['eval_split']}` ({images})"
+    return f"The fine-tune's own evaluation (`alternet-finetune`, after its last epoch), on {split}."
 
 
 def _provenance_section(provenance: dict | None, evaluated_on: str | None) -> str:
@@ -141,13 +209,17 @@ def build_model_card(
     reported: dict | None = None,
     evaluated_on: str | None = None,
     dataset_aliases: dict[str, str] | None = None,
+    finetune_evaluation: bool = False,
 ) -> ModelCard:
     """A model card: metadata (`model-index` from `metrics`, and CIFAR-100-C's mean accuracy from `robustness`),
     usage, results, `figures` ({title: path in the repo}), recipe and citation. For converted weights, `provenance`
     (the file, its SHA-256, the converter) and `reported` (the top-1 and CIFAR-100-C mean reported, and by whom);
-    `dataset_aliases` ({recorded: shown}) name a dataset recorded as a path of the machine that trained.
+    `dataset_aliases` ({recorded: shown}) name a dataset recorded as a path of the machine that trained. A model
+    `alternet-finetune` wrote says what it was fine-tuned from (`base_model` for a Hub id), and whether `metrics` are
+    the fine-tune's own evaluation (`finetune_evaluation`) and of which images.
     """
     name = repo_id.split("/")[-1]
+    finetuned = read_finetune(model_dir)
     results = [
         EvalResult(
             task_type="image-classification",
@@ -180,6 +252,7 @@ def build_model_card(
         pipeline_tag="image-classification",
         tags=["image-classification", "vision", "how-do-vits-work", model.config.model_type],
         datasets=[dataset] if _is_hub_id(dataset) else None,
+        base_model=finetuned["model"] if finetuned and finetuned["model_source"] == "hub" else None,
         model_name=name,
         eval_results=results or None,
     )
@@ -193,6 +266,7 @@ def build_model_card(
         architecture=f"timm's {type(model.timm_model).__name__}" if timm_family else type(model).__name__,
         parameters=f"{model.num_parameters():,}",
         paper_url=PAPER_URL,
+        origin=_origin(finetuned),
         dataset=dataset,
         split=split,
         repo_id=repo_id,
@@ -201,6 +275,7 @@ def build_model_card(
         timm_usage=_timm_usage(repo_id, zoo_model) if timm_family or zoo_model else "",
         scripts=_scripts_section(repo_id, dataset, remote, zoo_model, timm=timm_family or zoo_model is not None),
         evaluated_on=evaluated_on,
+        evaluation_note=_finetune_evaluation_note(finetuned) if finetune_evaluation else "",
         metrics_table="\n".join(f"| {METRIC_LABELS[r.metric_type]} | {r.metric_value:.4f} |" for r in clean),
         reported=_reported_section(reported, metrics, robustness),
         robustness=_robustness_section(robustness),
@@ -229,7 +304,7 @@ def write_release(
     `cifar100c_repo`); `figures`: {title: PNG} copied into figures/; `dataset_name`: how the card names the
     evaluation's dataset (default: as the evaluation recorded it); the rest: see `build_model_card`."""
     model_dir, output_dir = Path(model_dir), Path(output_dir)
-    metrics, recorded, split = find_evaluation(model_dir, evaluation)
+    metrics, recorded, split, source = find_evaluation(model_dir, evaluation)
     dataset = dataset_name or recorded
     model = create_model(str(model_dir))
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -269,21 +344,24 @@ def write_release(
         reported=reported,
         evaluated_on=evaluated_on,
         dataset_aliases={recorded: dataset},
+        finetune_evaluation=source == "fine-tune",
     )
     card.save(output_dir / "README.md")
     return output_dir
 
 
 def _copy_training_logs(model_dir: Path, output_dir: Path) -> bool:
-    """Copy the TensorBoard event files `alternet-train` wrote (`logs/`) into the repo's `runs/training/`, where the
-    Hub's metrics tab finds them; whether there were any."""
-    logs = model_dir / "logs"
-    events = sorted(p for p in logs.rglob("*") if p.is_file() and "tfevents" in p.name) if logs.is_dir() else []
-    for path in events:
-        target = output_dir / RUNS / "training" / path.relative_to(logs)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, target)
-    return bool(events)
+    """Copy the TensorBoard event files of the run into the repo's `runs/`, where the Hub's metrics tab finds them:
+    `alternet-train`'s `logs/` into `runs/training/`, `alternet-finetune`'s `runs/` as they are; whether there
+    were any."""
+    copied = False
+    for logs, target in ((model_dir / "logs", output_dir / RUNS / "training"), (model_dir / RUNS, output_dir / RUNS)):
+        events = sorted(p for p in logs.rglob("*") if p.is_file() and "tfevents" in p.name) if logs.is_dir() else []
+        for path in events:
+            (target / path.relative_to(logs)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, target / path.relative_to(logs))
+        copied = copied or bool(events)
+    return copied
 
 
 def write_scalar_events(folder: Path, scalars: dict[str, float], step: int = 0) -> Path:
