@@ -9,6 +9,7 @@ stochastic depth are off.
 """
 
 import contextlib
+import copy
 import functools
 import math
 import time
@@ -35,7 +36,7 @@ def cross_entropy_loss(outputs, targets: torch.Tensor) -> torch.Tensor:
 
 class HessianOperator:
     """v ↦ H v of the mean loss of `model` over fixed `batches` plus weight_decay times the L2 term, on flat vectors
-    in the order of the trainable parameters; `num_hvps` counts the products."""
+    in the order of the trainable parameters; `num_hvps` counts the products. `restricted` gives a diagonal block."""
 
     def __init__(
         self,
@@ -72,11 +73,31 @@ class HessianOperator:
         product = torch.zeros_like(vector, dtype=torch.float64)
         for inputs, targets in self.batches:
             gradients = self._cached_gradients or self._gradients(inputs, targets)
-            hvp = torch.autograd.grad(gradients, self.parameters, grad_outputs=pieces, retain_graph=True)
+            # allow_unused: a parameter whose gradient does not depend on the parameters given (a bias before a
+            # BatchNorm, restricted to its own block) has a zero block
+            hvp = torch.autograd.grad(
+                gradients, self.parameters, grad_outputs=pieces, retain_graph=True, allow_unused=True
+            )
+            hvp = [torch.zeros_like(p) if h is None else h for h, p in zip(hvp, self.parameters)]
             weight = len(targets) / self.num_samples
             product += weight * torch.cat([h.reshape(-1) for h in hvp]).double()
         self.num_hvps += 1
         return product
+
+    def restricted(self, parameters) -> "HessianOperator":
+        """The diagonal block H_bb of `parameters` (some of this operator's): v_b ↦ ∂(g_b·v_b)/∂θ_b, which is H v with
+        v zero outside the block, read on the block. It shares this operator's gradient graph (one batch: built
+        once for every block) and counts its own products."""
+        chosen = {id(p) for p in parameters}
+        block = copy.copy(self)
+        block.parameters = [p for p in self.parameters if id(p) in chosen]
+        if not block.parameters or len(block.parameters) != len(chosen):
+            raise ValueError("a block must be a non-empty set of the operator's trainable parameters")
+        block.dimension, block.num_hvps = sum(p.numel() for p in block.parameters), 0
+        if self._cached_gradients is not None:
+            kept = zip(self.parameters, self._cached_gradients)
+            block._cached_gradients = [g for p, g in kept if id(p) in chosen]
+        return block
 
     def random_vector(self, generator: torch.Generator) -> torch.Tensor:
         """A Rademacher vector of unit norm (float64, on the parameters' device)."""
@@ -84,10 +105,14 @@ class HessianOperator:
         return (signs.double() * 2 - 1).to(self.device) / math.sqrt(self.dimension)
 
 
-def _lanczos(operator: HessianOperator, start: torch.Tensor, max_steps: int) -> Iterator[tuple[np.ndarray, ...]]:
+def _lanczos(
+    operator: HessianOperator, start: torch.Tensor, max_steps: int, basis: list | None = None
+) -> Iterator[tuple[np.ndarray, ...]]:
     """Lanczos with full re-orthogonalisation; after each step yields (alphas, betas), where betas[-1]
-    is the residual norm β_m (0 when an invariant subspace is found, which ends the iteration)."""
-    basis = [start / start.norm()]
+    is the residual norm β_m (0 when an invariant subspace is found, which ends the iteration). `basis`, an empty list
+    where given, receives the orthonormal Lanczos vectors (after step m its first m span the Krylov space)."""
+    basis = [] if basis is None else basis
+    basis.append(start / start.norm())
     alphas, betas = [], []
     for _ in range(max_steps):
         w = operator(basis[-1])
@@ -252,52 +277,183 @@ def power_iteration(
         )
 
 
+TRACE_METHODS = ("deflated", "hutchinson")
+
+
 @dataclass
 class TraceResult(AnalysisResult):
+    """`trace` ± `half_width`, a 95% confidence interval (Student's t over the samples; `standard_error` the
+    estimate's), after `num_hvps` Hessian-vector products in all. `method` "deflated": `deflated_trace` is the exact
+    trace of H on a Krylov space of `deflation_dimension` (no sampling error), `samples` Hutchinson's on the rest;
+    "hutchinson": `samples` are of H itself. `converged`: the half-width reached `rtol`·|trace|; where not (`timed_out`
+    at a time limit, or at `max_samples`), the interval is still the honest one, only wider."""
+
     trace: float
     standard_error: float
     num_samples: int
     converged: bool
     samples: np.ndarray
+    half_width: float = float("nan")
+    num_hvps: int = 0
+    method: str = "hutchinson"
+    deflated_trace: float = 0.0
+    deflation_dimension: int = 0
+    rtol: float = 1e-2
+    timed_out: bool = False
+
+
+def _confidence(samples: list[float]) -> tuple[float, float]:
+    """(standard error of the mean, 95% half-width by Student's t) of `samples`; infinite for fewer than two."""
+    if len(samples) < 2:
+        return float("inf"), float("inf")
+    from scipy.stats import t
+
+    error = float(np.std(samples, ddof=1) / math.sqrt(len(samples)))
+    return error, float(t.ppf(0.975, len(samples) - 1)) * error
 
 
 def hessian_trace(
     model: nn.Module,
     data,
     *,
+    method: str = "deflated",
     rtol: float = 1e-2,
     min_samples: int = 10,
     max_samples: int = 1000,
+    deflation_steps: int = 30,
+    time_limit: float | None = None,
     seed: int = 0,
     progress: bool = False,
     **setup,
 ) -> TraceResult:
-    """Hutchinson's trace estimate with Rademacher vectors, run until the 95% confidence half-width
-    1.96·s/√n is at most `rtol`·|estimate| (and at least `min_samples` were drawn). `setup`: as `_hessian_of`
-    takes it."""
-    generator, samples, converged, error = torch.Generator().manual_seed(seed), [], False, float("inf")
+    """The trace of the Hessian to a 95% confidence half-width of `rtol`·|trace| (`trace_of` says how), at most
+    `max_samples` Hutchinson samples and `deflation_steps` Lanczos steps. `setup`: as `_hessian_of` takes it."""
     with _hessian_of(model, data, **setup) as operator:
-        for _ in shared.progress(range(max_samples), enabled=progress, desc="trace", unit="hvp"):
-            vector = operator.random_vector(generator) * math.sqrt(operator.dimension)  # entries ±1
-            samples.append(torch.dot(operator(vector), vector).item())
-            if len(samples) > 1:
-                error = float(np.std(samples, ddof=1) / math.sqrt(len(samples)))
-                if len(samples) >= min_samples and 1.96 * error <= rtol * abs(np.mean(samples)):
-                    converged = True
-                    break
-    return TraceResult(float(np.mean(samples)), error, len(samples), converged, np.array(samples))
+        return trace_of(
+            operator,
+            method=method,
+            rtol=rtol,
+            min_samples=min_samples,
+            max_samples=max_samples,
+            deflation_steps=deflation_steps,
+            time_limit=time_limit,
+            seed=seed,
+            progress=progress,
+        )
+
+
+def trace_of(
+    operator: HessianOperator,
+    *,
+    method: str = "deflated",
+    rtol: float = 1e-2,
+    min_samples: int = 10,
+    max_samples: int = 1000,
+    deflation_steps: int = 30,
+    time_limit: float | None = None,
+    seed: int = 0,
+    progress: bool = False,
+) -> TraceResult:
+    """tr H by Hutchinson's estimator with Rademacher vectors, stopped once the 95% half-width is at most
+    `rtol`·|estimate| (after at least `min_samples` samples).
+
+    "deflated" (the default) first runs Lanczos and takes the trace of H on its Krylov space Q exactly, Σ qᵢᵀHqᵢ (the
+    Lanczos αs, products already made), then samples only the rest: tr H = tr(QᵀHQ) + tr(PHP) with P = I − QQᵀ for
+    any orthonormal Q, so the estimate stays unbiased whatever Q is, and Hutchinson's variance falls from about
+    2‖H‖²_F to 2‖PHP‖²_F. A trained network's Hessian has most of its Frobenius mass in a few top eigenvalues, which
+    Lanczos finds in few products, so the rest needs far fewer samples (on the digits AlterNet: docs/benchmarks.md).
+    Lanczos step m removes exactly α_m² + 2β_m² from ‖PHP‖²_F; it stops once the last step saved less than one
+    sample's worth of variance at the target error (or at `deflation_steps`), each sample costing one product too.
+    A Krylov space rather than Hutch++'s (Meyer, Musco, Musco & Woodruff 2021) random sketch H·S: for a spectrum
+    this steep, each Lanczos product captures the next eigenvalue, where the sketch needs several per direction.
+    "hutchinson": plain Hutchinson on H, the baseline."""
+    if method not in TRACE_METHODS:
+        raise ValueError(f"method must be one of {TRACE_METHODS}, not {method!r}")
+    if min_samples < 2 or max_samples < min_samples:
+        raise ValueError(f"need 2 <= min_samples <= max_samples, not {min_samples} and {max_samples}")
+    deadline = None if time_limit is None else time.monotonic() + time_limit
+    generator, basis, deflated = torch.Generator().manual_seed(seed), [], 0.0
+    start = operator.num_hvps
+    if method == "deflated":
+        basis, deflated = _deflation_space(operator, generator, rtol, deflation_steps, deadline)
+    samples, converged, timed_out = [], False, False
+    error = half_width = float("inf")
+    bar = shared.progress(range(max_samples), enabled=progress, desc="trace", unit="sample")
+    for _ in bar:
+        if deadline is not None and time.monotonic() > deadline:
+            timed_out = True
+            break
+        vector = operator.random_vector(generator) * math.sqrt(operator.dimension)  # entries ±1
+        for q in basis:  # P z: the Krylov space's part is counted exactly already
+            vector -= torch.dot(vector, q) * q
+        samples.append(torch.dot(operator(vector), vector).item())
+        error, half_width = _confidence(samples)
+        if len(samples) >= min_samples and half_width <= rtol * abs(deflated + np.mean(samples)):
+            converged = True
+            break
+    if not samples:
+        raise TimeoutError(f"the time limit of {time_limit:g} s ended the trace before its first sample")
+    result = TraceResult(
+        deflated + float(np.mean(samples)),
+        error,
+        len(samples),
+        converged,
+        np.array(samples),
+        half_width,
+        operator.num_hvps - start,
+        method,
+        deflated,
+        len(basis),
+        rtol,
+        timed_out,
+    )
+    if not converged:
+        warnings.warn(trace_warning(result), stacklevel=2)
+    return result
+
+
+def trace_warning(result: TraceResult) -> str:
+    """What an unconverged trace says of itself."""
+    stop = "the time limit" if result.timed_out else f"{result.num_samples} samples"
+    return (
+        f"the Hessian trace did not reach its 95% half-width of rtol={result.rtol:g} relative: "
+        f"{result.trace:.6g} ± {result.half_width:.3g} at {stop}"
+    )
+
+
+def _deflation_space(operator, generator, rtol: float, max_steps: int, deadline) -> tuple[list, float]:
+    """The Lanczos basis to deflate and the exact trace of H on it (Σα): Lanczos until a step removes less variance
+    from the remainder than one Hutchinson sample's worth at the target (see `trace_of`)."""
+    if max_steps < 1:
+        raise ValueError(f"the deflated trace needs deflation_steps >= 1, not {max_steps}")
+    basis, alphas = [], np.zeros(0)
+    start = operator.random_vector(generator)
+    for alphas, betas in _lanczos(operator, start, min(max_steps, operator.dimension), basis):
+        removed = alphas[-1] ** 2 + 2 * betas[-1] ** 2  # ‖PHP‖²_F falls by exactly this at this step
+        target = rtol * abs(alphas.sum()) / 1.96  # the standard error the stop asks for, by the trace found so far
+        # a sample's variance is about 2‖PHP‖²_F: this step saved about 2·removed/target² samples
+        if 2 * removed < target**2 or (deadline is not None and time.monotonic() > deadline):
+            break
+    return basis[: len(alphas)], float(alphas.sum())
 
 
 @dataclass
 class DensityResult(AnalysisResult):
     """The smoothed spectral density on `grid` (integrates to 1), and the quadrature it comes from:
-    `nodes[v]` (Ritz values) with `weights[v]` (summing to 1) for each random start vector v."""
+    `nodes[v]` (Ritz values) with `weights[v]` (summing to 1) for each random start vector v. Its error over the
+    start vectors: `density_error`, the standard error at each grid point; `trace` ± `trace_half_width` (95%), the
+    trace the quadrature implies (the parameter count times the mean of Σ weights·nodes), a check on the density's
+    mass; `num_hvps` the products."""
 
     grid: np.ndarray
     density: np.ndarray
     nodes: np.ndarray
     weights: np.ndarray
     sigma: float
+    density_error: np.ndarray = field(default_factory=lambda: np.empty(0))
+    trace: float = float("nan")
+    trace_half_width: float = float("nan")
+    num_hvps: int = 0
 
 
 def spectral_density(
@@ -334,8 +490,24 @@ def _slq(operator, seed, num_vectors, num_steps, num_points, sigma, *, progress=
     gaussians = np.exp(-0.5 * ((grid[:, None, None] - np.nan_to_num(nodes)) / sigma) ** 2) / (
         sigma * math.sqrt(2 * math.pi)
     )
-    density = (gaussians * weights).sum(axis=(1, 2)) / num_vectors
-    return DensityResult(grid, density, nodes, weights, float(sigma))
+    per_vector = (gaussians * weights).sum(axis=2)  # (points, vectors): each start vector's own density
+    density = per_vector.mean(axis=1)
+    density_error = (
+        per_vector.std(axis=1, ddof=1) / math.sqrt(num_vectors) if num_vectors > 1 else np.full_like(density, np.inf)
+    )
+    traces = operator.dimension * np.nansum(nodes * weights, axis=1)
+    _, trace_half_width = _confidence(list(traces))
+    return DensityResult(
+        grid,
+        density,
+        nodes,
+        weights,
+        float(sigma),
+        density_error,
+        float(traces.mean()),
+        trace_half_width,
+        operator.num_hvps,
+    )
 
 
 @dataclass
@@ -571,3 +743,172 @@ def spectra_comparison(found: dict[str, SpectrumResult]):
         ax.set_title("SLQ spectral density")
         shared.legend_beside(ax, fontsize=7)
     return figure
+
+
+# --- the trace and the density, as the analysis commands run them ------------------------------------------------
+
+
+@dataclass
+class TracesResult(AnalysisResult):
+    """The Hessian trace of each training minibatch b: `traces[b]` ± `half_widths[b]` (95%), of which
+    `deflated_traces[b]` is exact, on a Krylov space of `deflation_dimensions[b]` (the top of the spectrum), and the
+    rest from `num_samples[b]` Hutchinson samples (`hessian_trace`'s deflated estimator); `converged[b]` where the
+    half-width reached `rtol`·|trace|. `num_hvps`: products in all."""
+
+    traces: np.ndarray
+    half_widths: np.ndarray
+    deflated_traces: np.ndarray
+    deflation_dimensions: np.ndarray
+    num_samples: np.ndarray
+    converged: np.ndarray
+    num_hvps: int
+    rtol: float
+    weight_decay: float = 0.0
+    penalty: str = "reference"
+    batchnorm: str = "train"
+
+
+def _minibatch_operators(model: nn.Module, inputs, settings, *, device, progress: bool, desc: str, count: int):
+    """(index, `HessianOperator`) of each of the first `count` training minibatches, as the settings define the loss,
+    the model in the analysis mode throughout."""
+    batchnorm = settings.batchnorm or "train"
+    with analysis_mode(model, batchnorm=batchnorm, device=device) as device:
+        batches = shared.batches(inputs.train(), max_batches=count, enabled=progress, desc=desc)
+        for index, (images, targets) in enumerate(batches):
+            batch = [(images.to(device), targets.to(device))]
+            yield index, HessianOperator(model, batch, weight_decay=settings.weight_decay, penalty=settings.penalty)
+
+
+def trace_analysis(model: nn.Module, inputs, settings, *, on_partial=None, device=None, progress=False) -> TracesResult:
+    found = []
+    operators = _minibatch_operators(
+        model, inputs, settings, device=device, progress=progress, desc="Hessian trace", count=settings.hessian_batches
+    )
+    for index, operator in operators:
+        with warnings.catch_warnings():  # one warning for every minibatch follows
+            warnings.simplefilter("ignore")
+            found.append(
+                trace_of(
+                    operator,
+                    rtol=settings.trace_rtol,
+                    max_samples=settings.trace_max_samples,
+                    deflation_steps=settings.deflation_steps,
+                    seed=settings.seed + index,
+                )
+            )
+    if not found:
+        raise ValueError("the data gave no batches")
+    result = TracesResult(
+        *(np.array([getattr(r, name) for r in found]) for name in TRACE_FIELDS),
+        sum(r.num_hvps for r in found),
+        settings.trace_rtol,
+        settings.weight_decay,
+        settings.penalty,
+        settings.batchnorm or "train",
+    )
+    if not result.converged.all():
+        warnings.warn(
+            f"the Hessian trace did not reach its 95% half-width of trace_rtol={settings.trace_rtol:g} relative within "
+            f"trace_max_samples={settings.trace_max_samples} on {int((~result.converged).sum())} of "
+            f"{len(found)} minibatches: their intervals are wider (see half_widths). Raise trace_max_samples or "
+            "deflation_steps.",
+            stacklevel=2,
+        )
+    return result
+
+
+# The fields of `TracesResult` read from each minibatch's `TraceResult`, in order.
+TRACE_FIELDS = ("trace", "half_width", "deflated_trace", "deflation_dimension", "num_samples", "converged")
+
+
+def trace_figure(result: TracesResult):
+    ax = new_axes(None)
+    positions = np.arange(len(result.traces))
+    ax.bar(positions, result.deflated_traces, color="0.85", label="exact: the top of the spectrum (Krylov space)")
+    ax.errorbar(positions, result.traces, yerr=result.half_widths, fmt="o", color="tab:blue", capsize=3)
+    ax.plot([], [], "o", color="tab:blue", label="trace, 95% interval")
+    ax.set(xlabel="training minibatch", ylabel="Hessian trace", title="Hessian trace per minibatch")
+    ax.set_xticks(positions)
+    ax.legend(fontsize=7)
+    return ax
+
+
+def trace_summary(result: TracesResult) -> str:
+    share, dimension = np.mean(result.deflated_traces / result.traces), int(np.median(result.deflation_dimensions))
+    text = (
+        f"hessian-trace: {np.median(result.traces):.4g} ± {np.median(result.half_widths):.2g} (95%, median of "
+        f"{len(result.traces)} minibatches), {100 * share:.0f}% of it on the top {dimension} "
+        f"Krylov directions (exact), {result.num_hvps} Hessian-vector products; a larger trace is a sharper minimum"
+    )
+    unreached = int((~result.converged).sum())
+    return text + (f" (the {100 * result.rtol:g}% stop not reached on {unreached})" if unreached else "")
+
+
+def trace_estimate(costs: dict, settings) -> tuple[float, str] | None:
+    """An upper bound: every Lanczos step and sample allowed; the stop usually comes far earlier."""
+    if "hvp" not in costs:
+        return None
+    per_batch = settings.deflation_steps + settings.trace_max_samples
+    hvp, batches = costs["hvp"], settings.hessian_batches
+    how = (
+        f"at most {batches} minibatch{'es' * (batches != 1)} × ({settings.deflation_steps} Lanczos steps + "
+        f"{settings.trace_max_samples} samples), about {hvp:.2g} s per Hessian-vector product"
+    )
+    return batches * per_batch * hvp, how
+
+
+def traces_comparison(found: dict[str, TracesResult]):
+    ax = new_axes(None, figsize=(1.2 + 1.1 * len(found), 3.6))
+    colours = shared.model_colours(list(found))
+    for position, (name, result) in enumerate(found.items()):
+        spread = np.full(len(result.traces), position) + np.linspace(-0.15, 0.15, len(result.traces))
+        ax.errorbar(spread, result.traces, yerr=result.half_widths, fmt="o", color=colours[name], capsize=3)
+    ax.set_xticks(range(len(found)), list(found))
+    ax.set(ylabel="Hessian trace", title="Hessian trace per minibatch, 95% intervals")
+    return ax
+
+
+def density_analysis(model: nn.Module, inputs, settings, *, on_partial=None, device=None, progress=False):
+    operators = _minibatch_operators(
+        model, inputs, settings, device=device, progress=False, desc="Hessian density", count=1
+    )
+    for _, operator in operators:
+        return _slq(operator, settings.seed, settings.slq_vectors, settings.slq_steps, 1000, None, progress=progress)
+    raise ValueError("the data gave no batches")
+
+
+def density_figure(result: DensityResult):
+    ax = plot_density(result)
+    if np.isfinite(result.density_error).all() and result.density_error.size:
+        low = np.maximum(result.density - 1.96 * result.density_error, 1e-12 * result.density.max())
+        ax.fill_between(result.grid, low, result.density + 1.96 * result.density_error, alpha=0.3, linewidth=0)
+    ax.axvline(0.0, color="0.5", linewidth=0.8, linestyle="--")
+    ax.set_title(f"Hessian spectral density (SLQ, {len(result.nodes)} vectors; band: 95%)", fontsize=9)
+    return ax
+
+
+def density_summary(result: DensityResult) -> str:
+    negative = float(np.trapezoid(result.density[result.grid < 0], result.grid[result.grid < 0]))
+    return (
+        f"hessian-density: eigenvalues from {np.nanmin(result.nodes):.4g} to {np.nanmax(result.nodes):.4g}, "
+        f"{100 * negative:.1f}% of the mass below zero (negative curvature: a non-convex loss), trace by quadrature "
+        f"{result.trace:.4g} ± {result.trace_half_width:.2g} (95%, {len(result.nodes)} vectors)"
+    )
+
+
+def density_estimate(costs: dict, settings) -> tuple[float, str] | None:
+    if "hvp" not in costs:
+        return None
+    products = settings.slq_vectors * settings.slq_steps
+    how = f"{settings.slq_vectors} × {settings.slq_steps} Lanczos steps, about {costs['hvp']:.2g} s per product"
+    return products * costs["hvp"], how
+
+
+def densities_comparison(found: dict[str, DensityResult]):
+    ax = new_axes(None, figsize=(5.5, 3.6))
+    colours = shared.model_colours(list(found))
+    for name, result in found.items():
+        plot_density(result, ax=ax, label=name, color=colours[name])
+    ax.axvline(0.0, color="0.5", linewidth=0.8, linestyle="--")
+    shared.legend_beside(ax, fontsize=7)
+    return ax

@@ -101,7 +101,7 @@ def test_batches_are_averaged_not_summed(least_squares):
 
 def test_hutchinson_trace_stops_when_confident(least_squares):
     model, batch, exact = least_squares
-    result = hessian.hessian_trace(model, batch, loss_fn=mse, rtol=0.05, max_samples=5000)
+    result = hessian.hessian_trace(model, batch, method="hutchinson", rtol=0.05, max_samples=5000, loss_fn=mse)
     assert result.converged and result.num_samples >= 10
     assert 1.96 * result.standard_error <= 0.05 * abs(result.trace)
     assert abs(result.trace - exact.sum()) <= 4 * result.standard_error
@@ -109,6 +109,7 @@ def test_hutchinson_trace_stops_when_confident(least_squares):
     exact_trace = hessian.hessian_trace(
         diagonal,
         NO_DATA,
+        method="hutchinson",
         loss_fn=lambda w, t: 0.5 * (torch.tensor([1, 2, 3, -4, 5.0], dtype=torch.float64) * w * w).sum(),
     )
     assert exact_trace.trace == pytest.approx(7.0, rel=1e-12) and exact_trace.standard_error < 1e-12
@@ -208,3 +209,109 @@ def test_too_few_lanczos_steps_for_top_k_is_a_clear_error(least_squares):
     model, batch, _ = least_squares
     with pytest.raises(ValueError, match="lanczos_steps=3 Lanczos steps cannot give top_k=5"):
         hessian.top_eigenvalues(model, batch, loss_fn=mse, top_k=5, lanczos_steps=3)
+
+
+class TinyHybrid(nn.Module):
+    """A stem, a conv block, an attention block and a head: 259 float64 parameters, few enough to build the whole
+    Hessian, and each block a module of its own (`tiny_hybrid` names them as blocks)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 4, 1)
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+        self.attention = nn.MultiheadAttention(4, 1, batch_first=True)
+        self.head = nn.Linear(4, 3)
+
+    def forward(self, inputs):
+        x = self.stem(inputs)
+        x = x + torch.tanh(self.conv(x))
+        tokens = x.flatten(2).transpose(1, 2)
+        tokens = tokens + self.attention(tokens, tokens, tokens, need_weights=False)[0]
+        return self.head(tokens.mean(1))
+
+
+@pytest.fixture
+def tiny_hybrid():
+    """(model, batch, its full Hessian, the parameters' names and their slices of it), the Hessian built by
+    autograd over the flat parameters, independently of `HessianOperator`."""
+    from torch.func import functional_call
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    torch.manual_seed(0)
+    model = TinyHybrid().double().eval()
+    generator = torch.Generator().manual_seed(1)
+    batch = (
+        torch.randn(32, 3, 4, 4, dtype=torch.float64, generator=generator),
+        torch.randint(0, 3, (32,), generator=generator),
+    )
+    names = [name for name, _ in model.named_parameters()]
+    shapes = [p.shape for p in model.parameters()]
+    sizes = [shape.numel() for shape in shapes]
+
+    def loss(flat):
+        pieces = dict(zip(names, (piece.view(shape) for piece, shape in zip(torch.split(flat, sizes), shapes))))
+        return nn.functional.cross_entropy(functional_call(model, pieces, (batch[0],)), batch[1])
+
+    with sdpa_kernel(SDPBackend.MATH):
+        full = torch.autograd.functional.hessian(loss, torch.cat([p.detach().view(-1) for p in model.parameters()]))
+    offsets = np.cumsum([0, *sizes])
+    slices = {name: np.arange(offsets[i], offsets[i + 1]) for i, name in enumerate(names)}
+    return model, batch, full.numpy(), slices
+
+
+def test_the_deflated_trace_agrees_with_the_full_hessian_and_with_plain_hutchinson(tiny_hybrid):
+    model, batch, full, _ = tiny_hybrid
+    exact = np.trace(full)
+    deflated = hessian.hessian_trace(model, batch, rtol=0.02, batchnorm="eval")
+    assert deflated.method == "deflated" and deflated.converged and deflated.half_width <= 0.02 * abs(deflated.trace)
+    assert abs(deflated.trace - exact) <= deflated.half_width
+    # the Krylov part is exact: the trace of H on the basis Lanczos built, with no sampling error
+    assert (
+        1 <= deflated.deflation_dimension <= 30
+        and deflated.num_hvps == deflated.deflation_dimension + deflated.num_samples
+    )
+    with pytest.warns(UserWarning, match="did not reach its 95% half-width of rtol=0 relative"):
+        plain = hessian.hessian_trace(model, batch, method="hutchinson", rtol=0.0, max_samples=800, batchnorm="eval")
+    assert plain.num_samples == 800 and not plain.converged  # rtol=0 is never reached, and says so
+    assert abs(plain.trace - exact) <= plain.half_width
+    assert abs(plain.trace - deflated.trace) <= np.hypot(plain.half_width, deflated.half_width)
+    assert deflated.half_width < plain.half_width and deflated.num_hvps < plain.num_hvps
+
+
+def test_a_trace_that_stops_short_says_so_and_the_same_seed_gives_the_same_numbers(tiny_hybrid):
+    model, batch, _, _ = tiny_hybrid
+    with pytest.warns(UserWarning, match=r"did not reach its 95% half-width of rtol=0.001 relative: .* at 12 samples"):
+        short = hessian.hessian_trace(model, batch, rtol=1e-3, max_samples=12, deflation_steps=4, seed=3)
+    assert not short.converged and short.num_samples == 12 and short.num_hvps == 16
+    assert np.isfinite(short.half_width) and short.half_width > 1e-3 * abs(short.trace)
+    with pytest.warns(UserWarning):
+        again = hessian.hessian_trace(model, batch, rtol=1e-3, max_samples=12, deflation_steps=4, seed=3)
+    assert again.trace == short.trace and np.array_equal(again.samples, short.samples)
+    with pytest.raises(ValueError, match="method must be one of"):
+        hessian.hessian_trace(model, batch, method="hutch")
+
+
+def test_each_block_s_curvature_is_its_diagonal_block_of_the_full_hessian(tiny_hybrid):
+    from analysis.blocks import Block, BlockAdapter
+    from analysis.curvature import block_curvature
+
+    model, batch, full, slices = tiny_hybrid
+    # the stem and head left out of the blocks: their parameters are the rest
+    adapter = BlockAdapter(
+        [Block("conv", model.conv, "conv"), Block("msa", model.attention, "attention")], num_prefix_tokens=0
+    )
+    result = block_curvature(model, batch, adapter=adapter, batchnorm="eval", tol=1e-8, rtol=0.02)
+    groups = [("conv.",), ("attention.",), ("stem.", "head.")]
+    blocks = [np.concatenate([slices[n] for n in slices if n.startswith(prefixes)]) for prefixes in groups]
+    exact = [full[np.ix_(b, b)] for b in blocks]
+    tops = [*result.top_eigenvalues[0], result.rest_top_eigenvalues[0]]
+    traces = [*result.traces[0], result.rest_traces[0]]
+    widths = [*result.half_widths[0], result.rest_half_widths[0]]
+    assert result.kinds == ["conv", "msa"] and [*result.parameters, result.rest_parameters] == [len(b) for b in blocks]
+    for block, top, trace, width in zip(exact, tops, traces, widths):
+        assert top == pytest.approx(np.linalg.eigvalsh(block)[-1], rel=1e-6)
+        # two half-widths: of three 95% intervals, one misses about one time in seven
+        assert abs(trace - np.trace(block)) <= 2 * width
+    # the blocks partition the parameters: their traces add up to the whole Hessian's
+    assert abs(sum(traces) - np.trace(full)) <= np.sqrt(np.sum(np.square(widths)))
+    assert result.converged.all() and result.num_hvps > 0
