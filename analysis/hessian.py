@@ -824,7 +824,7 @@ TRACE_FIELDS = ("trace", "half_width", "deflated_trace", "deflation_dimension", 
 def trace_figure(result: TracesResult):
     ax = new_axes(None)
     positions = np.arange(len(result.traces))
-    ax.bar(positions, result.deflated_traces, color="0.85", label="exact: the top of the spectrum (Krylov space)")
+    ax.bar(positions, result.deflated_traces, color="0.85", label="exact: on the Lanczos space (the spectrum's ends)")
     ax.errorbar(positions, result.traces, yerr=result.half_widths, fmt="o", color="tab:blue", capsize=3)
     ax.plot([], [], "o", color="tab:blue", label="trace, 95% interval")
     ax.set(xlabel="training minibatch", ylabel="Hessian trace", title="Hessian trace per minibatch")
@@ -837,8 +837,9 @@ def trace_summary(result: TracesResult) -> str:
     share, dimension = np.mean(result.deflated_traces / result.traces), int(np.median(result.deflation_dimensions))
     text = (
         f"hessian-trace: {np.median(result.traces):.4g} ± {np.median(result.half_widths):.2g} (95%, median of "
-        f"{len(result.traces)} minibatches), {100 * share:.0f}% of it on the top {dimension} "
-        f"Krylov directions (exact), {result.num_hvps} Hessian-vector products; a larger trace is a sharper minimum"
+        f"{len(result.traces)} minibatches), {100 * share:.0f}% of it exact on {dimension} Lanczos "
+        f"directions (the spectrum's ends), {result.num_hvps} Hessian-vector products; a larger trace: a sharper "
+        "minimum"
     )
     unreached = int((~result.converged).sum())
     return text + (f" (the {100 * result.rtol:g}% stop not reached on {unreached})" if unreached else "")

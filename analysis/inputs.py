@@ -178,7 +178,7 @@ class Inputs:
 def prepare_data(loaded, options: DataOptions, analyses, settings, cache: DataCache, *, device) -> Inputs:
     """The `Inputs` of `analyses` for one loaded model (`analysis.models.LoadedModel`), its blocks aside."""
     size, mean, std = loaded.image_size, loaded.image_mean, loaded.image_std
-    if not any(ANALYSES[name].paper for name in analyses):  # the probe alone: its own photos, no dataset
+    if not any(ANALYSES[name].dataset for name in analyses):  # the probe alone: its own photos, no dataset
         from .probe import PHOTOS, photo_inputs
 
         photos = photo_inputs(size, mean, std)

@@ -46,8 +46,10 @@ class Analysis:
     per_block: bool = False
     training_batches: str | None = None
     corruptions: bool = False
-    # False: an analysis of its own fixed images (the probe), run only when asked for by name; it reads no dataset.
+    # False: run only when asked for by name (the probe, the Hessian's trace, density and per-block curvature).
     paper: bool = True
+    # False: an analysis of its own fixed images (the probe); it reads no dataset.
+    dataset: bool = True
 
     def load(self, name: str):
         """The object called `name` in the analysis's module (`module`, else its own name): `entry.load(entry.run)`."""
@@ -247,6 +249,80 @@ _ANALYSES = (
                 "top-1 predictions kept under band-limited noise, on the same fixed photographs for every model.",
             ),
         ),
+        paper=False,
+        dataset=False,
+    ),
+    Analysis(
+        "hessian-trace",
+        "TracesResult",
+        "trace_analysis",
+        module="hessian",
+        plot="trace_figure",
+        summary="trace_summary",
+        estimate="trace_estimate",
+        comparisons=(
+            (
+                "hessian_trace",
+                "traces_comparison",
+                "The Hessian trace (the sum of every eigenvalue: the average curvature) of each training minibatch "
+                "with its 95% interval; a smaller trace is a flatter minimum, the paper's claim for models with MSAs.",
+            ),
+        ),
+        settings=dict(
+            trace_rtol=Setting(float, 1e-2, "the trace stops at this 95% half-width relative to itself", quick=0.2),
+            trace_max_samples=Setting(int, 1000, "Hutchinson samples of the trace at most", cpu=300, quick=10),
+            deflation_steps=Setting(
+                int, 30, "Lanczos steps at most whose Krylov space the trace takes exactly", quick=3
+            ),
+        ),
+        training_batches="hessian_batches",
+        paper=False,
+    ),
+    Analysis(
+        "hessian-density",
+        "DensityResult",
+        "density_analysis",
+        module="hessian",
+        plot="density_figure",
+        summary="density_summary",
+        estimate="density_estimate",
+        comparisons=(
+            (
+                "hessian_density",
+                "densities_comparison",
+                "The Hessian's eigenvalue density (stochastic Lanczos quadrature, first training minibatch): mass "
+                "below zero is negative curvature, the paper's non-convex ViT loss.",
+            ),
+        ),
+        settings=dict(
+            slq_vectors=Setting(int, 8, "start vectors of the hessian-density analysis", cpu=4, quick=2),
+            slq_steps=Setting(int, 64, "Lanczos steps per start vector of the hessian-density analysis", quick=4),
+        ),
+        training_batches="hessian_batches",
+        paper=False,
+    ),
+    Analysis(
+        "hessian-blocks",
+        "BlockCurvatureResult",
+        "curvature_analysis",
+        module="curvature",
+        plot="curvature_figure",
+        summary="curvature_summary",
+        estimate="curvature_estimate",
+        comparisons=(
+            (
+                "hessian_blocks",
+                "curvature_by_depth",
+                "The top eigenvalue of each block's own Hessian (its parameters alone) by normalised depth, filled "
+                "circles MSA blocks: where each model's sharpness sits, the paper's flatter MSAs block by block.",
+            ),
+            (
+                "hessian_block_traces",
+                "block_traces_by_depth",
+                "The trace of each block's own Hessian by normalised depth: its share of the whole model's curvature.",
+            ),
+        ),
+        training_batches="hessian_batches",
         paper=False,
     ),
 )

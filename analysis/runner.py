@@ -332,11 +332,13 @@ def analyse_loaded(
     inputs.adapter = describe_blocks(loaded.model)
     test_batch = next(iterate_batches(inputs.test))  # the loader's dict as (inputs, targets)
     train_batch = next(iter(inputs.train())) if inputs.train else None
-    hessian = settings if "hessian" in analyses else None
+    # the analyses of the Hessian's minibatches are those that make Hessian-vector products
+    hessian = settings if any(ANALYSES[name].training_batches == "hessian_batches" for name in analyses) else None
     costs = measure_costs(loaded.model, test_batch=test_batch, train_batch=train_batch, hessian=hessian, device=device)
     costs |= {
         "test_batches": count_batches(inputs.test, settings.max_batches),
         "num_branches": sum(b.residual_branch is not None for b in inputs.adapter.blocks),
+        "num_blocks": len(inputs.adapter.blocks),
         "corruption_images": len(inputs.corruptions.images) if hasattr(inputs.corruptions, "images") else None,
     }
     estimates = estimate_seconds(analyses, costs, settings)

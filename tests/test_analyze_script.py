@@ -91,6 +91,46 @@ def test_every_analysis_writes_json_and_png(tmp_path):
     assert "UserWarning: Lanczos" not in completed.stderr
 
 
+def test_the_hessian_trace_density_and_curvature_per_block_from_the_command_line(tmp_path):
+    """The three Hessian analyses run only by name: each writes its JSON and figure with its error stated, and their
+    results read back into the comparison's figures and report."""
+    from analysis.report import write_comparison
+    from analysis.runner import read_results, summary_of
+
+    model = alternet_hf.create_model("alternet-18-cifar10", **{**TINY["alternet-18-cifar10"], "num_labels": 10})
+    model.save_pretrained(tmp_path / "model")
+    out = tmp_path / "results"
+    flags = dict(
+        analyses="hessian-trace,hessian-density,hessian-blocks", train_batch_size="8", hessian_batches="1",
+        trace_rtol="0.05", trace_max_samples="30", deflation_steps="6", slq_vectors="2", slq_steps="6",
+        lanczos_steps="10", hessian_tol="1e-2",
+    )  # fmt: skip
+    command = [installed_command("alternet-analyze"), "--model", str(tmp_path / "model"), "--out", str(out)]
+    command += [x for key, value in flags.items() for x in (f"--{key.replace('_', '-')}", value)]
+    completed = run_command(command, cwd=tmp_path, timeout=600)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    for name in ("hessian-trace", "hessian-density", "hessian-blocks"):
+        assert (out / f"{name}.png").stat().st_size > 5000, name
+        assert f"{name}: about" in completed.stdout and f"model: {name}: " in completed.stdout  # estimate, summary
+    trace = json.loads((out / "hessian-trace.json").read_text())["result"]
+    (value,), (width,), (samples,) = trace["traces"], trace["half_widths"], trace["num_samples"]
+    assert width > 0 and 2 <= samples <= 30 and trace["num_hvps"] == samples + trace["deflation_dimensions"][0]
+    assert trace["converged"] == [width <= 0.05 * abs(value)]  # and said where not (a warning, a summary note)
+    assert trace["converged"][0] or "did not reach its 95% half-width" in completed.stderr
+    blocks = json.loads((out / "hessian-blocks.json").read_text())["result"]
+    assert blocks["kinds"] == block_kinds(model)
+    assert sum(blocks["parameters"]) + blocks["rest_parameters"] == sum(p.numel() for p in model.parameters())
+    msa = blocks["kinds"].index("msa")
+    assert blocks["top_eigenvalues"][0][msa] > 0 and blocks["half_widths"][0][msa] > 0
+    density = json.loads((out / "hessian-density.json").read_text())["result"]
+    assert len(density["nodes"]) == 2 and len(density["density_error"]) == len(density["grid"])
+    results = read_results(out)
+    summaries = {name: summary_of(model) for name in ("a", "b")}
+    written = write_comparison(tmp_path / "comparison", {"a": results, "b": results}, summaries)
+    for stem in ("hessian_trace", "hessian_density", "hessian_blocks", "hessian_block_traces"):
+        assert written[stem].stat().st_size > 5000 and f"({stem}.png)" in written["report"].read_text()
+
+
 def test_unknown_analysis_is_refused(tmp_path):
     command = [installed_command("alternet-analyze"), "--model", "alternet-18-cifar10", "--analyses", "fourier,hesian"]
     completed = run_command(command, cwd=tmp_path, timeout=120)
@@ -118,6 +158,7 @@ def test_every_setting_is_a_flag_of_its_own_name_that_reaches_the_analyses():
         hessian_tol="0.5", hessian_time_limit="60", density_vectors="1", density_steps="7", weight_decay="0.1",
         penalty="squared", batchnorm="eval", landscape_points="5", landscape_batches="2", landscape_span="0.5",
         landscape_protocol="reference", corruptions="fog,snow", severities="2,4", corruption_images="16", seed="7",
+        trace_rtol="0.1", trace_max_samples="50", deflation_steps="4", slq_vectors="3", slq_steps="5",
     )  # fmt: skip
     assert set(typed) == {field.name for field in dataclasses.fields(registry.Settings)}
     argv = ["--model", "alternet-18-cifar10", *(x for k, v in typed.items() for x in (f"--{k.replace('_', '-')}", v))]
@@ -126,7 +167,8 @@ def test_every_setting_is_a_flag_of_its_own_name_that_reaches_the_analyses():
         max_batches=3, train_batch_size=8, hessian_batches=4, top_k=2, bottom_k=1, lanczos_steps=9, hessian_tol=0.5,
         hessian_time_limit=60.0, density_vectors=1, density_steps=7, weight_decay=0.1, penalty="squared",
         batchnorm="eval", landscape_points=5, landscape_batches=2, landscape_span=0.5, landscape_protocol="reference",
-        corruptions=("fog", "snow"), severities=(2, 4), corruption_images=16, seed=7,
+        corruptions=("fog", "snow"), severities=(2, 4), corruption_images=16, seed=7, trace_rtol=0.1,
+        trace_max_samples=50, deflation_steps=4, slq_vectors=3, slq_steps=5,
     )  # fmt: skip
     untyped = build_parser().parse_args(["--model", "alternet-18-cifar10"])
     assert settings_from_args(untyped, "cuda")[0] == registry.Settings()
