@@ -136,6 +136,8 @@ def evaluate_claims(
         _variance_claim(results, ("conv", "mlp"), reduces=False),
         _hessian_flatness(results, roles),
         _negative_eigenvalues(results, roles),
+        _trace_flatness(results, roles),
+        _block_flatness(results),
         _landscape_flatness(results, roles),
         _high_frequency_robustness(results, roles),
         _stage_end_lesion(results, roles),
@@ -339,6 +341,55 @@ def _negative_eigenvalues(results, roles) -> Claim:
             f"{name} ({roles[name]}): λmin {np.median(smallest):.4g} (median), |λmin|/λmax {ratio:.3g} ± {error:.2g}"
         )
     return _pair_checks(claim, roles, "negative_ratio", larger=True, chosen=("transformer",))
+
+
+def _trace_flatness(results, roles) -> Claim:
+    claim = Claim(
+        key="msa-flat-trace",
+        statement="MSAs flatten the loss landscape: models with MSAs have a smaller Hessian trace (the sum of every "
+        "eigenvalue, the mean curvature) than CNNs",
+        source="Fig. 1b and 4 summed over the whole spectrum; docs/paper.md §6 (hessian-trace)",
+        rule=f"the mean over minibatches of the Hessian trace of each model with MSAs is below the CNN's by more than "
+        f"{NOISE_MULTIPLE:g} standard errors of the difference (each the larger of the spread over minibatches and the "
+        "trace estimator's own)",
+    )
+    for name, result in _measured(results, "hessian-trace"):
+        traces = np.asarray(result.traces, dtype=float)
+        mean, spread = mean_and_error(traces)
+        estimator = float(np.sqrt(np.mean(np.square(result.standard_errors)) / traces.size))
+        error = max(spread, estimator)
+        claim.numbers[name] = {"mean_trace": mean, "standard_error": error, "minibatches": int(traces.size)}
+        claim.evidence.append(
+            f"{name} ({roles[name]}): tr H {mean:.4g} ± {error:.2g} (mean of {traces.size} minibatches)"
+        )
+    return _pair_checks(claim, roles, "mean_trace", larger=False)
+
+
+def _block_flatness(results) -> Claim:
+    claim = Claim(
+        key="msa-blocks-flat",
+        statement="Within a model, MSA blocks are flatter than its Conv blocks: the Hessians of their own parameters "
+        "have smaller top eigenvalues",
+        source="Fig. 1b and 4 read block by block (hessian-blocks: the paper measures whole models)",
+        rule=f"in each model with both, the mean over its MSA blocks of the top eigenvalue of the block's own Hessian "
+        f"is below the mean over its Conv blocks by more than {NOISE_MULTIPLE:g} standard errors (over blocks)",
+    )
+    for name, result in _measured(results, "hessian-blocks"):
+        tops, kinds = np.asarray(result.top_eigenvalues, dtype=float), np.asarray(result.kinds)
+        per_block = np.array([np.nanmean(c) if np.isfinite(c).any() else np.nan for c in tops.T])  # over minibatches
+        measured = np.isfinite(per_block)  # a block without parameters of its own has none
+        msa, conv = per_block[(kinds == "msa") & measured], per_block[(kinds == "conv") & measured]
+        if not msa.size or not conv.size:
+            continue
+        (msa_mean, msa_error), (conv_mean, conv_error) = mean_and_error(msa), mean_and_error(conv)
+        error = float(np.hypot(msa_error, conv_error))
+        claim.numbers[name] = {"msa_top": msa_mean, "conv_top": conv_mean, "standard_error": error}
+        claim.evidence.append(
+            f"{name}: block λmax MSA {msa_mean:.4g} ± {msa_error:.2g} ({msa.size} blocks), Conv {conv_mean:.4g} ± "
+            f"{conv_error:.2g} ({conv.size})"
+        )
+        claim.checks[f"{name} msa < conv"] = decide(conv_mean - msa_mean, error)
+    return claim
 
 
 def landscape_rise(result) -> float:

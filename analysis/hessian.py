@@ -355,7 +355,7 @@ def trace_of(
     progress: bool = False,
 ) -> TraceResult:
     """tr H by Hutchinson's estimator with Rademacher vectors, stopped once the 95% half-width is at most
-    `rtol`·|estimate| (after at least `min_samples` samples).
+    `rtol`·|estimate| (after at least `min_samples` samples, or all `max_samples` where fewer).
 
     "deflated" (the default) first runs Lanczos and takes the trace of H on its Krylov space Q exactly, Σ qᵢᵀHqᵢ (the
     Lanczos αs, products already made), then samples only the rest: tr H = tr(QᵀHQ) + tr(PHP) with P = I − QQᵀ for
@@ -369,13 +369,19 @@ def trace_of(
     "hutchinson": plain Hutchinson on H, the baseline."""
     if method not in TRACE_METHODS:
         raise ValueError(f"method must be one of {TRACE_METHODS}, not {method!r}")
-    if min_samples < 2 or max_samples < min_samples:
-        raise ValueError(f"need 2 <= min_samples <= max_samples, not {min_samples} and {max_samples}")
+    if min_samples < 2 or max_samples < 2:
+        raise ValueError(
+            f"a confidence interval needs 2 samples at least: min_samples {min_samples}, max_samples {max_samples}"
+        )
+    min_samples = min(min_samples, max_samples)
     deadline = None if time_limit is None else time.monotonic() + time_limit
     generator, basis, deflated = torch.Generator().manual_seed(seed), [], 0.0
     start = operator.num_hvps
     if method == "deflated":
         basis, deflated = _deflation_space(operator, generator, rtol, deflation_steps, deadline)
+    dimension = len(basis)
+    # one matrix: projecting a sample is then two matrix-vector products, not a loop over the basis
+    basis = torch.stack(basis) if basis else None
     samples, converged, timed_out = [], False, False
     error = half_width = float("inf")
     bar = shared.progress(range(max_samples), enabled=progress, desc="trace", unit="sample")
@@ -384,8 +390,8 @@ def trace_of(
             timed_out = True
             break
         vector = operator.random_vector(generator) * math.sqrt(operator.dimension)  # entries ±1
-        for q in basis:  # P z: the Krylov space's part is counted exactly already
-            vector -= torch.dot(vector, q) * q
+        if basis is not None:  # P z: the Krylov space's part is counted exactly already
+            vector -= basis.T @ (basis @ vector)
         samples.append(torch.dot(operator(vector), vector).item())
         error, half_width = _confidence(samples)
         if len(samples) >= min_samples and half_width <= rtol * abs(deflated + np.mean(samples)):
@@ -403,7 +409,7 @@ def trace_of(
         operator.num_hvps - start,
         method,
         deflated,
-        len(basis),
+        dimension,
         rtol,
         timed_out,
     )
@@ -750,13 +756,14 @@ def spectra_comparison(found: dict[str, SpectrumResult]):
 
 @dataclass
 class TracesResult(AnalysisResult):
-    """The Hessian trace of each training minibatch b: `traces[b]` ± `half_widths[b]` (95%), of which
-    `deflated_traces[b]` is exact, on a Krylov space of `deflation_dimensions[b]` (the top of the spectrum), and the
-    rest from `num_samples[b]` Hutchinson samples (`hessian_trace`'s deflated estimator); `converged[b]` where the
-    half-width reached `rtol`·|trace|. `num_hvps`: products in all."""
+    """The Hessian trace of each training minibatch b: `traces[b]` ± `half_widths[b]` (95%; standard error
+    `standard_errors[b]`), of which `deflated_traces[b]` is exact, on a Krylov space of `deflation_dimensions[b]` (the
+    ends of the spectrum), and the rest from `num_samples[b]` Hutchinson samples (`hessian_trace`'s deflated
+    estimator); `converged[b]` where the half-width reached `rtol`·|trace|. `num_hvps`: products in all."""
 
     traces: np.ndarray
     half_widths: np.ndarray
+    standard_errors: np.ndarray
     deflated_traces: np.ndarray
     deflation_dimensions: np.ndarray
     num_samples: np.ndarray
@@ -818,7 +825,15 @@ def trace_analysis(model: nn.Module, inputs, settings, *, on_partial=None, devic
 
 
 # The fields of `TracesResult` read from each minibatch's `TraceResult`, in order.
-TRACE_FIELDS = ("trace", "half_width", "deflated_trace", "deflation_dimension", "num_samples", "converged")
+TRACE_FIELDS = (
+    "trace",
+    "half_width",
+    "standard_error",
+    "deflated_trace",
+    "deflation_dimension",
+    "num_samples",
+    "converged",
+)
 
 
 def trace_figure(result: TracesResult):

@@ -40,6 +40,10 @@ def chain_results(kinds: list[str], kernels) -> dict:
     )
 
 
+# The trace, density and per-block curvature at the smallest amounts that take their whole path.
+SMALL_HESSIAN = dict(trace_rtol=0.5, trace_max_samples=4, deflation_steps=2, slq_vectors=2, slq_steps=3)
+
+
 def verdicts(results: dict) -> dict[str, str]:
     return {claim.key: claim.verdict for claim in claims.evaluate_claims(results)}
 
@@ -251,12 +255,15 @@ def test_comparison_of_two_zoo_models_writes_every_figure_json_and_report(tmp_pa
         density_steps=2,
         landscape_points=3,
         landscape_protocol="reference",
+        **SMALL_HESSIAN,
     )
     results, summaries = {}, {}
     for name, model in models.items():
         short = name.split("-")[0]
-        # Hessian-vector products of AlterNet's tiny convolutions are slow on a CPU: its spectrum is left out.
-        analyses = [a for a in registry.ANALYSES if a != "robustness" and (a != "hessian" or short != "alternet")]
+        # Hessian-vector products of AlterNet's tiny convolutions are slow on a CPU: its Hessian analyses are left out.
+        analyses = [
+            a for a in registry.ANALYSES if a != "robustness" and (short != "alternet" or not a.startswith("hessian"))
+        ]
         results[short] = runner.analyse(model, analyses, test_data=test, train_data=lambda: train, settings=settings)
         summaries[short] = {**runner.summary_of(model), "source": name}
     written = write_comparison(tmp_path, results, summaries, meta={"dataset": "random"}, notes=["a note"])
@@ -275,10 +282,10 @@ def test_comparison_of_two_zoo_models_writes_every_figure_json_and_report(tmp_pa
     assert set(payload["models"]) == {"alternet", "resnet", "vit"}
     assert payload["models"]["alternet"]["role"] == "hybrid" and payload["models"]["vit"]["role"] == "transformer"
     assert payload["models"]["resnet"]["results"]["landscape"]["protocol"] == "reference"
-    assert len(payload["claims"]) == 11 and all("verdict" in c for c in payload["claims"])
+    assert len(payload["claims"]) == 13 and all("verdict" in c for c in payload["claims"])
     assert set(payload["variance_definitions"]) >= {"alternet msa", "vit msa", "resnet conv"}
     report = written["report"].read_text()
-    assert report.count("\n| ") >= 3 + 11 + 2 and "![fourier_by_depth](fourier_by_depth.png)" in report
+    assert report.count("\n| ") >= 3 + 13 + 2 and "![fourier_by_depth](fourier_by_depth.png)" in report
     assert "the metric" in report and "a note" in report
     by_depth = comparison_figures({k: {"fourier": v["fourier"]} for k, v in results.items()})
     assert len(by_depth["fourier_by_depth"].axes) == 1 + 3  # the curves, and one block strip per model
@@ -308,6 +315,7 @@ def test_a_comparison_from_stored_results_equals_the_one_computed(tmp_path):
         corruptions=("fog",),
         severities=(2,),
         corruption_images=16,
+        **SMALL_HESSIAN,
     )
     common = dict(data=DataOptions(batch_size=16), settings=settings, device=torch.device("cpu"), image_size=32)
     computed = compare_models(
@@ -323,3 +331,43 @@ def test_a_comparison_from_stored_results_equals_the_one_computed(tmp_path):
     assert stored["report"].read_text() == computed["report"].read_text().replace(
         str(tmp_path / "computed"), str(tmp_path / "stored")
     )
+
+
+def test_the_trace_and_the_block_curvature_decide_their_claims_with_their_errors():
+    from analysis.curvature import BlockCurvatureResult
+    from analysis.hessian import TracesResult
+
+    def traces(values, error):
+        n = len(values)
+        flags = np.ones(n, dtype=bool)
+        return TracesResult(
+            np.array(values),
+            np.full(n, 1.96 * error),
+            np.full(n, error),
+            np.zeros(n),
+            np.ones(n),
+            flags,
+            flags,
+            0,
+            0.01,
+        )
+
+    def blocks(tops):
+        nan = np.array([np.nan])
+        kinds = ["stem", "conv", "conv", "msa", "msa"]
+        array = np.array([[np.nan, *tops]])  # the stem owns no parameters: NaN, left out
+        return BlockCurvatureResult(
+            kinds, kinds, [0, 1, 1, 1, 1], array, array, array, array, array > 0, 0, nan, nan, nan, 0
+        )
+
+    kinds = {"cnn": {"kinds": ["stem", "conv", "conv"]}, "hybrid": {"kinds": ["stem", "conv", "msa"]}}
+    results = {"cnn": {"hessian-trace": traces([300, 320], 2.0)}, "hybrid": {"hessian-trace": traces([200, 210], 2.0)}}
+    decided = {c.key: c for c in claims.evaluate_claims(results, kinds)}
+    assert decided["msa-flat-trace"].checks == {"hybrid < cnn": True}
+    assert decided["msa-blocks-flat"].verdict == claims.UNDECIDED  # not measured
+    noisy = {name: {"hessian-trace": traces([t], 60.0)} for name, t in (("cnn", 300), ("hybrid", 200))}
+    assert {c.key: c for c in claims.evaluate_claims(noisy, kinds)}["msa-flat-trace"].verdict == claims.WITHIN_NOISE
+    flat = {"hybrid": {"hessian-blocks": blocks([10.0, 11.0, 2.0, 3.0])}}
+    decided = {c.key: c for c in claims.evaluate_claims(flat, {"hybrid": kinds["hybrid"]})}
+    assert decided["msa-blocks-flat"].checks == {"hybrid msa < conv": True}
+    assert "MSA 2.5 ± 0.5 (2 blocks), Conv 10.5 ± 0.5 (2)" in decided["msa-blocks-flat"].evidence[0]
