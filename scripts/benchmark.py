@@ -9,6 +9,7 @@ python scripts/benchmark.py reference --reference-dir how-do-vits-work/  # Alter
 python scripts/benchmark.py evaluation --models pit-ti-cifar100 --batch-sizes 64 --compile both
 python scripts/benchmark.py finetune --models alternet-50-cifar100 outputs/alternet-digits --seeds 0 1 2
 python scripts/benchmark.py any-model  # the Space's Any model tab: ResNet-50 analysed, then a cached answer
+python scripts/benchmark.py hessian --model outputs/alternet-digits  # analysis.hessian against PyHessian, one batch
 """
 
 import argparse
@@ -188,6 +189,40 @@ def _run_any_model(args, benchmark, tables):
     return rows, tables.any_model_table(rows)
 
 
+def _hessian(parser):
+    parser.add_argument("--model", default="outputs/alternet-digits", help="a zoo preset or model folder")
+    parser.add_argument("--dataset", default="digits", help="its first --batch-size training images, evaluated")
+    parser.add_argument("--batch-size", type=positive_int, default=64)
+    parser.add_argument("--top-n", type=positive_int, default=3, help="eigenvalues of the second row")
+    parser.add_argument("--density-steps", type=positive_int, default=32, help="Lanczos steps of one SLQ vector")
+    parser.add_argument("--trace-rtol", type=float, default=1e-2, help="our trace's stop: 95%% half-width / trace")
+    parser.add_argument("--threads", type=positive_int, default=None, help="torch's CPU threads (default: as set)")
+    parser.add_argument(
+        "--peer-folder",
+        type=Path,
+        default=None,
+        help="where PyHessian is installed from the package index (default: a temporary folder)",
+    )
+    parser.add_argument("--without-peer", action="store_true", help="ours alone (no install): the peer reads 'not run'")
+
+
+def _run_hessian(args, benchmark, tables):
+    from zoo_benchmark.hessian_peer import compare_with_peer
+
+    folder = None if args.without_peer else (args.peer_folder or Path(args.workdir) / "pyhessian")
+    found = compare_with_peer(
+        args.model,
+        peer_folder=folder,
+        dataset=args.dataset,
+        batch_size=args.batch_size,
+        top_n=args.top_n,
+        density_steps=args.density_steps,
+        trace_rtol=args.trace_rtol,
+        threads=args.threads,
+    )
+    return [found], tables.hessian_peer_table(found)
+
+
 # name: (what it measures, its arguments, how it runs)
 SUBCOMMANDS = {
     "throughput": (
@@ -222,6 +257,12 @@ SUBCOMMANDS = {
         "already in the cache: the first answer, and a cached one with its figures",
         _any_model,
         _run_any_model,
+    ),
+    "hessian": (
+        "analysis.hessian against PyHessian (installed into a side folder at run time) on one model and batch: "
+        "eigenvalues, trace and density, each tool's values, Hessian-vector products and seconds",
+        _hessian,
+        _run_hessian,
     ),
 }
 

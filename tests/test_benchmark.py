@@ -249,3 +249,23 @@ def test_the_any_model_benchmark_times_a_first_and_a_cached_answer(tmp_path):
     unknown = run_command([*tool_command("benchmark"), "any-model", "--models", "nosuch_net"], cwd=tmp_path)
     assert unknown.returncode == 2 and "timm has no architecture nosuch_net" in unknown.stderr
     assert "Traceback" not in unknown.stderr
+
+
+@pytest.mark.commands
+def test_the_hessian_comparison_reports_each_quantity_with_its_products_and_seconds(tmp_path):
+    """Ours alone (the peer is installed from the package index, which tests do not reach): every row of the table,
+    the trace with its interval, and the JSON with the counts the table shows."""
+    model = alternet_hf.create_model("alternet-18-cifar10", **{**TINY["alternet-18-cifar10"], "num_labels": 10})
+    model.save_pretrained(tmp_path / "model")
+    out = tmp_path / "hessian.json"
+    arguments = ["--model", str(tmp_path / "model"), "--batch-size", "8", "--density-steps", "4", "--trace-rtol", "0.3"]
+    command = [*tool_command("benchmark"), "hessian", *arguments, "--without-peer", "--output", str(out)]
+    result = run_command(command, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    (found,) = json.loads(out.read_text())
+    quantities = [row["quantity"] for row in found["rows"]]
+    assert quantities == ["top-1 eigenvalue", "top-3 eigenvalues", "trace", "density (SLQ)"]  # no peer: no equal budget
+    trace = found["rows"][2]["ours"]
+    assert trace["hvps"] > trace["deflation_dimension"] >= 1 and trace["half_width"] > 0 and trace["seconds"] > 0
+    assert trace["converged"] == (trace["half_width"] <= 0.3 * abs(trace["values"][0]))
+    assert "| trace | not run | – | – | " in result.stdout and f" ± {trace['half_width']:.2g}" in result.stdout

@@ -103,3 +103,31 @@ def any_model_table(rows: list[dict]) -> str:
         ],
         title=f"The Space's Any model tab, weights already local ({rows[0]['machine']})",
     )
+
+
+def _hessian_cell(side: dict | None) -> str:
+    """One tool's value(s) | products | seconds, or why there are none."""
+    if side is None:
+        return "not run | – | –"
+    if "failed" in side:
+        return f"fails: {side['failed'][:60]} | {side['hvps']} | {side['seconds']:.1f}"
+    values = ", ".join(f"{v:.5g}" for v in side["values"])
+    if "half_width" in side:
+        values += f" ± {side['half_width']:.2g}" + ("" if side.get("converged", True) else " (not converged)")
+    return f"{values} | {side['hvps']} | {side['seconds']:.1f}"
+
+
+def hessian_peer_table(found: dict) -> str:
+    rows = []
+    for row in found["rows"]:
+        peer, ours = row["peer"], row["ours"]
+        ratio = f"{ours['seconds'] / peer['seconds']:.2f}×" if peer and "failed" not in peer else "–"
+        rows.append(f"{row['quantity']} | {_hessian_cell(peer)} | {_hessian_cell(ours)} | {ratio}")
+    return _table(
+        "quantity | PyHessian: value | products | s | ours: value | products | s | our time / theirs",
+        rows,
+        title=(
+            f"{found['model']} ({found['parameters']:,} parameters), {found['batch_size']} {found['dataset']} "
+            f"images, BatchNorm eval, {found['threads']} thread(s), {found['peer'] or 'no peer'}; {found['machine']}"
+        ),
+    )
