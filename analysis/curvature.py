@@ -186,6 +186,8 @@ def _over_minibatches(values: np.ndarray) -> np.ndarray:
 def plot_curvature(result: BlockCurvatureResult, axes=None):
     """The top eigenvalue and the trace of each block's Hessian by depth (means over minibatches, the trace with its
     95% interval), MSA and downsampling blocks shaded."""
+    from matplotlib.ticker import MaxNLocator
+
     if axes is None:
         _, axes = shared.row_of_axes(2, 5, 3.5)
     tops, traces = _over_minibatches(result.top_eigenvalues), _over_minibatches(result.traces)
@@ -199,6 +201,7 @@ def plot_curvature(result: BlockCurvatureResult, axes=None):
     axes[1].errorbar(np.arange(len(traces)), traces, yerr=widths, fmt="none", color="tab:blue", capsize=2)
     for ax in axes:
         ax.set_xlabel("block (0 = the first)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # blocks, not fractions of one
     return axes[0].figure
 
 
