@@ -1,12 +1,12 @@
 import json
 from pathlib import Path
 
+import benchmark
 import pytest
 from commands import run_command
 from conftest import TINY, tool_command
 
 import alternet_hf
-import benchmark
 from zoo_benchmark import measure_throughput
 
 
