@@ -6,6 +6,7 @@ parquet dataset, or corruptions generated on the fly).
 """
 
 import functools
+import statistics
 import time
 import timeit
 import types
@@ -221,6 +222,37 @@ def images_per_second(
             _predict(classify, [(images, torch.zeros(batch_size))], device, size)
         shared.synchronize(device)
     return repeats * batch_size / (time.perf_counter() - started)
+
+
+def images_per_second_in_turn(
+    model: nn.Module,
+    variants: Sequence[tuple[bool, bool]],
+    *,
+    batch_size: int = 256,
+    compile_mode: str = "default",
+    device: str | torch.device | None = None,
+    repeats: int = 3,
+) -> dict[tuple[bool, bool], float]:
+    """Images per second of `evaluate_corruptions`'s pass for each of `variants`, (compiled, bf16) pairs: the
+    variants take turns batch by batch, after two untimed batches each (which compile), and each rate is of its median
+    batch of `repeats`. A change in the machine's own speed (a shared host) then reaches every variant alike, so that
+    their ratios hold from run to run where `images_per_second` times one variant after another."""
+    size = getattr(getattr(model, "config", None), "image_size", None) or 32
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (batch_size, 3, size, size), dtype=torch.uint8, generator=generator)
+    built = {compiled: Classifiers(model, compile_mode if compiled else None) for compiled, _ in variants}
+    seconds = {variant: [] for variant in variants}
+    with analysis_mode(model, device=device) as device:
+        classifiers = {(compiled, bf16): built[compiled](model, device, bf16) for compiled, bf16 in variants}
+        for index in range(2 + repeats):
+            for variant, classify in classifiers.items():
+                shared.synchronize(device)
+                started = time.perf_counter()
+                _predict(classify, [(images, torch.zeros(batch_size))], device, size)
+                shared.synchronize(device)
+                if index >= 2:
+                    seconds[variant].append(time.perf_counter() - started)
+    return {variant: batch_size / statistics.median(times) for variant, times in seconds.items()}
 
 
 def bf16_agreement(

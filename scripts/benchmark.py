@@ -143,9 +143,17 @@ def _evaluation(parser):
 def _run_evaluation(args, benchmark, tables):
     if set(args.dtype) - {"float32", "bfloat16"}:
         raise CommandError("evaluation runs in float32 and/or bf16 autocast: give --dtype float32 bfloat16")
-    bf16 = [dtype == "bfloat16" for dtype in args.dtype]
-    over = {"name": args.models, "compiled": COMPILED[args.compile], "bf16": bf16, "batch_size": args.batch_sizes}
-    rows = sweep(benchmark.evaluation_throughput, over, bar="evaluation", device=args.device, repeats=args.iterations)
+    variants = list(itertools.product(COMPILED[args.compile], [dtype == "bfloat16" for dtype in args.dtype]))
+    over = {"name": args.models, "batch_size": args.batch_sizes}
+    runs = sweep(
+        benchmark.evaluation_throughput,
+        over,
+        bar="evaluation",
+        variants=variants,
+        device=args.device,
+        repeats=args.iterations,
+    )
+    rows = [row for run in runs for row in run]
     return rows, tables.evaluation_table(rows)
 
 

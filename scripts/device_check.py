@@ -247,8 +247,12 @@ def run_evaluation(sizes: Sizes, record: Recorder) -> None:
             record.measure(
                 {"what": "evaluation", "model": model, "batch_size": batch_size},
                 lambda model=model, batch_size=batch_size: evaluation_throughput(
-                    model, batch_size=batch_size, compiled=True, repeats=sizes.eval_repeats, **sizes.overrides(model)
-                ),
+                    model,
+                    batch_size=batch_size,
+                    variants=[(True, False)],
+                    repeats=sizes.eval_repeats,
+                    **sizes.overrides(model),
+                )[0],
                 needs=sizes.compile_seconds / 4,
             )
 

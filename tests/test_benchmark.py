@@ -48,11 +48,13 @@ def test_the_evaluation_benchmark_times_the_release_pass_per_core():
     from zoo_benchmark import evaluation_throughput
     from zoo_benchmark.tables import evaluation_table
 
-    row = evaluation_throughput("resnet-18-cifar10", batch_size=4, compiled=False, repeats=1)
-    assert row["images_per_second"] > 0 and row["threads"] >= 1
+    (row,) = evaluation_throughput("resnet-18-cifar10", batch_size=4, variants=[(False, False)], repeats=1)
+    assert row["images_per_second"] > 0 and row["threads"] >= 1 and row["over_eager"] == 1.0
     assert row["images_per_second_per_core"] == pytest.approx(row["images_per_second"] / row["threads"])
     assert row["cifar100c_hours"] == pytest.approx(750_000 / row["images_per_second"] / 3600)
-    assert "| resnet-18-cifar10 | no | float32 | 4 |" in evaluation_table([row])
+    assert "| resnet-18-cifar10 | no | float32 | 4 |" in evaluation_table([row]) and "| 1.00× |" in evaluation_table(
+        [row]
+    )
 
 
 @pytest.mark.commands

@@ -84,34 +84,36 @@ def evaluation_throughput(
     name: str,
     *,
     batch_size: int,
-    compiled: bool,
-    bf16: bool = False,
+    variants: list[tuple[bool, bool]],
     device: str | torch.device | None = None,
     repeats: int = 3,
     **overrides,
-) -> dict:
-    """Images/s of the release's CIFAR-100-C pass for the preset (or model folder) `name`, also per core, and the
-    hours all of CIFAR-100-C takes at that speed; compilation not timed."""
-    from analysis.robustness import images_per_second
+) -> list[dict]:
+    """Images/s of the release's CIFAR-100-C pass for the preset (or model folder) `name`, one row per (compiled,
+    bf16) of `variants`, timed in turn batch by batch (`robustness.images_per_second_in_turn`: the compiled pass's
+    gain over eager holds on a host whose speed drifts), also per core, and the hours all of CIFAR-100-C takes at that
+    speed; compilation not timed."""
+    from analysis.robustness import images_per_second_in_turn
 
     device = choose_device(device)
     model = create_model(name, **overrides).eval()
-    compile_mode = "default" if compiled else None
-    rate = images_per_second(
-        model, batch_size=batch_size, compile_mode=compile_mode, bf16=bf16, device=device, repeats=repeats
-    )
+    rates = images_per_second_in_turn(model, variants, batch_size=batch_size, device=device, repeats=repeats)
     cores = torch.get_num_threads() if device.type == "cpu" else None
-    return {
-        "model": name,
-        "device": device_name(device),
-        "compiled": compiled,
-        "precision": "bf16" if bf16 else "float32",
-        "batch_size": batch_size,
-        "images_per_second": rate,
-        "images_per_second_per_core": rate / cores if cores else None,
-        "threads": cores,
-        "cifar100c_hours": CIFAR100C_IMAGES / rate / 3600,
-    }
+    return [
+        {
+            "model": name,
+            "device": device_name(device),
+            "compiled": compiled,
+            "precision": "bf16" if bf16 else "float32",
+            "batch_size": batch_size,
+            "images_per_second": rate,
+            "images_per_second_per_core": rate / cores if cores else None,
+            "over_eager": rate / rates[False, bf16] if (False, bf16) in rates else None,
+            "threads": cores,
+            "cifar100c_hours": CIFAR100C_IMAGES / rate / 3600,
+        }
+        for (compiled, bf16), rate in rates.items()
+    ]
 
 
 def race_reference(

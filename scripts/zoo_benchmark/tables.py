@@ -22,17 +22,19 @@ def throughput_table(results) -> str:
 
 
 def evaluation_table(rows: list[dict]) -> str:
-    """The release's CIFAR-100-C pass: images/s, per core, and the hours of all of it at that speed."""
+    """The release's CIFAR-100-C pass: images/s, per core, over eager in the same precision (timed in turn), and the
+    hours of all of it at that speed."""
     threads = rows[0]["threads"]
     return _table(
-        "model | compile | precision | batch | images/s | images/s per core | all of CIFAR-100-C (h)",
+        "model | compile | precision | batch | images/s | images/s per core | over eager | all of CIFAR-100-C (h)",
         (
             f"{r['model']} | {'yes' if r['compiled'] else 'no'} | {r['precision']} | {r['batch_size']} | "
             f"{r['images_per_second']:,.1f} | {r['images_per_second_per_core'] or float('nan'):,.1f} | "
-            f"{r['cifar100c_hours']:.1f}"
+            f"{'—' if r['over_eager'] is None else format(r['over_eager'], '.2f') + '×'} | {r['cifar100c_hours']:.1f}"
             for r in rows
         ),
-        f"{machine()}" + (f", {threads} threads" if threads else "") + "; eval, no grad",
+        f"{machine()}" + (f", {threads} threads" if threads else "") + "; eval, no grad; variants timed in turn, "
+        "median batch",
     )
 
 
