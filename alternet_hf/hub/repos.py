@@ -16,7 +16,7 @@ from ..models.modeling_common import ZooModelMixin
 from ..models.presets import create_model, list_models
 from ..models.timm_families import is_timm_wrapper
 from ..models.timm_models import TIMM_ARGUMENTS, timm_name
-from ..training.recipe import FINETUNE_CONFIG, FINETUNE_RESULTS
+from ..training.recipe import FINETUNE_CONFIG, FINETUNE_EVALUATION, FINETUNE_RESULTS
 
 PAPER_ID = "2202.06709"  # arXiv
 PAPER_URL = f"https://arxiv.org/abs/{PAPER_ID}"  # every card links it: the Hub lists the repo on the paper's page
@@ -79,7 +79,7 @@ def find_evaluation(model_dir: Path, evaluation: Path | None = None) -> Evaluati
     if evaluations:
         payload = max(evaluations.values(), key=lambda e: ("sample" not in e, e.get("num_images", 0)))
         return Evaluation(payload["metrics"], payload["dataset"], payload["split"], "alternet-evaluate")
-    finetune_results = model_dir / FINETUNE_RESULTS[2]
+    finetune_results = model_dir / FINETUNE_EVALUATION
     if finetuned is not None and finetune_results.exists():
         recorded = json.loads(finetune_results.read_text())
         metrics = {name: recorded[f"eval_{name}"] for name in METRIC_NAMES if f"eval_{name}" in recorded}

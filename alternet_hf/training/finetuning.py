@@ -24,7 +24,17 @@ from ..models.modeling_common import build_image_processor
 from ..models.presets import create_classifier, loads_weights
 from ..utils import write_json
 from ..utils.run_lock import hold_folder
-from .recipe import FINETUNE_CONFIG, FINETUNE_DEFAULTS, FINETUNE_EVENTS, FINETUNE_RESULTS, FROM_SCRATCH_DEFAULTS
+from .recipe import (
+    FINETUNE_ALL,
+    FINETUNE_CONFIG,
+    FINETUNE_DEFAULTS,
+    FINETUNE_EVALUATION,
+    FINETUNE_EVENTS,
+    FINETUNE_RESULTS,
+    FINETUNE_STATE,
+    FINETUNE_TRAINING,
+    FROM_SCRATCH_DEFAULTS,
+)
 
 
 @dataclass
@@ -237,9 +247,13 @@ def write_record(trainer: Trainer, output_dir: Path, settings: dict, train_metri
     all."""
     train = {**train_metrics, "train_samples": settings["train_samples"]}
     evaluation = {**_without_step(evaluation), "eval_samples": settings["eval_samples"]}
-    for name, metrics in zip(FINETUNE_RESULTS, (train | evaluation, train, evaluation)):
+    for name, metrics in (
+        (FINETUNE_TRAINING, train),
+        (FINETUNE_EVALUATION, evaluation),
+        (FINETUNE_ALL, train | evaluation),
+    ):
         write_json(output_dir / name, metrics, indent=4, sort_keys=True)
-    state = output_dir / FINETUNE_RESULTS[3]
+    state = output_dir / FINETUNE_STATE
     partial = state.with_name(f".{state.name}.{os.getpid()}.partial")
     trainer.state.save_to_json(str(partial))  # transformers' own format, then renamed over the file
     os.replace(partial, state)

@@ -31,7 +31,11 @@ FROM_SCRATCH_DEFAULTS = dict(epochs=30.0, learning_rate=2e-3, warmup=0.1)
 # What a fine-tune leaves beside its model, named as transformers' examples name them (`Trainer.save_metrics`,
 # `save_state`), its settings, and its TensorBoard events where a Hub repo keeps them; `alternet-push` reads them.
 FINETUNE_CONFIG = "finetune_config.json"
-FINETUNE_RESULTS = ("all_results.json", "train_results.json", "eval_results.json", "trainer_state.json")
+FINETUNE_TRAINING = "train_results.json"
+FINETUNE_EVALUATION = "eval_results.json"  # the final evaluation, which a card reports
+FINETUNE_ALL = "all_results.json"  # both of the above in one
+FINETUNE_STATE = "trainer_state.json"  # the history: every logged loss and evaluation
+FINETUNE_RESULTS = (FINETUNE_ALL, FINETUNE_TRAINING, FINETUNE_EVALUATION, FINETUNE_STATE)
 FINETUNE_EVENTS = "runs/training"
 
 
