@@ -87,7 +87,7 @@ def find_evaluation(model_dir: Path, evaluation: Path | None = None) -> Evaluati
     if not metrics_file.exists() or not config_file.exists():
         raise FileNotFoundError(
             f"{model_dir} has no evaluation: run alternet-evaluate --model {model_dir} --dataset <dataset> "
-            "(or train it with alternet-train, which writes metrics.json and training_config.json)"
+            "(alternet-train and alternet-finetune leave their own evaluation beside the model they write)"
         )
     return Evaluation(
         json.loads(metrics_file.read_text()), training["dataset"], training.get("eval_split", "test"), "training"
