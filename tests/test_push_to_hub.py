@@ -115,6 +115,8 @@ def test_a_fine_tune_reports_its_own_evaluation_until_alternet_evaluate_has_run(
     evaluation split; alternet-evaluate's result on that split comes first, as for a trained model."""
     from alternet_hf.hub.repos import find_evaluation
 
+    with pytest.raises(FileNotFoundError, match="alternet-train and alternet-finetune leave their own evaluation"):
+        find_evaluation(tmp_path)  # nothing yet: the message names what writes one
     settings = {"dataset": "faces", "eval_split": "holdout:0.2", "model": "m", "model_source": "folder"}
     (tmp_path / "finetune_config.json").write_text(json.dumps(settings))
     (tmp_path / "eval_results.json").write_text(json.dumps({"eval_accuracy": 0.75, "eval_nll": 0.5, "epoch": 3.0}))
