@@ -377,6 +377,13 @@ class _SettingsMethods:
                 f"landscape_points (--landscape-points) must be odd: the grid's centre is the trained weights; got "
                 f"{self.landscape_points}"
             )
+        if not 0 < self.trace_rtol < 1:  # a negative or zero stop is never reached: every sample would be drawn
+            raise ValueError(f"trace_rtol (--trace-rtol) must lie between 0 and 1, got {self.trace_rtol}")
+        if self.trace_max_samples < 2 or self.deflation_steps < 1:
+            raise ValueError(
+                f"the trace needs trace_max_samples (--trace-max-samples) >= 2 for an interval and deflation_steps "
+                f"(--deflation-steps) >= 1; got {self.trace_max_samples} and {self.deflation_steps}"
+            )
         if self.lanczos_steps < self.top_k + self.bottom_k:
             raise ValueError(
                 f"lanczos_steps (--lanczos-steps) {self.lanczos_steps} cannot find top_k (--top-k) {self.top_k} + "
