@@ -200,7 +200,7 @@ def plot_curvature(result: BlockCurvatureResult, axes=None):
     )
     axes[1].errorbar(np.arange(len(traces)), traces, yerr=widths, fmt="none", color="tab:blue", capsize=2)
     for ax in axes:
-        ax.set_xlabel("block (0 = the first)")
+        ax.set_xlabel("block (0: the stem, counted with the rest)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # blocks, not fractions of one
     return axes[0].figure
 

@@ -850,9 +850,10 @@ def trace_figure(result: TracesResult):
 
 def trace_summary(result: TracesResult) -> str:
     share, dimension = np.mean(result.deflated_traces / result.traces), int(np.median(result.deflation_dimensions))
+    count = len(result.traces)
     text = (
         f"hessian-trace: {np.median(result.traces):.4g} ± {np.median(result.half_widths):.2g} (95%, median of "
-        f"{len(result.traces)} minibatches), {100 * share:.0f}% of it exact on {dimension} Lanczos "
+        f"{count} minibatch{'es' * (count != 1)}), {100 * share:.0f}% of it exact on {dimension} Lanczos "
         f"directions (the spectrum's ends), {result.num_hvps} Hessian-vector products; a larger trace: a sharper "
         "minimum"
     )
