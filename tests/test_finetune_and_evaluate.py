@@ -121,27 +121,51 @@ def test_the_papers_recipe_runs_end_to_end(cifar_schema_digits, tmp_path):
 
 @pytest.mark.commands
 def test_a_finetune_leaves_its_record_and_goes_to_the_hub_with_it(cifar_schema_digits, tmp_path):
-    """As a user types it: `alternet-finetune` twice with one seed (the same model bytes, the same numbers), its record
-    read with `json` and TensorBoard's `EventAccumulator`, `alternet-push --dry-run`, the pushed folder loaded with
-    the Auto classes, and the card's model-index equal to the fine-tune's own evaluation."""
+    """As a user types it: `alternet-finetune` twice with one seed (the same model bytes, the same numbers), once
+    `--overwrite` over an evaluated model (whose numbers go with it), its record read with `json` and TensorBoard's
+    `EventAccumulator`, `alternet-push --dry-run`, the pushed folder loaded with the Auto classes, and the card's
+    model-index equal to the fine-tune's own evaluation."""
     import torch
     from huggingface_hub import ModelCard
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from transformers import AutoModelForImageClassification
 
     import alternet_hf
+    from alternet_hf.apps.evaluation import write_evaluation
 
     alternet_hf.create_model("alternet-18-cifar100", num_labels=10, **TINY).save_pretrained(tmp_path / "digits-base")
+    # "again" holds another model, trained and evaluated on the split this fine-tune reports, and a note of the user's
+    replaced = tmp_path / "again"
+    alternet_hf.create_model("alternet-18-cifar100", num_labels=10, **TINY).save_pretrained(replaced)
+    (replaced / "logs").mkdir()
+    (replaced / "training_config.json").write_text(json.dumps({"dataset": cifar_schema_digits, "seed": 9}))
+    (replaced / "notes.txt").write_text("mine")
+    labels = torch.arange(8) % 10
+    old = dict(model="again", dataset=cifar_schema_digits, split="holdout:0.25", metrics={"accuracy": 0.1})
+    write_evaluation(replaced, **old, logits=torch.zeros(8, 10), labels=labels)
     finetune_command = [
         *(installed_command("alternet-finetune"), "--model", "digits-base", "--dataset", cifar_schema_digits),
         *("--image-column", "img", "--label-column", "fine_label", "--eval-split", "holdout:0.25"),
         *("--epochs", "2", "--learning-rate", "3e-3", "--batch-size", "50", "--seed", "3"),
     ]
-    runs = [start_command([*finetune_command, "--output-dir", run], cwd=tmp_path) for run in ("ft", "again")]
-    for run in runs:
-        stdout, stderr = run.communicate(600)
+    described = ("logs", "training_config.json", "config.json", "model.safetensors", "eval_cifar-schema_holdout:0.25")
+    refused = run_command([*finetune_command, "--output-dir", "again"], cwd=tmp_path)
+    assert refused.returncode == 2 and "again already holds a model or a training run (" in refused.stderr
+    assert all(name in refused.stderr for name in described) and "--overwrite" in refused.stderr
+    runs = {
+        run: start_command([*finetune_command, "--output-dir", run, *extra], cwd=tmp_path)
+        for run, extra in (("ft", ()), ("again", ("--overwrite",)))
+    }
+    said = {}
+    for name, run in runs.items():
+        said[name], stderr = run.communicate(600)
         assert run.returncode == 0, stderr[-3000:]
-        assert "trainer_state.json" in stdout, stdout
+        assert "trainer_state.json" in said[name], said[name]
+    removed = next(line for line in said["again"].splitlines() if "--overwrite: removed the earlier model's" in line)
+    assert all(name in removed for name in described) and "notes.txt" not in removed, removed
+    left = {path.name for path in replaced.iterdir()}
+    assert not left & {"logs", "training_config.json", "eval_cifar-schema_holdout:0.25.json"}, left
+    assert (replaced / "notes.txt").read_text() == "mine"  # only what described the replaced model goes
     folder = tmp_path / "ft"
     files = {path.name for path in folder.iterdir()}
     assert {"all_results.json", "train_results.json", "eval_results.json", "trainer_state.json"} <= files

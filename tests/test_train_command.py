@@ -163,17 +163,19 @@ def test_a_finished_run_is_not_overwritten_without_overwrite(tmp_path, tiny_data
     assert first.returncode == 0, first.stderr[-3000:]
     assert "Writing model shards" not in first.stderr  # transformers' bar, once per saved model
     (tmp_path / "run" / "unrelated-notes.txt").write_text("mine")
+    (tmp_path / "run" / "eval_tiny_test.json").write_text("{}")  # as alternet-evaluate leaves one: of that model
     shutil.rmtree(tmp_path / "run" / "checkpoints")  # a finished run without checkpoints
     before = _digest(tmp_path / "run")
     for again in (arguments, (*arguments, "--resume")):
         message = _error(_train(tmp_path, *again))
         assert "holds an earlier run (best, logs, training_config.json, history.json" in message
-        assert "--overwrite" in message
+        assert "eval_tiny_test.json" in message and "--overwrite" in message
     assert _digest(tmp_path / "run") == before
     replaced = _train(tmp_path, *arguments, "--overwrite", "--seed", "1")
     assert replaced.returncode == 0, replaced.stderr[-3000:]
     assert "--overwrite: removed the earlier run's" in replaced.stdout
-    assert (tmp_path / "run" / "unrelated-notes.txt").read_text() == "mine"  # only the run's own outputs go
+    assert not (tmp_path / "run" / "eval_tiny_test.json").exists()  # it would stand on the new model's card
+    assert (tmp_path / "run" / "unrelated-notes.txt").read_text() == "mine"  # only the model's own record goes
     assert json.loads((tmp_path / "run" / "training_config.json").read_text())["seed"] == 1
 
 

@@ -47,17 +47,12 @@ from ..metrics.classification import classification_metrics, plot_reliability_di
 from ..models.presets import create_classifier
 from ..utils import padded_to_first_batch, quiet_progress_bars, write_atomically, write_json
 from ..utils.run_lock import hold_folder
-from .recipe import TrainingConfig, build_optimizer, build_scheduler
+from .recipe import TrainingConfig, build_optimizer, build_scheduler, model_record
 
 # What a second run on a folder in use is told (`run_lock.hold_folder`): resuming beside a live run would train twice.
 RUNNING_ADVICE = "wait for it to end, or stop it and then continue it with --resume"
 # What only a run that finished writes into its output folder (`best/` holds a metrics.json of its own).
 FINISHED_OUTPUTS = ("metrics.json", "history.json")
-# What a run writes into its output folder; `overwrite=True` removes these (and nothing else) first.
-RUN_OUTPUTS = tuple(
-    "checkpoints best logs training_config.json history.json metrics.json training_curves.png reliability_diagram.png "
-    "config.json model.safetensors preprocessor_config.json holdout.json unreadable.jsonl".split()
-)
 
 
 @dataclass
@@ -408,10 +403,11 @@ class TrainingSession:
         self.metrics, self.logits, self.labels = {}, None, None  # of the last evaluation
 
     def claim_output_dir(self, *, resume: bool, overwrite: bool) -> None:
-        """Refuse to write over an earlier run (unless `overwrite`: then remove its outputs, and only those). With
-        `resume`, a run killed before its first complete checkpoint (never finished, nothing to resume) starts again."""
+        """Refuse to write over an earlier run or model (unless `overwrite`: then remove its `model_record`, and only
+        that). With `resume`, a run killed before its first complete checkpoint (never finished, nothing to resume)
+        starts again."""
         accelerator, output_dir, checkpoints = self.accelerator, self.output_dir, self.checkpoints
-        earlier = [name for name in RUN_OUTPUTS if (output_dir / name).exists()]
+        earlier = model_record(output_dir)  # a run's outputs, or a fine-tuned or evaluated model's
         has_checkpoints = bool(checkpoints.newest_first())
         finished = any((output_dir / name).exists() for name in FINISHED_OUTPUTS)
         if not earlier or (resume and (has_checkpoints or not finished)):

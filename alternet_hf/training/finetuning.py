@@ -30,10 +30,10 @@ from .recipe import (
     FINETUNE_DEFAULTS,
     FINETUNE_EVALUATION,
     FINETUNE_EVENTS,
-    FINETUNE_RESULTS,
     FINETUNE_STATE,
     FINETUNE_TRAINING,
     FROM_SCRATCH_DEFAULTS,
+    model_record,
 )
 
 
@@ -67,17 +67,29 @@ def default_output_dir(model_name_or_path: str, dataset: str) -> Path:
     return Path("outputs") / f"{Path(model_name_or_path).name}-finetuned-{Path(dataset.rstrip('/')).name}"
 
 
-def check_output_dir(output_dir: Path, model_name_or_path: str, *, overwrite: bool) -> None:
-    """Never write a fine-tuned model over its source, nor over another finished model unless asked to."""
+def claim_output_dir(
+    output_dir: Path, model_name_or_path: str, *, overwrite: bool, say: Callable[[str], None] = print
+) -> None:
+    """Never write a fine-tuned model over its source, nor over another model or training run unless asked to; then
+    remove all that described the one replaced (`model_record`), or its numbers would stand beside the new model."""
     if Path(model_name_or_path).is_dir() and Path(model_name_or_path).resolve() == output_dir.resolve():
         raise ValueError(
             f"the output folder {output_dir} is the model being fine-tuned: writing there would replace it; "
             "choose another --output-dir"
         )
-    if (output_dir / "config.json").exists() and not overwrite:
+    earlier = model_record(output_dir)
+    # what a fine-tune stopped midway leaves: its events and list of unreadable rows, no model yet
+    unfinished = set(earlier) <= {FINETUNE_EVENTS, UNREADABLE_FILE}
+    if earlier and not unfinished and not overwrite:
         raise FileExistsError(
-            f"{output_dir} already holds a model: choose another --output-dir, or pass --overwrite to replace it"
+            f"{output_dir} already holds a model or a training run ({', '.join(earlier)}): choose another "
+            "--output-dir, or pass --overwrite to replace it"
         )
+    for name in earlier:
+        path = output_dir / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    if earlier and not unfinished:
+        say(f"--overwrite: removed the earlier model's {', '.join(earlier)} from {output_dir}")
 
 
 def finetune(
@@ -103,7 +115,7 @@ def finetune(
     **training_arguments,
 ) -> FinetuneResult:
     """Fine-tune, evaluating before and after; the model and its image processor go to `output_dir` (default
-    `default_output_dir`; see `check_output_dir`). `epochs`, `learning_rate` and `warmup` (a fraction of the steps)
+    `default_output_dir`; see `claim_output_dir`). `epochs`, `learning_rate` and `warmup` (a fraction of the steps)
     default to `FINETUNE_DEFAULTS`, or `FROM_SCRATCH_DEFAULTS` for a preset (said in one line). Every random draw
     (the new head, data order, augmentation) follows `seed`. `skip_unreadable`: rows whose image cannot be read are
     left out and listed in `output_dir/unreadable.jsonl`, rather than stop the run. Beside the model: the run's record
@@ -115,8 +127,7 @@ def finetune(
     learning_rate = defaults["learning_rate"] if learning_rate is None else learning_rate
     warmup = defaults["warmup"] if warmup is None else warmup
     with hold_folder(output_dir):
-        check_output_dir(output_dir, model_name_or_path, overwrite=overwrite)
-        clear_record(output_dir)  # a replaced model's record goes with it, or the new one would mix with it
+        claim_output_dir(output_dir, model_name_or_path, overwrite=overwrite, say=say)
         if from_scratch:
             say(
                 f"{model_name_or_path} is a preset without trained weights: training it from scratch ({epochs:g} "
@@ -232,13 +243,6 @@ def model_source(model_name_or_path: str) -> str:
     if not loads_weights(model_name_or_path):
         return "preset"
     return "folder" if os.path.isdir(model_name_or_path) else "hub"
-
-
-def clear_record(output_dir: Path) -> None:
-    """Remove an earlier fine-tune's record from `output_dir` (nothing else)."""
-    for name in (*FINETUNE_RESULTS, FINETUNE_CONFIG):
-        (output_dir / name).unlink(missing_ok=True)
-    shutil.rmtree(output_dir / FINETUNE_EVENTS, ignore_errors=True)
 
 
 def write_record(trainer: Trainer, output_dir: Path, settings: dict, train_metrics: dict, evaluation: dict) -> None:

@@ -37,6 +37,23 @@ FINETUNE_ALL = "all_results.json"  # both of the above in one
 FINETUNE_STATE = "trainer_state.json"  # the history: every logged loss and evaluation
 FINETUNE_RESULTS = (FINETUNE_ALL, FINETUNE_TRAINING, FINETUNE_EVALUATION, FINETUNE_STATE)
 FINETUNE_EVENTS = "runs/training"
+FINETUNE_ARGUMENTS = "training_args.bin"  # `Trainer.save_model`'s pickle of its arguments: never loaded, never pushed
+# What `alternet-train` writes into its output folder (`engine.Trainer.claim_output_dir`).
+RUN_OUTPUTS = tuple(
+    "checkpoints best logs training_config.json history.json metrics.json training_curves.png reliability_diagram.png "
+    "config.json model.safetensors preprocessor_config.json holdout.json unreadable.jsonl".split()
+)
+# alternet-evaluate's results beside the model it evaluated (`apps.evaluation.evaluation_stem`).
+EVALUATION_FILES = "eval_*"
+
+
+def model_record(folder: Path) -> list[str]:
+    """The names of what in `folder` belongs to the model it holds: the model itself, alternet-train's run,
+    alternet-finetune's record and alternet-evaluate's results. Whatever replaces the model removes all of them: left
+    beside a new model, an old evaluation would be reported on its card as the new one's."""
+    names = (*RUN_OUTPUTS, *FINETUNE_RESULTS, FINETUNE_CONFIG, FINETUNE_EVENTS, FINETUNE_ARGUMENTS)
+    found = [name for name in names if (folder / name).exists()]
+    return found + sorted(p.name for p in folder.glob(EVALUATION_FILES) if p.name not in found)
 
 
 # What `TrainingConfig.validate` requires of numeric fields, rule after rule: the words of its error, the test, the
