@@ -370,8 +370,9 @@ class _SettingsMethods:
     def to_dict(self) -> dict:
         return {name: list(v) if isinstance(v := getattr(self, name), tuple) else v for name in SETTINGS}
 
-    def check(self) -> None:
-        """Raise `ValueError` for amounts that cannot work together (named as fields and as flags)."""
+    def check(self, analyses=None) -> None:
+        """Raise `ValueError` for amounts that cannot work together (named as fields and as flags), of `analyses`
+        (names) where given, else of every analysis."""
         if self.landscape_points % 2 == 0:
             raise ValueError(
                 f"landscape_points (--landscape-points) must be odd: the grid's centre is the trained weights; got "
@@ -384,7 +385,8 @@ class _SettingsMethods:
                 f"the trace needs trace_max_samples (--trace-max-samples) >= 2 for an interval and deflation_steps "
                 f"(--deflation-steps) >= 1; got {self.trace_max_samples} and {self.deflation_steps}"
             )
-        if self.lanczos_steps < self.top_k + self.bottom_k:
+        spectrum = analyses is None or "hessian" in analyses  # the one analysis that asks for top_k + bottom_k
+        if spectrum and self.lanczos_steps < self.top_k + self.bottom_k:
             raise ValueError(
                 f"lanczos_steps (--lanczos-steps) {self.lanczos_steps} cannot find top_k (--top-k) {self.top_k} + "
                 f"bottom_k (--bottom-k) {self.bottom_k} eigenvalues; raise it or ask for fewer"

@@ -148,14 +148,23 @@ def test_unknown_analysis_is_refused(tmp_path):
     completed = run_command(command, cwd=tmp_path, timeout=120)
     assert completed.returncode == 2 and "--augmentation: takes model, paper, none" in completed.stderr
     assert "Traceback" not in completed.stderr and not out.exists()  # refused before a model is built
-    for flag, value, message in (
-        ("--trace-rtol", "-1", "trace_rtol (--trace-rtol) must lie between 0 and 1, got -1.0"),
-        ("--trace-max-samples", "1", "the trace needs trace_max_samples (--trace-max-samples) >= 2"),
+    for analysis, flag, value, message in (
+        ("hessian-trace", "--trace-rtol", "-1", "trace_rtol (--trace-rtol) must lie between 0 and 1, got -1.0"),
+        ("hessian-trace", "--trace-max-samples", "1", "the trace needs trace_max_samples (--trace-max-samples) >= 2"),
+        ("hessian", "--lanczos-steps", "3", "lanczos_steps (--lanczos-steps) 3 cannot find top_k (--top-k) 5 + "),
     ):
         command = [installed_command("alternet-analyze"), "--model", "alternet-18-cifar10", flag, value]
-        completed = run_command([*command, "--analyses", "hessian-trace", "--out", str(out)], cwd=tmp_path)
+        completed = run_command([*command, "--analyses", analysis, "--out", str(out)], cwd=tmp_path)
         assert completed.returncode == 2 and message in completed.stderr, completed.stderr[-2000:]
         assert "Traceback" not in completed.stderr and not out.exists()  # a stop never reached: refused at once
+
+
+def test_amounts_at_odds_are_refused_only_where_an_analysis_run_uses_them():
+    settings = registry.Settings(lanczos_steps=3)  # the spectrum's top_k 5 + bottom_k 5 need 10 steps
+    settings.check(["fourier", "hessian-trace", "hessian-blocks"])  # each block's top eigenvalue needs one
+    for analyses in (["fourier", "hessian"], None):
+        with pytest.raises(ValueError, match="lanczos_steps .--lanczos-steps. 3 cannot find top_k"):
+            settings.check(analyses)
 
 
 def test_every_setting_is_a_flag_of_its_own_name_that_reaches_the_analyses():

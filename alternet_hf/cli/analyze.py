@@ -173,7 +173,7 @@ def settings_from_args(args, device):
     if given["max_batches"] is not None and args.corruption_images is None and not args.cifar_c:
         given["corruption_images"] = min(given["max_batches"] * args.batch_size, args.max_images or math.inf)
     settings, notes = Settings.for_device(device, **given)
-    settings.check()
+    settings.check(getattr(args, "analyses", None))  # alternet-reproduce runs every analysis
     return settings, notes
 
 
