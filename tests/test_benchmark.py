@@ -273,3 +273,17 @@ def test_the_hessian_comparison_reports_each_quantity_with_its_products_and_seco
     assert trace["hvps"] > trace["deflation_dimension"] >= 1 and trace["half_width"] > 0 and trace["seconds"] > 0
     assert trace["converged"] == (trace["half_width"] <= 0.3 * abs(trace["values"][0]))
     assert "| trace | not run | – | – | " in result.stdout and f" ± {trace['half_width']:.2g}" in result.stdout
+
+
+def test_the_peers_trace_to_our_interval_is_projected_from_its_own_spread():
+    """PyHessian's plain Hutchinson held to our stop: (1.96 s / (rtol |mean|))² samples at its seconds per product."""
+    from zoo_benchmark.hessian_peer import _projected_to
+    from zoo_benchmark.tables import hessian_peer_table
+
+    theirs = {"values": [100.0], "half_width": 5.0, "sample_sd": 10.0, "samples": 4, "hvps": 4, "seconds": 8.0}
+    projected = _projected_to(theirs, 0.01)
+    assert projected["hvps"] == 385 and projected["seconds"] == pytest.approx(770.0)  # ceil(19.6²): 385 products
+    ours = {"values": [101.0], "half_width": 1.0, "converged": True, "hvps": 40, "seconds": 77.0}
+    found = {"model": "m", "parameters": 10, "batch_size": 8, "dataset": "d", "threads": 1, "peer": "p", "machine": "x"}
+    table = hessian_peer_table(found | {"rows": [{"quantity": "trace to ±1%", "peer": projected, "ours": ours}]})
+    assert "| trace to ±1% | 100, projected from its samples | ≈385 | ≈770 | 101 ± 1 | 40 | 77.0 | 0.10× |" in table

@@ -114,6 +114,8 @@ def _hessian_cell(side: dict | None) -> str:
     if "failed" in side:
         return f"fails: {side['failed'][:60]} | {side['hvps']} | {side['seconds']:.1f}"
     values = ", ".join(f"{v:.5g}" for v in side["values"])
+    if side.get("projected"):
+        return f"{values}, projected from its samples | ≈{side['hvps']:,} | ≈{side['seconds']:,.0f}"
     if "half_width" in side:
         values += f" ± {side['half_width']:.2g}" + ("" if side.get("converged", True) else " (not converged)")
     return f"{values} | {side['hvps']} | {side['seconds']:.1f}"
