@@ -93,8 +93,8 @@ def compare_with_peer(
     """Both tools on `model_source` (a zoo preset or model folder) and the first `batch_size` training images of
     `dataset` (evaluated, not augmented): the top eigenvalue, the top `top_n`, the trace (PyHessian to its own stop,
     ours to a 95% half-width of `trace_rtol`, the default 1%; PyHessian's estimator projected to that half-width; and
-    ours held to PyHessian's count of products), and the
-    SLQ density (one vector of `density_steps` Lanczos steps). Without `peer_folder`, ours alone."""
+    ours held to PyHessian's count of products), and the SLQ density (one vector of `density_steps` Lanczos steps).
+    Without `peer_folder`, ours alone."""
     from alternet_hf.utils import machine
     from analysis import hessian
 
