@@ -38,7 +38,7 @@ FINETUNE_STATE = "trainer_state.json"  # the history: every logged loss and eval
 FINETUNE_RESULTS = (FINETUNE_ALL, FINETUNE_TRAINING, FINETUNE_EVALUATION, FINETUNE_STATE)
 FINETUNE_EVENTS = "runs/training"
 FINETUNE_ARGUMENTS = "training_args.bin"  # `Trainer.save_model`'s pickle of its arguments: never loaded, never pushed
-# What `alternet-train` writes into its output folder (`engine.Trainer.claim_output_dir`).
+# What `alternet-train` writes into its output folder (`engine.TrainingSession.claim_output_dir`).
 RUN_OUTPUTS = tuple(
     "checkpoints best logs training_config.json history.json metrics.json training_curves.png reliability_diagram.png "
     "config.json model.safetensors preprocessor_config.json holdout.json unreadable.jsonl".split()
