@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from .shared import minibatches
+
 HOLDS, FAILS, MIXED, UNDECIDED = "holds", "does not hold", "mixed", "not decidable"
 WITHIN_NOISE = "undecided — the difference is within the noise"
 NOISE_MULTIPLE = 2.0  # a difference counts when it exceeds this many standard errors (about 95%)
@@ -312,7 +314,7 @@ def _hessian_flatness(results, roles) -> Claim:
             "minibatches": int(tops.size),
         }
         claim.evidence.append(
-            f"{name} ({roles[name]}): λmax {mean:.4g} ± {error:.2g} (mean of {tops.size} minibatches, median "
+            f"{name} ({roles[name]}): λmax {mean:.4g} ± {error:.2g} (mean of {minibatches(tops.size)}, median "
             f"{median:.4g})"
         )
     return _pair_checks(claim, roles, "mean_top_eigenvalue", larger=False)
@@ -360,7 +362,7 @@ def _trace_flatness(results, roles) -> Claim:
         error = max(spread, estimator)
         claim.numbers[name] = {"mean_trace": mean, "standard_error": error, "minibatches": int(traces.size)}
         claim.evidence.append(
-            f"{name} ({roles[name]}): tr H {mean:.4g} ± {error:.2g} (mean of {traces.size} minibatches)"
+            f"{name} ({roles[name]}): tr H {mean:.4g} ± {error:.2g} (mean of {minibatches(traces.size)})"
         )
     return _pair_checks(claim, roles, "mean_trace", larger=False)
 

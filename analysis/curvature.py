@@ -241,7 +241,7 @@ def curvature_estimate(costs: dict, settings) -> tuple[float, str] | None:
     blocks, batches = costs["num_blocks"] + 1, settings.hessian_batches
     per_block = settings.lanczos_steps + settings.deflation_steps + settings.trace_max_samples
     how = (
-        f"at most {batches} minibatch{'es' * (batches != 1)} × {blocks} parameter groups × ({settings.lanczos_steps} "
+        f"at most {shared.minibatches(batches)} × {blocks} parameter groups × ({settings.lanczos_steps} "
         f"+ {settings.deflation_steps} Lanczos steps + {settings.trace_max_samples} samples), about "
         f"{costs['hvp']:.2g} s per Hessian-vector product"
     )

@@ -625,7 +625,7 @@ def max_eigenvalue_spectrum(
             stacklevel=2,
         )
     if not spectrum.converged.all():
-        batches = f"{len(per_batch)} minibatch" + "es" * (len(per_batch) != 1)
+        batches = shared.minibatches(len(per_batch))
         warnings.warn(
             f"Lanczos did not reach tol={tol} within lanczos_steps={lanczos_steps} on "
             f"{int((~spectrum.converged).sum())} of {batches}; their eigenvalues are less accurate (see `residuals`). "
@@ -718,7 +718,7 @@ def spectrum_estimate(costs: dict, settings) -> tuple[float, str] | None:
     products = settings.hessian_batches * settings.lanczos_steps + settings.density_vectors * settings.density_steps
     hvp, batches, vectors = costs["hvp"], settings.hessian_batches, settings.density_vectors
     density = f" + {vectors}×{settings.density_steps} for the density" if vectors else ""
-    steps = f"at most {batches} minibatch{'es' * (batches != 1)} × {settings.lanczos_steps} Lanczos steps{density}"
+    steps = f"at most {shared.minibatches(batches)} × {settings.lanczos_steps} Lanczos steps{density}"
     return products * hvp, f"{steps}, about {hvp:.2g} s per Hessian-vector product"
 
 
@@ -817,8 +817,8 @@ def trace_analysis(model: nn.Module, inputs, settings, *, on_partial=None, devic
         warnings.warn(
             f"the Hessian trace did not reach its 95% half-width of trace_rtol={settings.trace_rtol:g} relative within "
             f"trace_max_samples={settings.trace_max_samples} on {int((~result.converged).sum())} of "
-            f"{len(found)} minibatches: their intervals are wider (see half_widths). Raise trace_max_samples or "
-            "deflation_steps.",
+            f"{shared.minibatches(len(found))}: their intervals are wider (see half_widths). Raise trace_max_samples "
+            "or deflation_steps.",
             stacklevel=2,
         )
     return result
@@ -853,7 +853,7 @@ def trace_summary(result: TracesResult) -> str:
     count = len(result.traces)
     text = (
         f"hessian-trace: {np.median(result.traces):.4g} ± {np.median(result.half_widths):.2g} (95%, median of "
-        f"{count} minibatch{'es' * (count != 1)}), {100 * share:.0f}% of it exact on {dimension} Lanczos "
+        f"{shared.minibatches(count)}), {100 * share:.0f}% of it exact on {dimension} Lanczos "
         f"directions (the spectrum's ends), {result.num_hvps} Hessian-vector products; a larger trace: a sharper "
         "minimum"
     )
@@ -868,7 +868,7 @@ def trace_estimate(costs: dict, settings) -> tuple[float, str] | None:
     per_batch = settings.deflation_steps + settings.trace_max_samples
     hvp, batches = costs["hvp"], settings.hessian_batches
     how = (
-        f"at most {batches} minibatch{'es' * (batches != 1)} × ({settings.deflation_steps} Lanczos steps + "
+        f"at most {shared.minibatches(batches)} × ({settings.deflation_steps} Lanczos steps + "
         f"{settings.trace_max_samples} samples), about {hvp:.2g} s per Hessian-vector product"
     )
     return batches * per_batch * hvp, how

@@ -168,6 +168,11 @@ def model_normalization(model: nn.Module, mean=None, std=None, device=None) -> t
     return channel_statistics(mean, std, device)
 
 
+def minibatches(count: int) -> str:
+    """ "1 minibatch", "2 minibatches": how every summary and warning counts them."""
+    return f"{count} minibatch{'es' * (count != 1)}"
+
+
 def count_batches(data, max_batches: int | None = None) -> int | None:
     """How many batches `iterate_batches(data, max_batches=...)` will give, if that is known up front."""
     if isinstance(data, torch.Tensor) or _is_single_batch(data):

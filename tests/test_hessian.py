@@ -203,6 +203,8 @@ def test_unconverged_minibatches_are_reported(least_squares):
             model, [batch, batch], loss_fn=mse, top_k=2, tol=1e-12, lanczos_steps=2
         )
     assert not result.converged.any() and np.all(result.residuals > 0)
+    with pytest.warns(UserWarning, match="within lanczos_steps=2 on 1 of 1 minibatch; their eigenvalues"):
+        hessian.max_eigenvalue_spectrum(model, [batch], loss_fn=mse, top_k=2, tol=1e-12, lanczos_steps=2)
 
 
 def test_too_few_lanczos_steps_for_top_k_is_a_clear_error(least_squares):
