@@ -18,7 +18,7 @@ from torch import nn
 
 from . import shared
 from .blocks import describe_blocks
-from .hessian import HessianOperator, _lanczos_extremes, trace_of
+from .hessian import HessianOperator, _lanczos_extremes, hessian_loss, trace_of
 from .shared import AnalysisResult, analysis_mode
 
 
@@ -162,9 +162,7 @@ def curvature_analysis(model: nn.Module, inputs, settings, *, on_partial=None, *
         model,
         inputs.train(),
         adapter=inputs.adapter,
-        weight_decay=settings.weight_decay,
-        penalty=settings.penalty,
-        batchnorm=settings.batchnorm or "train",
+        **hessian_loss(settings),
         tol=settings.hessian_tol,
         lanczos_steps=settings.lanczos_steps,
         rtol=settings.trace_rtol,

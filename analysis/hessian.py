@@ -672,15 +672,19 @@ def plot_density(result: DensityResult, ax=None, *, label: str | None = None, co
 # --- as the analysis commands run it (analysis.registry) -------------------------------------------------------
 
 
+def hessian_loss(settings) -> dict:
+    """The loss every Hessian analysis differentiates, as `settings` define it: weight decay, its L2 penalty, and
+    BatchNorm's mode (batch statistics, the paper's, unless set)."""
+    return dict(weight_decay=settings.weight_decay, penalty=settings.penalty, batchnorm=settings.batchnorm or "train")
+
+
 def spectrum_analysis(model: nn.Module, inputs, settings, *, on_partial=None, **common) -> SpectrumResult:
     return max_eigenvalue_spectrum(
         model,
         inputs.train(),
         top_k=settings.top_k,
         bottom_k=settings.bottom_k,
-        weight_decay=settings.weight_decay,
-        penalty=settings.penalty,
-        batchnorm=settings.batchnorm or "train",
+        **hessian_loss(settings),
         tol=settings.hessian_tol,
         lanczos_steps=settings.lanczos_steps,
         max_batches=settings.hessian_batches,
@@ -778,12 +782,11 @@ class TracesResult(AnalysisResult):
 def _minibatch_operators(model: nn.Module, inputs, settings, *, device, progress: bool, desc: str, count: int):
     """(index, `HessianOperator`) of each of the first `count` training minibatches, as the settings define the loss,
     the model in the analysis mode throughout."""
-    batchnorm = settings.batchnorm or "train"
-    with analysis_mode(model, batchnorm=batchnorm, device=device) as device:
+    loss = hessian_loss(settings)
+    with analysis_mode(model, batchnorm=loss.pop("batchnorm"), device=device) as device:
         batches = shared.batches(inputs.train(), max_batches=count, enabled=progress, desc=desc)
         for index, (images, targets) in enumerate(batches):
-            batch = [(images.to(device), targets.to(device))]
-            yield index, HessianOperator(model, batch, weight_decay=settings.weight_decay, penalty=settings.penalty)
+            yield index, HessianOperator(model, [(images.to(device), targets.to(device))], **loss)
 
 
 def trace_analysis(model: nn.Module, inputs, settings, *, on_partial=None, device=None, progress=False) -> TracesResult:
@@ -809,9 +812,7 @@ def trace_analysis(model: nn.Module, inputs, settings, *, on_partial=None, devic
         *(np.array([getattr(r, name) for r in found]) for name in TRACE_FIELDS),
         sum(r.num_hvps for r in found),
         settings.trace_rtol,
-        settings.weight_decay,
-        settings.penalty,
-        settings.batchnorm or "train",
+        **hessian_loss(settings),
     )
     if not result.converged.all():
         warnings.warn(
