@@ -11,6 +11,7 @@ stochastic depth are off.
 import contextlib
 import copy
 import functools
+import inspect
 import math
 import time
 import warnings
@@ -312,34 +313,13 @@ def _confidence(samples: list[float]) -> tuple[float, float]:
     return error, float(t.ppf(0.975, len(samples) - 1)) * error
 
 
-def hessian_trace(
-    model: nn.Module,
-    data,
-    *,
-    method: str = "deflated",
-    rtol: float = 1e-2,
-    min_samples: int = 10,
-    max_samples: int = 1000,
-    deflation_steps: int = 30,
-    time_limit: float | None = None,
-    seed: int = 0,
-    progress: bool = False,
-    **setup,
-) -> TraceResult:
-    """The trace of the Hessian to a 95% confidence half-width of `rtol`·|trace| (`trace_of` says how), at most
-    `max_samples` Hutchinson samples and `deflation_steps` Lanczos steps. `setup`: as `_hessian_of` takes it."""
-    with _hessian_of(model, data, **setup) as operator:
-        return trace_of(
-            operator,
-            method=method,
-            rtol=rtol,
-            min_samples=min_samples,
-            max_samples=max_samples,
-            deflation_steps=deflation_steps,
-            time_limit=time_limit,
-            seed=seed,
-            progress=progress,
-        )
+def hessian_trace(model: nn.Module, data, **options) -> TraceResult:
+    """The trace of the Hessian to a 95% confidence half-width of `rtol`·|trace|: `trace_of` on the Hessian of
+    `model` on `data`. `options`: those of `trace_of` (its defaults), the rest as `_hessian_of` takes them."""
+    estimator = inspect.signature(trace_of).parameters
+    chosen = {name: options.pop(name) for name in list(options) if name in estimator and name != "operator"}
+    with _hessian_of(model, data, **options) as operator:
+        return trace_of(operator, **chosen)
 
 
 def trace_of(
