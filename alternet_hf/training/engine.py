@@ -47,7 +47,7 @@ from ..metrics.classification import classification_metrics, plot_reliability_di
 from ..models.presets import create_classifier
 from ..utils import padded_to_first_batch, quiet_progress_bars, write_atomically, write_json
 from ..utils.run_lock import hold_folder
-from .recipe import TrainingConfig, build_optimizer, build_scheduler, model_record
+from .recipe import TrainingConfig, build_optimizer, build_scheduler, model_record, remove_model_record
 
 # What a second run on a folder in use is told (`run_lock.hold_folder`): resuming beside a live run would train twice.
 RUNNING_ADVICE = "wait for it to end, or stop it and then continue it with --resume"
@@ -428,10 +428,7 @@ class TrainingSession:
             )
         accelerator.wait_for_everyone()  # every process has looked before anything is removed
         if accelerator.is_main_process:
-            for name in earlier:
-                path = output_dir / name
-                shutil.rmtree(path) if path.is_dir() else path.unlink()
-            accelerator.print(f"--overwrite: removed the earlier run's {', '.join(earlier)} from {output_dir}")
+            accelerator.print(remove_model_record(output_dir, earlier, "run"))
         accelerator.wait_for_everyone()
 
     def build(self, model_init: Callable[[nn.Module], nn.Module] | None = None) -> None:

@@ -4,7 +4,6 @@ transformers recipe, with a new head where the label count changes and the paper
 
 import json
 import os
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from .recipe import (
     FINETUNE_TRAINING,
     FROM_SCRATCH_DEFAULTS,
     model_record,
+    remove_model_record,
 )
 
 
@@ -85,11 +85,9 @@ def claim_output_dir(
             f"{output_dir} already holds a model or a training run ({', '.join(earlier)}): choose another "
             "--output-dir, or pass --overwrite to replace it"
         )
-    for name in earlier:
-        path = output_dir / name
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    said = remove_model_record(output_dir, earlier)
     if earlier and not unfinished:
-        say(f"--overwrite: removed the earlier model's {', '.join(earlier)} from {output_dir}")
+        say(said)
 
 
 def finetune(

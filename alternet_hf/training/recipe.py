@@ -4,6 +4,7 @@ small offline default, as one dataclass that the command line and JSON config fi
 
 import dataclasses
 import math
+import shutil
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +55,14 @@ def model_record(folder: Path) -> list[str]:
     names = (*RUN_OUTPUTS, *FINETUNE_RESULTS, FINETUNE_CONFIG, FINETUNE_EVENTS, FINETUNE_ARGUMENTS)
     found = [name for name in names if (folder / name).exists()]
     return found + sorted(p.name for p in folder.glob(EVALUATION_FILES) if p.name not in found)
+
+
+def remove_model_record(folder: Path, names: list[str], whose: str = "model") -> str:
+    """Remove `names` (of `model_record`) from `folder`; returns the line that says so, of the earlier `whose`."""
+    for name in names:
+        path = folder / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    return f"--overwrite: removed the earlier {whose}'s {', '.join(names)} from {folder}"
 
 
 # What `TrainingConfig.validate` requires of numeric fields, rule after rule: the words of its error, the test, the
