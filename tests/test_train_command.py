@@ -164,6 +164,7 @@ def test_a_finished_run_is_not_overwritten_without_overwrite(tmp_path, tiny_data
     assert "Writing model shards" not in first.stderr  # transformers' bar, once per saved model
     (tmp_path / "run" / "unrelated-notes.txt").write_text("mine")
     (tmp_path / "run" / "eval_tiny_test.json").write_text("{}")  # as alternet-evaluate leaves one: of that model
+    (tmp_path / "run" / "runs" / "training").mkdir(parents=True)  # as a fine-tune leaves its events
     shutil.rmtree(tmp_path / "run" / "checkpoints")  # a finished run without checkpoints
     before = _digest(tmp_path / "run")
     for again in (arguments, (*arguments, "--resume")):
@@ -175,6 +176,7 @@ def test_a_finished_run_is_not_overwritten_without_overwrite(tmp_path, tiny_data
     assert replaced.returncode == 0, replaced.stderr[-3000:]
     assert "--overwrite: removed the earlier run's" in replaced.stdout
     assert not (tmp_path / "run" / "eval_tiny_test.json").exists()  # it would stand on the new model's card
+    assert not (tmp_path / "run" / "runs").exists()  # nor an empty folder where the events were
     assert (tmp_path / "run" / "unrelated-notes.txt").read_text() == "mine"  # only the model's own record goes
     assert json.loads((tmp_path / "run" / "training_config.json").read_text())["seed"] == 1
 

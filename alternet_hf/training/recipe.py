@@ -62,6 +62,8 @@ def remove_model_record(folder: Path, names: list[str], whose: str = "model") ->
     for name in names:
         path = folder / name
         shutil.rmtree(path) if path.is_dir() else path.unlink()
+        if path.parent != folder and not any(path.parent.iterdir()):  # runs/ without runs/training
+            path.parent.rmdir()
     return f"--overwrite: removed the earlier {whose}'s {', '.join(names)} from {folder}"
 
 
