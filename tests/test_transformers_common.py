@@ -2,18 +2,21 @@
 distribution of the installed transformers: `upstream.transformers_modeling_common`), run on our two model
 classes with testers written as transformers writes its ResNet tester.
 
-Every test of the mixin runs, as a pytest item of its own, except those in `NOT_APPLICABLE`, which transformers
-itself skips for these models (no GPU here, no text inputs, ...) or which test a behaviour the zoo changes on
-purpose; `test_the_excused_tests_do_not_apply` checks that each still skips, or still meets the zoo's behaviour.
-ViT is transformers' own class, tested by transformers.
+Every test of the mixin runs, as a pytest item of its own, except those that transformers itself skips for these
+models (no text inputs, ...: checked still to skip), those its decorators skip on this machine (no GPU, no Flash
+Attention, ...: checked to be about something this machine lacks, `LACKED`), and `NOT_APPLICABLE`. A failure names
+the transformers version that changed. ViT is transformers' own class, tested by transformers.
 """
 
 import copy
 import fnmatch
+import importlib.util
 import os
 import re
 import tempfile
 import unittest
+from collections.abc import Callable
+from typing import NamedTuple
 from unittest import mock
 
 import pytest
@@ -188,10 +191,65 @@ SKIPPED_WITHOUT_ATTENTION = [
 TESTS = sorted(  # test_* flags are booleans, parameterized's bases None: only the callables are tests
     name for name in dir(_ZooCommonTest) if name.startswith("test_") and callable(getattr(_ZooCommonTest, name))
 )
-# Skipped by transformers' own decorators on this machine: accelerator, Flash Attention, DeepSpeed, slow tests.
+# Skipped by transformers' own decorators on this machine, for what it lacks (`LACKED`).
 NEEDS_WHAT_WE_LACK = sorted(
     name for name in TESTS if getattr(getattr(_ZooCommonTest, name), "__unittest_skip__", False)
 )
+
+
+def _accelerators() -> int:
+    """The devices torch can run on here besides the CPU (CUDA, XPU, NPU, HPU, MPS, ...)."""
+    accelerator = getattr(torch, "accelerator", None)  # torch 2.6 and later
+    count = accelerator.device_count() if accelerator is not None and accelerator.is_available() else 0
+    return max(count, torch.cuda.device_count() if torch.cuda.is_available() else 0)
+
+
+def _importable(*modules: str) -> bool:
+    return any(importlib.util.find_spec(module) is not None for module in modules)
+
+
+class Lacked(NamedTuple):
+    """Something transformers skips tests for where it is missing: the words (a regular expression, any case) its
+    skip reasons name it by, and how this machine is seen to lack it; `present` says what shows it is here. A reason
+    that names several (Flash Attention on CUDA) is excused by any of them that this machine lacks."""
+
+    name: str
+    words: str
+    lacked: Callable[[], bool]
+    present: str
+
+
+# Matched by topic rather than by sentence, so that a release that rewords a reason ("test requires CUDA" for
+# "test requires accelerator") still passes, and a skip for what this machine has still fails.
+LACKED = [
+    Lacked(
+        "an accelerator",
+        r"accelerator|cuda|gpu|xpu|npu|hpu|mlu|tpu|rocm",
+        lambda: _accelerators() == 0,
+        "torch sees an accelerator",
+    ),
+    Lacked(
+        "several accelerators",
+        r"multiple|several|more than one|\bmulti[- ]|>= ?\d+ \S*\s?(accelerator|gpu|[xnh]pu|device)s",
+        lambda: _accelerators() < 2,
+        "torch sees several accelerators",
+    ),
+    Lacked(
+        "Flash Attention",
+        r"flash[ _-]?att",
+        lambda: not _importable("flash_attn", "flash_attn_interface"),
+        "flash_attn is importable",
+    ),
+    Lacked("DeepSpeed", r"deep[ _-]?speed", lambda: not _importable("deepspeed"), "deepspeed is importable"),
+    Lacked("the kernels library", r"\bkernels\b", lambda: not _importable("kernels"), "kernels is importable"),
+    Lacked("MPS", r"\bmps\b|metal", lambda: not torch.backends.mps.is_available(), "torch.backends.mps is available"),
+    Lacked(
+        "slow tests",
+        r"\bslow\b",
+        lambda: os.environ.get("RUN_SLOW", "").strip().lower() not in {"1", "y", "yes", "t", "true", "on"},
+        "RUN_SLOW is set",
+    ),
+]
 
 
 def _skipped_by_transformers(family: str) -> list[str]:
@@ -219,8 +277,11 @@ def _run(family: str, test: str) -> unittest.TestResult:
 def test_transformers_common_test(family, test):
     result = _run(family, test)
     problems = [trace for _, trace in result.errors + result.failures]
-    assert not problems, problems[0]
-    assert not result.skipped, f"transformers skipped {test}: {result.skipped[0][1]} (list it with its reason)"
+    assert not problems, f"transformers {transformers.__version__}'s {test} fails on {family}:\n{problems[0]}"
+    assert not result.skipped, (
+        f"transformers {transformers.__version__} skips {test} for {family}: {result.skipped[0][1]} "
+        "(list it with its reason)"
+    )
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -228,12 +289,27 @@ def test_transformers_skips_only_what_the_zoo_lacks(family):
     """The tests left out above still skip themselves for these models: a new transformers that runs one fails here."""
     for test in _skipped_by_transformers(family):
         result = _run(family, test)
-        assert result.skipped and not result.errors + result.failures, f"{test} now runs for {family}"
+        assert result.skipped and not result.errors + result.failures, (
+            f"transformers {transformers.__version__} now runs {test} for {family}: run it here too"
+        )
 
 
 def test_the_tests_that_need_what_we_lack_are_transformers_own_skips():
-    """Left out without running: skipped by transformers' decorators on a machine without an accelerator, Flash
-    Attention, DeepSpeed, the kernels library, MPS, or for being slow."""
-    reasons = {getattr(_ZooCommonTest, test).__unittest_skip_why__ for test in NEEDS_WHAT_WE_LACK}
-    allowed = r"test requires (accelerator|multiple accelerators|Flash Attention.*|deepspeed|the kernels library|MPS)"
-    assert all(re.fullmatch(allowed, reason) or reason == "test is slow" for reason in reasons), reasons
+    """Left out without running: each is skipped by transformers' decorators for something this machine lacks (a
+    topic of `LACKED`, found in the reason's words, whichever sentence a release writes), never for what it has."""
+    by_reason = {}
+    for test in NEEDS_WHAT_WE_LACK:
+        by_reason.setdefault(getattr(_ZooCommonTest, test).__unittest_skip_why__, []).append(test)
+    problems = []
+    for reason, tests in sorted(by_reason.items()):
+        topics = [topic for topic in LACKED if re.search(topic.words, reason, re.IGNORECASE)]
+        if not topics:
+            problems.append(
+                f"{tests}: skipped for {reason!r}, which names no topic of LACKED (add it if this machine lacks it)"
+            )
+        elif not any(topic.lacked() for topic in topics):
+            about, here = (" and ".join(getattr(topic, field) for topic in topics) for field in ("name", "present"))
+            problems.append(f"{tests}: skipped for {reason!r}, which is about {about}, yet here {here}")
+    assert not problems, f"transformers {transformers.__version__} leaves out tests that should run:\n" + "\n".join(
+        problems
+    )
