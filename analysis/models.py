@@ -5,9 +5,10 @@ without weights and given `weights=` (a safetensors file, a checkpoint read with
 holding one), offline; without them, from the Hub. A folder written by `alternet-train` also gives its
 `training_config.json`, whose augmentation the Hessian and landscape analyses take.
 
-A Hub id (a transformers classifier, or a timm model in timm's Hub format) goes through `alternet_hf.hub.vetting`
-first, as the Space takes a visitor's: no remote code, safetensors only, a parameter limit, one commit checked and
-fetched (`load_vetted`); `empty_model` builds it on the meta device, so that its blocks are known before any weight.
+A Hub id (a transformers classifier, or a timm model in timm's Hub format; `timm:hf-hub:<id>` too) goes through
+the public door, `alternet_hf.hub.door`, as the Space takes a visitor's: only the allowed fields of its config, its
+safetensors headers compared with the model before any weight byte, the bytes and input size bounded, one commit
+checked and fetched. What comes back is a module and its preprocessing: the analyses never see the repo.
 """
 
 import difflib
@@ -64,7 +65,12 @@ def load_model(
     """Load `source` (see the module docstring), a Hub id at `revision` (default: its main branch); `image_size`
     overrides the size inputs are resized to."""
     name = name or default_name(source)
-    if source.startswith(TIMM_PREFIX):
+    hub_id = source.removeprefix(TIMM_PREFIX).removeprefix("hf-hub:")
+    if source.startswith(f"{TIMM_PREFIX}hf-hub:") or (not source.startswith(TIMM_PREFIX) and is_hub_id(source)):
+        if weights is not None:
+            raise ValueError(f"--weights applies to timm models (timm:<name>); {source} is a Hub repo with its weights")
+        loaded = _load_from_hub(hub_id, name, revision)
+    elif source.startswith(TIMM_PREFIX):
         loaded = _load_timm(source, name, weights)
     else:
         if weights is not None:
@@ -78,14 +84,27 @@ def load_model(
     return loaded
 
 
+def _load_from_hub(repo: str, name: str, revision: str | None) -> LoadedModel:
+    """A Hub repo through the public door (a token may open private repos): its module and preprocessing."""
+    from alternet_hf.hub.door.checks import check_model, load_checked
+
+    checked = check_model(repo, revision, public_only=False)
+    prepared = checked.preprocessing
+    return LoadedModel(
+        name,
+        checked.repo_id,
+        load_checked(checked),
+        prepared.image_size,
+        prepared.mean,
+        prepared.std,
+        preprocessing_note=prepared.note,
+        revision=checked.revision,
+    )
+
+
 def _load_transformers(source: str, name: str, revision: str | None = None) -> LoadedModel:
     import alternet_hf
 
-    if is_hub_id(source):
-        from alternet_hf.hub.vetting import fetch_model, vet_model
-
-        vetted = vet_model(source, revision, public_only=False)
-        return load_vetted(vetted, fetch_model(vetted), name=name)
     if revision is not None:
         raise ValueError(f"--revision applies to Hub ids; {source} is a preset or a folder")
     model = alternet_hf.create_model(source)
@@ -144,7 +163,7 @@ def _load_timm(source: str, name: str, weights) -> LoadedModel:
     from timm.data import resolve_data_config
 
     architecture = source.removeprefix(TIMM_PREFIX)
-    if not architecture.startswith("hf-hub:") and not timm.is_model(architecture):
+    if not timm.is_model(architecture):
         close = difflib.get_close_matches(architecture, timm.list_models(), n=3, cutoff=0.6)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise ValueError(f"timm has no model {architecture!r}.{hint} (`timm.list_models('*name*')` lists them)")
@@ -219,102 +238,3 @@ def is_hub_id(source: str) -> bool:
     from alternet_hf.models.presets import list_models
 
     return source not in list_models() and not Path(source).expanduser().exists() and source.count("/") == 1
-
-
-def _vetted_config(vetted):
-    """transformers' config object of a vetted repo's config.json, built from the JSON alone (no file, no code)."""
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-    fields = {key: value for key, value in vetted.config.items() if key not in ("auto_map", "transformers_version")}
-    return CONFIG_MAPPING[fields.pop("model_type")].from_dict(fields)
-
-
-def _timm_arguments(vetted) -> dict:
-    """timm.create_model's arguments of a repo in timm's Hub format (as `timm.create_model("hf-hub:...")` reads
-    them), without weights."""
-    config = vetted.config
-    arguments = dict(config.get("model_args") or {})
-    if config.get("num_classes") is not None:
-        arguments["num_classes"] = config["num_classes"]
-    if isinstance(config.get("pretrained_cfg"), dict):
-        arguments["pretrained_cfg"] = config["pretrained_cfg"]
-    return arguments
-
-
-def empty_model(vetted) -> nn.Module:
-    """The vetted model built on the meta device: its modules and shapes, no memory, no weights."""
-    import torch
-
-    with torch.device("meta"):
-        if vetted.library == "timm":
-            import timm
-
-            return timm.create_model(vetted.architecture, pretrained=False, **_timm_arguments(vetted))
-        from transformers import AutoModelForImageClassification
-
-        return AutoModelForImageClassification.from_config(_vetted_config(vetted))
-
-
-def load_vetted(vetted, folder: Path, *, name: str | None = None) -> LoadedModel:
-    """The vetted model with its weights from `folder` (`alternet_hf.hub.vetting.fetch_model`), in eval mode,
-    with the input size and normalisation it was trained with."""
-    name = name or default_name(vetted.repo_id)
-    folder = Path(folder)
-    if vetted.library == "timm":
-        import timm
-        from timm.data import resolve_data_config
-        from timm.models import load_checkpoint
-
-        model = timm.create_model(vetted.architecture, pretrained=False, **_timm_arguments(vetted))
-        load_checkpoint(model, str(folder / "model.safetensors"), strict=True, weights_only=True)
-        data = resolve_data_config({}, model=model)
-        return LoadedModel(
-            name,
-            vetted.repo_id,
-            model.eval(),
-            int(data["input_size"][-1]),
-            tuple(data["mean"]),
-            tuple(data["std"]),
-            preprocessing_note=f"timm's data config of {vetted.repo_id}",
-            revision=vetted.revision,
-        )
-    import alternet_hf
-
-    model = alternet_hf.create_model(str(folder))  # as a folder loads: never with remote code, the zoo's loss attached
-    config = model.config
-    fields = {key: getattr(config, key, None) for key in ("image_size", "image_mean", "image_std")}
-    note = ""
-    if not all(fields.values()):
-        fields, note = _from_processor_file(folder / "preprocessor_config.json", fields, vetted.repo_id)
-    size = fields["image_size"]
-    return LoadedModel(
-        name,
-        vetted.repo_id,
-        model.eval(),
-        int(size if isinstance(size, int) else size[0]),
-        tuple(fields["image_mean"]),
-        tuple(fields["image_std"]),
-        preprocessing_note=note,
-        revision=vetted.revision,
-    )
-
-
-def _from_processor_file(path: Path, fields: dict, source: str) -> tuple[dict, str]:
-    """Size and normalisation from a saved image processor's JSON (read as data: no processor class is built),
-    else ImageNet's."""
-    try:
-        saved = json.loads(path.read_text()) if path.is_file() else {}
-    except (ValueError, UnicodeDecodeError):
-        saved = {}
-    size = saved.get("crop_size") or saved.get("size") or {}
-    size = size if isinstance(size, dict) else {"height": size}
-    found = {
-        "image_size": fields["image_size"] or size.get("height") or size.get("shortest_edge"),
-        "image_mean": fields["image_mean"] or saved.get("image_mean"),
-        "image_std": fields["image_std"] or saved.get("image_std"),
-    }
-    missing = [key for key, value in found.items() if not value]
-    for key in missing:
-        found[key] = getattr(DATASETS["imagenet"], key)
-    note = f"{', '.join(missing)} not known for {source}: ImageNet's assumed" if missing else ""
-    return found, note

@@ -10,7 +10,7 @@ stream reads: a parquet file's footer, then its row groups) is answered with tho
 the whole file, except in a repo whose folder holds a file `.ignores-range`: there it is the whole file (200), as a
 mirror that ignores Range (olah offline, some proxies) answers, which HTTP allows. Each file served (GET of
 `/resolve/`, whole or a range) is appended to --log, one path per line, so that a test counts what a command
-fetched.
+fetched; every request's method and path, to `<log>.requests` (what was asked for, files or not).
 
     python tests/hub_server.py --mirrors DIR --port N --log FILE   # DIR/{datasets,models}/<org>/<repo>: git repos
 """
@@ -123,6 +123,8 @@ def main() -> None:
 
     @app.middleware("http")
     async def as_the_hub_answers(request, call_next):
+        with Path(f"{args.log}.requests").open("a") as requests:
+            requests.write(f"{request.method} {request.url.path}\n")
         parts = request.url.path.strip("/").split("/")
         repo = repo_of(request.url.path)
         if repo is not None and (args.mirrors / repo / ".status").exists():

@@ -1,8 +1,10 @@
 """The Space's *Any model* tab as visitors use it, against a Hub-compatible server (`tests/hub_server.py`): a tiny
-transformers classifier, a tiny timm model in timm's Hub format, and the repos a public page must refuse (remote
-code, gated, missing, over the parameter limit, pickled weights only), one of which gets a new commit. The Space runs
-as `alternet-space` does, with `HF_ENDPOINT` at the server; visitors come through gradio_client and a headless
-Chromium; the command line takes the same ids. The server's log says which files each step fetched."""
+transformers classifier, a tiny timm model in timm's Hub format, the repos a public page must refuse (remote code,
+gated, missing, over the parameter limit, pickled weights only), one of which gets a new commit, and repos shaped by
+an attacker (config fields naming a local file or a kernel repo, a config bigger than its weights, damaged and
+padded weight files, an unlisted file, an oversized input). The Space runs as `alternet-space` does, with
+`HF_ENDPOINT` at the server; visitors come through gradio_client and a headless Chromium; the command line takes the
+same ids. The server's logs say which files each step fetched and what was asked for."""
 
 import json
 import os
@@ -24,10 +26,12 @@ from test_space import CHROMIUM, free_port
 
 import alternet_hf
 from alternet_hf.apps import any_model
-from alternet_hf.hub import vetting
+from alternet_hf.hub.door import ids, limits, worker
+from alternet_hf.hub.door.refusals import RefusedModel
 from analysis.probe import ProbeResult, photo_inputs, probe
 
 LIMIT = 1_000_000  # parameters: above the tiny models', below `org/too-big`'s
+PADDING = 3 << 20  # bytes appended to a checked file, or in a file no index lists
 REMOTE_CODE = """import pathlib
 pathlib.Path({marker!r}).write_text("imported")  # the test fails if this ever runs
 """
@@ -52,7 +56,51 @@ def _tiny_vit(folder: Path, *, seed: int = 0, hidden: int = 32, layers: int = 2)
     ).save_pretrained(folder)
 
 
-def _build_repos(models: Path, marker: Path) -> dict[str, str]:
+def _raw_safetensors(path: Path, header: dict, data: bytes) -> None:
+    """A file in safetensors' layout with whatever header and data an attacker writes."""
+    encoded = json.dumps(header).encode()
+    path.write_bytes(len(encoded).to_bytes(8, "little") + encoded + data)
+
+
+def _hostile_repos(models: Path, secret: Path) -> None:
+    """Repos shaped by an attacker, most of them an honest repo with one thing changed (see HOSTILE)."""
+    import shutil
+
+    import timm
+    from timm.models._hub import save_for_hf
+
+    def copy(source: str, name: str) -> Path:
+        target = models / "evil" / name
+        shutil.copytree(models / source, target, ignore=shutil.ignore_patterns(".git"))
+        return target
+
+    def edit(folder: Path, file: str, **fields) -> None:
+        values = json.loads((folder / file).read_text())
+        values.update(fields)
+        (folder / file).write_text(json.dumps(values))
+
+    edit(copy("timm/test-resnet", "local-file"), "config.json", model_args={"checkpoint_path": str(secret)})
+    folder = copy("timm/test-resnet", "timm-wrapper")
+    config = json.loads((folder / "config.json").read_text())
+    config |= {"model_type": "timm_wrapper", "architectures": ["TimmWrapperForImageClassification"]}
+    config["model_args"] = {"checkpoint_path": str(secret)}
+    (folder / "config.json").write_text(json.dumps(config))
+    edit(copy("org/tiny-vit", "kernel"), "config.json", attn_implementation="kernels-community/evil-kernel")
+    edit(copy("org/tiny-vit", "bigger-config"), "config.json", hidden_size=2048, num_hidden_layers=8)
+    for name, shape in (("negative-shape", [-1, 5]), ("overflowing-shape", [2**62, 2**62])):
+        header = {"w": {"dtype": "F32", "shape": shape, "data_offsets": [0, 20]}}
+        _raw_safetensors(copy("org/tiny-vit", name) / "model.safetensors", header, bytes(20))
+    with (copy("org/tiny-vit", "padded") / "model.safetensors").open("ab") as file:
+        file.write(bytes(PADDING))
+    header = {"x": {"dtype": "U8", "shape": [PADDING], "data_offsets": [0, PADDING]}}
+    _raw_safetensors(copy("org/tiny-vit", "unlisted") / "extra.safetensors", header, bytes(PADDING))
+    torch.manual_seed(0)
+    resnet = timm.create_model("test_resnet")
+    resnet.pretrained_cfg = {**resnet.pretrained_cfg, "input_size": (3, 3000, 3000)}
+    save_for_hf(resnet, str(models / "evil" / "huge-input"), safe_serialization=True)
+
+
+def _build_repos(models: Path, marker: Path, secret: Path) -> dict[str, str]:
     """The repos under `models/<org>/<name>`, committed; {repo id: its commit}."""
     import timm
     from timm.models._hub import save_for_hf
@@ -83,6 +131,7 @@ def _build_repos(models: Path, marker: Path) -> dict[str, str]:
 
     torch.save(load_file(pickled / "model.safetensors"), pickled / "pytorch_model.bin")
     (pickled / "model.safetensors").unlink()
+    _hostile_repos(models, secret)
     commits = {f"{path.parent.name}/{path.name}": hub_server.commit(path) for path in models.glob("*/*")}
     (models / "org" / "gated" / ".status").write_text("401 GatedRepo")  # the server answers as for a gated repo
     return commits
@@ -93,13 +142,16 @@ def hub(tmp_path_factory):
     """The server with the repos, and the Space on it (the zoo's AlterNet, tiny, beside the visitors' models)."""
     root = tmp_path_factory.mktemp("any-model")
     marker = root / "remote-code-ran"
-    commits = _build_repos(root / "mirrors" / "models", marker)
+    secret = root / "secret.pth"  # a file of this machine that a visitor's config names: it must never be read
+    torch.save({"weight": torch.zeros(1)}, secret)
+    os.utime(secret, (1_000_000, 2_000_000))  # read once, and its access time would move past its change time
+    commits = _build_repos(root / "mirrors" / "models", marker, secret)
     log = root / "fetched.log"
     server, endpoint = hub_server.serve(root / "mirrors", log, "api/models/org/tiny-vit")
     zoo = root / "zoo-alternet"
     alternet_hf.create_model("alternet-50-cifar100", **TINY["alternet-50-cifar100"]).save_pretrained(zoo)
     env = {**os.environ, "HF_ENDPOINT": endpoint, "HF_HUB_OFFLINE": "0", "HF_HOME": str(root / "hf-home")}
-    env |= {"ALTERNET_SPACE_CACHE": str(root / "answers"), vetting.MAX_PARAMETERS_VARIABLE: str(LIMIT)}
+    env |= {"ALTERNET_SPACE_CACHE": str(root / "answers"), limits.PARAMETERS.variable: str(LIMIT)}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     warm_environment(env)
     port = free_port()
@@ -120,6 +172,8 @@ def hub(tmp_path_factory):
             assert time.monotonic() < deadline, "the Space did not come up within 300 s"
             time.sleep(0.5)
     yield SimpleNamespace(
+        space=space,
+        secret=secret,
         root=root,
         url=url,
         env=env,
@@ -138,6 +192,11 @@ def hub(tmp_path_factory):
 
 def _fetched(hub, since: int = 0) -> list[str]:
     return hub.log.read_text().splitlines()[since:] if hub.log.exists() else []
+
+
+def _requests(hub, since: int = 0) -> list[str]:
+    log = Path(f"{hub.log}.requests")
+    return log.read_text().splitlines()[since:] if log.exists() else []
 
 
 def _ask(hub, model_id: str, revision: str = "") -> tuple[str, list, dict]:
@@ -222,6 +281,63 @@ def test_each_refusal_is_one_sentence_before_any_weight_is_fetched(hub):
     assert "has no revision “no-such-branch”" in answer["refused"]
 
 
+# What an attacker's repo or revision meets: {id or (id, revision): a fragment of its one sentence}.
+HOSTILE = {
+    "evil/local-file": "has “checkpoint_path” naming a file, a repo or code",
+    "evil/timm-wrapper": "is not an image classifier that transformers builds on its own",
+    "evil/kernel": "has “attn_implementation” naming a file, a repo or code",
+    "evil/bigger-config": "do not fit the architecture its config describes",
+    "evil/negative-shape": "is not a well-formed safetensors file",
+    "evil/overflowing-shape": "is not a well-formed safetensors file",
+    "evil/padded": "is not a well-formed safetensors file",
+    ("org/tiny-vit", "/dev/zero"): "is not a revision",
+    ("org/tiny-vit", "../../../etc"): "is not a revision",
+    ("org/tiny-vit", "main\\..\\x"): "is not a revision",
+    ("org/tiny-vit", "main\x00"): "is not a revision",
+    ("org/tiny-vit", "b" * 200): "is not a revision",
+    ("http://huggingface.co/org/tiny-vit/tree/main", "other"): "names the revision “main” and another was given",
+}
+
+
+def _space_memory(hub) -> int:
+    """The Space process's resident bytes (its workers are processes of their own)."""
+    status = Path(f"/proc/{hub.space.pid}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1]) * 1024
+
+
+@pytest.mark.commands
+def test_an_attackers_repo_is_refused_in_a_sentence_reading_nothing_it_names(hub):
+    before, asked = len(_fetched(hub)), len(_requests(hub))
+    for target, expected in HOSTILE.items():
+        model_id, revision = target if isinstance(target, tuple) else (target, "")
+        reading, figures, answer = _ask(hub, model_id, revision)
+        assert expected in answer.get("refused", ""), (target, answer)
+        assert figures == [None, None, None] and "\n" not in answer["refused"] and "Traceback" not in reading
+        assert str(hub.root) not in reading and "/tmp" not in reading and ".cache" not in reading, reading
+    assert os.stat(hub.secret).st_atime == 1_000_000  # the local file a config named was never opened
+    assert not [line for line in _requests(hub, asked) if "evil-kernel" in line]  # nor the kernel repo asked for
+    fetched = _fetched(hub, before)
+    assert not [line for line in fetched if line.endswith(".safetensors")], fetched  # headers only, as ranges
+    padded = [line for line in fetched if line.startswith("models/evil/padded/model.safetensors")]
+    assert padded and all(" 0-" in line or " 8-" in line for line in padded), padded
+    assert _space_memory(hub) < 3e9
+    _, _, answer = _ask(hub, "org/tiny-vit")  # a real model is still answered
+    assert "refused" not in answer and answer["revision"] == hub.commits["org/tiny-vit"]
+
+
+@pytest.mark.commands
+def test_only_checked_bytes_are_fetched_and_an_oversized_input_is_capped(hub):
+    before = len(_fetched(hub))
+    reading, _, answer = _ask(hub, "evil/unlisted")
+    assert "refused" not in answer, answer
+    assert not [line for line in _fetched(hub, before) if "extra.safetensors" in line]
+    assert not list((hub.root / "hf-home").rglob("extra.safetensors"))  # nor kept in the cache
+    reading, _, answer = _ask(hub, "evil/huge-input")
+    assert answer["image_size"] == 448 and "analysed at 448 px, the cap here (it asks for 3000 px)" in reading
+    blobs = [path for path in (hub.root / "hf-home").rglob("blobs/*") if path.is_file()]
+    assert max(path.stat().st_size for path in blobs) < PADDING  # no padded or unlisted file was ever stored
+
+
 @pytest.mark.commands
 def test_a_new_commit_is_analysed_afresh_and_the_old_one_stays_answered(hub):
     _, _, first = _ask(hub, "org/changing")
@@ -237,10 +353,11 @@ def test_a_new_commit_is_analysed_afresh_and_the_old_one_stays_answered(hub):
 
 
 @pytest.mark.commands
-def test_sixteen_visitors_at_once_each_get_a_whole_answer_or_a_refusal(hub):
+def test_twenty_visitors_at_once_honest_and_hostile_each_get_a_whole_answer_or_a_refusal(hub):
     from gradio_client import Client
 
-    ids = ["org/tiny-vit", "timm/test-resnet", "org/remote-code", "org/nowhere"] * 4
+    ids = ["org/tiny-vit", "timm/test-resnet", "org/remote-code", "org/nowhere", "evil/bigger-config", "evil/padded"]
+    ids = (ids * 4)[:20]
     client = Client(hub.url, verbose=False)
 
     def visit(model_id):
@@ -249,8 +366,9 @@ def test_sixteen_visitors_at_once_each_get_a_whole_answer_or_a_refusal(hub):
     with ThreadPoolExecutor(max_workers=16) as pool:
         answers = list(pool.map(visit, ids))
     for model_id, (reading, *figures, answer) in answers:
-        if model_id in REFUSED:
-            assert REFUSED[model_id] in answer["refused"] and figures == [None, None, None], reading
+        if model_id in REFUSED or model_id in HOSTILE:
+            expected = REFUSED.get(model_id) or HOSTILE[model_id]
+            assert expected in answer["refused"] and figures == [None, None, None], reading
         else:
             assert answer["model_id"] == model_id and answer["revision"] == hub.commits[model_id]
             assert len(answer["delta_log_amplitude"]) == len(answer["kinds"]) and len(answer["prediction_kept"]) == 9
@@ -275,6 +393,23 @@ def test_the_command_line_takes_the_same_ids_through_the_same_checks(hub, tmp_pa
     )
     assert refused.returncode == 2 and "error: “org/remote-code” needs code of its own" in refused.stderr
     assert "Traceback" not in refused.stderr and not hub.marker.exists()
+    for model_id, expected in (
+        ("evil/bigger-config", HOSTILE["evil/bigger-config"]),
+        ("timm:hf-hub:evil/local-file", "naming a file"),
+    ):
+        refused = run_command(
+            [installed_command("alternet-analyze"), "--model", model_id, "--analyses", "probe"],
+            cwd=tmp_path,
+            env=hub.env,
+        )
+        assert refused.returncode == 2 and expected in refused.stderr and "Traceback" not in refused.stderr
+    assert os.stat(hub.secret).st_atime == 1_000_000
+    offline = {**hub.env, "HF_HUB_OFFLINE": "1"}  # the cache's lookup joins a revision into a path: never this one
+    for revision in ("/dev/zero", "../../../../etc/passwd"):
+        refused = run_command([*command, "--revision", revision], cwd=tmp_path, env=offline, timeout=600)
+        assert refused.returncode == 2 and "is not a revision" in refused.stderr, refused.stderr[-2000:]
+    done = run_command([*command, "--out", "offline"], cwd=tmp_path, env=offline, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]  # the checked files, from the cache, checked again
 
 
 @pytest.mark.commands
@@ -303,12 +438,109 @@ def test_a_browser_shows_the_figures_and_a_refusal_without_an_error(hub):
 # --- the service's parts, without a server ----------------------------------------------------------
 
 
-def test_model_ids_never_name_a_path_here():
-    assert vetting.hub_model_id(" https://huggingface.co/timm/resnet50.a1_in1k ") == "timm/resnet50.a1_in1k"
-    assert vetting.hub_model_id("hf-hub:timm/resnet50.a1_in1k") == "timm/resnet50.a1_in1k"
+def test_model_ids_and_revisions_never_name_a_path_here():
+    assert ids.hub_model_id(" https://huggingface.co/timm/resnet50.a1_in1k ") == "timm/resnet50.a1_in1k"
+    assert ids.hub_model_id("hf-hub:timm/resnet50.a1_in1k") == "timm/resnet50.a1_in1k"
     for text in ("/etc/passwd", "./model", "~/model", "a/../b", "a\\b", "a/b/c", "", "a b/c", "org/" + "x" * 99):
-        with pytest.raises(vetting.RefusedModel, match="Hub model id"):
-            vetting.hub_model_id(text)
+        with pytest.raises(RefusedModel, match="Hub model id"):
+            ids.hub_model_id(text)
+    sha = "0123456789abcdef" * 2 + "01234567"
+    assert ids.model_reference("https://huggingface.co/org/m/tree/v1.0") == ("org/m", "v1.0")
+    assert ids.model_reference("org/m/tree/refs%2Fpr%2F3", "refs/pr/3") == ("org/m", "refs/pr/3")
+    assert ids.model_reference("org/m", sha) == ("org/m", sha) and ids.hub_revision("  ") is None
+    for revision in ("/dev/zero", "..", "a/../b", "a\\b", "main\x00", "a//b", "x/", "x.lock", "-x", "é", "b" * 129):
+        with pytest.raises(RefusedModel, match="is not a revision"):
+            ids.hub_revision(revision)
+
+
+def _header(tensors: dict) -> bytes:
+    return json.dumps(tensors).encode()
+
+
+def test_a_safetensors_header_is_accepted_only_when_every_byte_is_accounted_for():
+    from alternet_hf.hub.door.weights import compare, parse_header
+
+    good = {
+        "a": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},
+        "b": {"dtype": "I64", "shape": [], "data_offsets": [24, 32]},
+    }
+    encoded = _header(good)
+    prefix = len(encoded).to_bytes(8, "little")
+    header = parse_header("o/m", "model.safetensors", prefix, encoded, 8 + len(encoded) + 32)
+    assert header.tensors == {"a": ("F32", (2, 3)), "b": ("I64", ())} and header.parameters == 7
+    broken = [
+        {**good, "a": {**good["a"], "shape": [-2, -3]}},  # negative: a product that fits
+        {**good, "a": {**good["a"], "shape": [2**40, 2**40, 0]}, "b": {**good["b"], "data_offsets": [0, 8]}},
+        {**good, "a": {**good["a"], "data_offsets": [8, 32]}},  # a gap, and a wrong size
+        {**good, "b": {**good["b"], "data_offsets": [16, 24]}},  # overlapping
+        {**good, "a": {**good["a"], "dtype": "F4"}},
+        {**good, "a": {**good["a"], "shape": [2, 3.0]}},
+        {**good, "a": {**good["a"], "extra": 1}},
+    ]
+    for tensors in broken:
+        encoded = _header(tensors)
+        with pytest.raises(RefusedModel, match="not a well-formed safetensors file"):
+            parse_header("o/m", "model.safetensors", len(encoded).to_bytes(8, "little"), encoded, 8 + len(encoded) + 32)
+    encoded = _header(good)
+    for size in (8 + len(encoded) + 31, 8 + len(encoded) + 33):  # truncated, padded
+        with pytest.raises(RefusedModel, match="not a well-formed"):
+            parse_header("o/m", "model.safetensors", prefix, encoded, size)
+    expected = {"a": (True, (2, 3)), "b": (False, ())}
+    assert compare("o/m", [header], expected) == 7
+    for wrong in ({"a": (True, (3, 2)), "b": (False, ())}, {"a": (True, (2, 3))}, {**expected, "c": (True, (1,))}):
+        with pytest.raises(RefusedModel, match="do not fit the architecture"):
+            compare("o/m", [header], wrong)
+
+
+def test_configs_give_only_checked_architecture_fields():
+    from alternet_hf.hub.door.configs import timm_config, transformers_config
+
+    vit = {
+        "model_type": "vit",
+        "architectures": ["ViTForImageClassification"],
+        "hidden_size": 32,
+        "id2label": {"0": "a", "1": "b"},
+    }
+    allowed = transformers_config(
+        "o/m", {**vit, "attn_implementation": "sdpa", "_name_or_path": "x", "torch_dtype": "float16"}
+    )
+    assert allowed.arguments == {"hidden_size": 32} and allowed.num_labels == 2
+    for field, value in (("attn_implementation", "org/kernel"), ("quantization_config", "/a/b")):
+        with pytest.raises(RefusedModel, match=f"has “{field}” naming a file"):
+            transformers_config("o/m", {**vit, field: value})
+    with pytest.raises(RefusedModel, match="“hidden_act” set to something"):
+        transformers_config("o/m", {**vit, "hidden_act": "../../x"})
+    allowed = timm_config(
+        "o/m", {"architecture": "test_resnet", "num_classes": 3, "model_args": {"drop_path_rate": 0.1}}
+    )
+    assert allowed.arguments == {"drop_path_rate": 0.1} and allowed.num_labels == 3
+    for model_args in (
+        {"checkpoint_path": "x"},
+        {"pretrained_cfg_overlay": {}},
+        {"cache_dir": "x"},
+        {"drop_rate": {"a": 1}},
+    ):
+        with pytest.raises(RefusedModel):
+            timm_config("o/m", {"architecture": "test_resnet", "num_classes": 3, "model_args": model_args})
+
+
+def test_a_worker_past_its_memory_or_time_is_stopped_and_the_next_is_served():
+    import worker_jobs
+
+    with pytest.raises(worker.WorkerStopped, match="needed more than the 0.5 GB of memory"):
+        worker.run_in_worker(worker_jobs.hoard_memory, what="o/m", seconds=120, memory_bytes=0.5e9)
+    with pytest.raises(worker.WorkerStopped, match="needed more than the 2 s"):
+        worker.run_in_worker(worker_jobs.run_for_ever, what="o/m", seconds=2, memory_bytes=2e9)
+    with pytest.raises(RefusedModel, match="a sentence of the job's"):
+        worker.run_in_worker(worker_jobs.refuse, what="o/m", seconds=60, memory_bytes=2e9)
+    with pytest.raises(worker.WorkerStopped, match="passed the checks but could not be analysed") as failed:
+        worker.run_in_worker(worker_jobs.fail, what="o/m", seconds=60, memory_bytes=2e9)
+    assert "/secret/path" not in str(failed.value)
+    steps = []
+    assert worker.run_in_worker(
+        worker_jobs.answer, what="o/m", seconds=60, memory_bytes=2e9, on_step=lambda *s: steps.append(s)
+    ) == {"answer": 42}
+    assert steps == [(0.5, "halfway")]
 
 
 def test_the_cache_keeps_the_most_recently_used_answers(tmp_path):
@@ -350,13 +582,3 @@ def test_one_analysis_at_a_time_and_a_bounded_line():
     for thread in threads:
         thread.join(60)
     assert waited[0] == 1 and line.waiting == 0
-
-
-def test_an_analysis_past_its_time_limit_says_so(tmp_path, monkeypatch):
-    _tiny_vit(tmp_path / "vit")
-    config = json.loads((tmp_path / "vit" / "config.json").read_text())
-    vetted = vetting.VettedModel("org/slow", "0" * 40, "transformers", "ViTForImageClassification", 1, config)
-    monkeypatch.setattr(vetting, "fetch_model", lambda vetted: tmp_path / "vit")
-    service = any_model.AnyModel({}, cache=any_model.ResultCache(tmp_path / "answers", 2**20), time_limit=1e-9)
-    with pytest.raises(any_model.TimeLimit, match="took longer than the 0 s this Space gives one model"):
-        service._compute(vetted, lambda fraction, what: None)

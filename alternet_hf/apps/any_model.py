@@ -1,54 +1,37 @@
 """Any Hub model, as a visitor of a public Space names it, probed beside the zoo's: checked before anything is fetched,
-one analysis at a time on the CPU, a time limit each, and every answer kept on disk for the next visitor.
+one analysis at a time, each in a worker process with a memory ceiling and a hard time limit, and every answer kept
+on disk for the next visitor.
 
-A name goes through `alternet_hf.hub.vetting` (a Hub id, public, not gated, no remote code, safetensors, under the
-parameter limit), its blocks are found on the meta device (`analysis.models.empty_model`), and only then are its
-weights fetched and the probe run (`analysis.probe`). Answers are cached by (repo, commit, probe settings, package
-version), so a new commit of the repo is probed afresh and a cached answer never waits in the line. Only the visitor's
-model is loaded for its analysis and freed after it: the zoo's models and one visitor's are all that is in memory.
+The Space process reads only the typed id and the commit it names (`alternet_hf.hub.door`); everything that reads the
+visitor's repo (its config, its headers, its weights) and runs the model happens in `probe_repo`, in a worker
+(`door.worker`): a check missed, a model too big or too slow, costs that worker, and the next visitor is served at
+once. Answers are cached by (repo, commit, probe settings, package version), so a new commit of the repo is probed
+afresh and a cached answer never waits in the line; nothing is cached for a worker that was stopped.
 """
 
 import contextlib
-import gc
+import functools
 import hashlib
 import json
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
+from ..hub.door import limits
 from ..utils import write_json
 
 CACHE_VARIABLE = "ALTERNET_SPACE_CACHE"
-CACHE_SIZE_VARIABLE = "ALTERNET_SPACE_CACHE_MB"
-TIME_LIMIT_VARIABLE = "ALTERNET_SPACE_TIME_LIMIT"
-WAITING_VARIABLE = "ALTERNET_SPACE_MAX_WAITING"
-# Sized for a free 2-vCPU Space: an ImageNet ResNet-50 takes about 20 s, a ViT-B/16 under a minute.
-DEFAULT_TIME_LIMIT = 180.0
-DEFAULT_MAX_WAITING = 8
-DEFAULT_CACHE_MB = 64.0
+CACHE_SIZE = limits.Limit("ALTERNET_SPACE_CACHE_MB", 64.0, "MB", "256")
+MAX_WAITING = limits.Limit("ALTERNET_SPACE_MAX_WAITING", 8, "analyses", "16")
 EXAMPLES = ("timm/resnet50.a1_in1k", "google/vit-base-patch16-224", "microsoft/swin-tiny-patch4-window7-224")
+# What a worker imports beyond the door's own modules: the probe and its block discovery.
+WORKER_MODULES = ["analysis.probe", "analysis.blocks", "alternet_hf.apps.any_model"]
 
 
 class Busy(RuntimeError):
     """The line of analyses is full: one sentence for the visitor."""
-
-
-class TimeLimit(RuntimeError):
-    """An analysis ran past its time limit: one sentence for the visitor."""
-
-
-def _number(variable: str, default: float) -> float:
-    value = os.environ.get(variable, "").strip()
-    try:
-        number = float(value) if value else default
-    except ValueError:
-        raise ValueError(f"{variable}={value!r} is not a number") from None
-    if number <= 0:
-        raise ValueError(f"{variable} must be above 0, not {value}")
-    return number
 
 
 def default_cache_dir() -> Path:
@@ -137,25 +120,17 @@ class Line:
             self._turn.release()
 
 
-@dataclass
-class Deadline:
-    """The time an analysis may take; `check` raises `TimeLimit` once it has passed."""
-
-    seconds: float
-    what: str
-
-    def __post_init__(self):
-        self.end = time.monotonic() + self.seconds
-
-    def check(self) -> None:
-        if time.monotonic() > self.end:
-            raise TimeLimit(
-                f"The analysis of “{self.what}” took longer than the {self.seconds:.0f} s this Space gives one model "
-                f"(it runs on a small CPU; {TIME_LIMIT_VARIABLE} raises the limit on a bigger machine)."
-            )
-
-
-def probe_answer(repo_id: str, revision: str, result, *, parameters: int, architecture: str, library: str) -> dict:
+def probe_answer(
+    repo_id: str,
+    revision: str,
+    result,
+    *,
+    parameters: int,
+    architecture: str,
+    library: str,
+    image_size: int | None = None,
+    note: str = "",
+) -> dict:
     """The JSON value of a probe: the probe's numbers, what was analysed, and how."""
     from analysis.probe import SETTINGS
     from analysis.shared import plain
@@ -166,15 +141,55 @@ def probe_answer(repo_id: str, revision: str, result, *, parameters: int, archit
         "library": library,
         "architecture": architecture,
         "parameters": parameters,
+        "image_size": image_size,
+        "preprocessing_note": note,
         **plain(result.to_dict(), nulls=True),
         "settings": dict(SETTINGS),
     }
 
 
+def probe_repo(repo_id: str, revision: str, step: Callable[[float, str], None]) -> dict:
+    """The probe of a visitor's repo at a resolved commit, from the typed id's checks to the answer: what a worker
+    runs (`door.worker.run_in_worker`). Its blocks are found on the meta device before any weight is fetched."""
+    from analysis.blocks import UndescribedModelError, discover_blocks
+    from analysis.probe import NOISE_FREQUENCIES, photo_inputs, probe
+
+    from ..hub.door.checks import check_model, load_checked
+    from ..hub.door.refusals import RefusedModel
+
+    step(0.0, "reading its architecture")
+    checked = check_model(repo_id, revision)
+    try:
+        discover_blocks(checked.empty_model)
+    except UndescribedModelError:
+        raise RefusedModel(
+            f"“{repo_id}” ({checked.architecture}) is of a family whose blocks the analyses do not know yet (ResNet, "
+            "ViT, DeiT, Swin, ConvNeXt, PiT and the zoo's are known)."
+        ) from None
+    step(0.05, f"fetching {checked.parameters / 1e6:.1f} M parameters")
+    model = load_checked(checked)
+    prepared = checked.preprocessing
+    inputs = photo_inputs(prepared.image_size, prepared.mean, prepared.std)
+    total = len(NOISE_FREQUENCIES) + 1
+    done = iter(range(1, total + 1))
+    step(0.35, "probing")
+    result = probe(model, inputs, step=lambda: step(0.35 + 0.65 * min(next(done, total), total) / total, "probing"))
+    return probe_answer(
+        repo_id,
+        checked.revision,
+        result,
+        parameters=checked.parameters,
+        architecture=checked.architecture,
+        library=checked.library,
+        image_size=prepared.image_size,
+        note=prepared.note,
+    )
+
+
 class AnyModel:
     """The *Any model* tab's service: `analyse(model_id, revision)` returns the JSON answer or raises one of
-    `RefusedModel`, `Busy`, `TimeLimit` with a sentence for the visitor; `reference_results()` probes the Space's own
-    models once, lazily."""
+    `RefusedModel`, `Busy`, `WorkerStopped` with a sentence for the visitor; `reference_results()` probes the
+    Space's own models once, lazily. `warm()` starts the workers' fork server ahead of the first visitor."""
 
     def __init__(
         self,
@@ -183,15 +198,26 @@ class AnyModel:
         cache: ResultCache | None = None,
         line: Line | None = None,
         time_limit: float | None = None,
+        memory_bytes: float | None = None,
         photos: list | None = None,
     ):
+        from ..hub.door import worker
+
         self.references = references  # {name: a model with its config (image_size, image_mean, image_std)}
-        self.cache = cache or ResultCache(default_cache_dir(), _number(CACHE_SIZE_VARIABLE, DEFAULT_CACHE_MB) * 2**20)
-        self.line = line or Line(int(_number(WAITING_VARIABLE, DEFAULT_MAX_WAITING)))
-        self.time_limit = time_limit or _number(TIME_LIMIT_VARIABLE, DEFAULT_TIME_LIMIT)
+        self.cache = cache or ResultCache(default_cache_dir(), CACHE_SIZE.value() * 2**20)
+        self.line = line or Line(int(MAX_WAITING.value()))
+        self.time_limit = time_limit or limits.TIME_LIMIT.value()
+        self.memory_bytes = memory_bytes or worker.memory_limit_bytes()
         self._photos = photos
         self._reference_results = None
         self._reference_lock = threading.Lock()
+        worker.preload(WORKER_MODULES)
+
+    def warm(self) -> None:
+        """Start the workers' fork server (torch, transformers, timm and the probe imported once: seconds)."""
+        from ..hub.door import worker
+
+        worker.warm()
 
     @property
     def photos(self) -> list:
@@ -217,66 +243,29 @@ class AnyModel:
             return self._reference_results
 
     def analyse(self, model_id: str, revision: str | None = None, *, on_wait=None, on_step=None) -> dict:
-        """The answer for `model_id` at `revision` (its main branch by default): from the cache if this commit was
-        probed before, else computed in its turn within the time limit. `on_wait(ahead)` while waiting,
-        `on_step(fraction, what)` while computing."""
+        """The answer for `model_id` at `revision` (its main branch by default; a URL's /tree/<rev> counts): from
+        the cache if this commit was probed before, else computed in its turn by a worker. `on_wait(ahead)` while
+        waiting, `on_step(fraction, what)` while computing."""
         from analysis.probe import SETTINGS
 
-        from ..hub.vetting import resolve_commit, vet_model
+        from ..hub.door.checks import resolve_commit
+        from ..hub.door.worker import run_in_worker
 
         started = time.monotonic()
-        repo_id, sha, _ = resolve_commit(model_id, revision)
+        repo_id, sha = resolve_commit(model_id, revision)
         key = self.cache.key(repo_id, sha, SETTINGS)
         answer = self.cache.get(key)
         if answer is None:
             with self.line.turn(on_wait):
                 answer = self.cache.get(key)  # probed by someone who was ahead in the line
                 if answer is None:
-                    answer = self._compute(vet_model(repo_id, sha), on_step or (lambda fraction, what: None))
+                    answer = run_in_worker(
+                        functools.partial(probe_repo, repo_id, sha),
+                        what=repo_id,
+                        seconds=self.time_limit,
+                        memory_bytes=self.memory_bytes,
+                        on_step=on_step,
+                    )
                     self.cache.put(key, answer)
                     return {**answer, "cached": False, "seconds": round(time.monotonic() - started, 3)}
         return {**answer, "cached": True, "seconds": round(time.monotonic() - started, 3)}
-
-    def _compute(self, vetted, on_step) -> dict:
-        from analysis.blocks import UndescribedModelError, discover_blocks
-        from analysis.models import empty_model, load_vetted
-        from analysis.probe import NOISE_FREQUENCIES, photo_inputs, probe
-
-        from ..hub.vetting import RefusedModel, fetch_model
-
-        deadline = Deadline(self.time_limit, vetted.repo_id)
-        on_step(0.0, "reading its architecture")
-        try:
-            discover_blocks(empty_model(vetted))
-        except UndescribedModelError:
-            raise RefusedModel(
-                f"“{vetted.repo_id}” ({vetted.architecture}) is of a family whose blocks the analyses do not know "
-                "yet (ResNet, ViT, DeiT, Swin, ConvNeXt, PiT and the zoo's are known)."
-            ) from None
-        on_step(0.05, f"fetching {vetted.parameters / 1e6:.1f} M parameters")
-        folder = fetch_model(vetted)
-        deadline.check()
-        on_step(0.3, "loading")
-        loaded = load_vetted(vetted, folder)
-        try:
-            inputs = photo_inputs(loaded.image_size, loaded.image_mean, loaded.image_std, self.photos)
-            steps = iter(range(1, len(NOISE_FREQUENCIES) + 2))
-
-            def step():
-                deadline.check()
-                done = next(steps, len(NOISE_FREQUENCIES) + 1)
-                on_step(0.35 + 0.65 * done / (len(NOISE_FREQUENCIES) + 1), "probing")
-
-            on_step(0.35, "probing")
-            result = probe(loaded.model, inputs, step=step)
-        finally:
-            del loaded
-            gc.collect()
-        return probe_answer(
-            vetted.repo_id,
-            vetted.revision,
-            result,
-            parameters=vetted.parameters,
-            architecture=vetted.architecture,
-            library=vetted.library,
-        )

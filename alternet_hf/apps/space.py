@@ -32,10 +32,11 @@ from analysis.runner import read_result
 from ..data.augmentation import channel_statistics, eval_transform, normalize_images
 from ..data.cifar_c import CORRUPTIONS, SEVERITIES
 from ..data.cifar_c.corruptions import corrupt
-from ..hub.vetting import RefusedModel
+from ..hub.door import RefusedModel
+from ..hub.door.worker import WorkerStopped
 from ..utils import UNREACHABLE, damaged_model_file, hub_failure, to_rgb, write_atomically
 from .any_model import EXAMPLES as ANY_MODEL_EXAMPLES
-from .any_model import AnyModel, Busy, TimeLimit
+from .any_model import AnyModel, Busy
 
 MAX_SIDE = 4096  # larger images are refused from their header; anything above MAX_WORKING_SIDE is shrunk
 MAX_WORKING_SIDE = 512
@@ -429,12 +430,11 @@ class Space:
                 model_id, revision, on_wait=waiting, on_step=lambda fraction, what: progress(fraction, desc=what)
             )
             references = self.any_model.reference_results()
-        except (RefusedModel, Busy, TimeLimit) as error:
+        except (RefusedModel, Busy, WorkerStopped) as error:
             return self._refusal(model_id, str(error))
-        except Exception as error:  # a model that passed the checks and still failed: said, and logged for us
+        except Exception:  # a failure of the Space's own (the Hub's answer, the cache): logged for us, never shown
             traceback.print_exc(file=sys.stderr)
-            first = (str(error).strip().splitlines() or [""])[0][:300]
-            return self._refusal(model_id, f"“{model_id}” could not be analysed ({type(error).__name__}: {first}).")
+            return self._refusal(model_id, "The model could not be analysed right now (the details are in the log).")
         result = ProbeResult.from_dict(answer)
         found = {answer["model_id"]: result, **references}
         figures = []
@@ -451,13 +451,17 @@ class Space:
         reading = (
             f"**{answer['model_id']}** at commit `{answer['revision']}` ({answer['architecture']}, "
             f"{answer['parameters'] / 1e6:.1f} M parameters, {answer['library']}), on {result.num_images} photos, "
-            f"answered {where}.\n\n" + probe_reading(answer["model_id"], result, references)
+            f"answered {where}"
+            + (f" ({answer['preprocessing_note']})" if answer.get("preprocessing_note") else "")
+            + ".\n\n"
+            + probe_reading(answer["model_id"], result, references)
         )
         return [reading, *figures, answer]
 
     @staticmethod
     def _refusal(model_id: str, sentence: str) -> list:
-        return [f"**Not analysed.** {sentence}", None, None, None, {"model_id": model_id, "refused": sentence}]
+        answer = {"model_id": str(model_id)[:200], "refused": sentence}
+        return [f"**Not analysed.** {sentence}", None, None, None, answer]
 
 
 def _severity_or_frequency(corruption: str):

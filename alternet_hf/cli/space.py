@@ -7,11 +7,14 @@ Models: `--models name=hub_id_or_folder,...` or `ALTERNET_SPACE_MODELS`; stored 
 (one sub-folder per model name): `--results` or `ALTERNET_SPACE_RESULTS`; models still to be published: `--pending`
 or `ALTERNET_SPACE_PENDING`. When no model loads (offline, say), it shows `alternet-reproduce`'s mini-zoo or says
 how to make it: it always starts. The Any model tab's limits, for a bigger machine: ALTERNET_MAX_PARAMETERS (100e6),
-ALTERNET_SPACE_TIME_LIMIT (180 s), ALTERNET_SPACE_MAX_WAITING (8), ALTERNET_SPACE_CACHE and ALTERNET_SPACE_CACHE_MB
-(64) for its answers (docs/release.md).
+ALTERNET_MAX_DOWNLOAD_MB (800), ALTERNET_MAX_INPUT_SIZE (448 px, the longer side), ALTERNET_MAX_GFLOPS (100 per
+image), ALTERNET_WORKER_MEMORY_GB (6, each analysis's worker), ALTERNET_SPACE_TIME_LIMIT (180 s, then the worker is
+killed), ALTERNET_SPACE_MAX_WAITING (8), ALTERNET_SPACE_CACHE and ALTERNET_SPACE_CACHE_MB (64) for its answers
+(SECURITY.md).
 """
 
 import os
+import threading
 from pathlib import Path
 
 from alternet_hf.cli.analyze import comma_list
@@ -48,6 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     Image.MAX_IMAGE_PIXELS = MAX_SIDE * MAX_SIDE  # a second guard behind the header check of every upload
     space = start(args.models, args.results, pending=comma_list(args.pending))
     print(space.status())
+    threading.Thread(target=space.any_model.warm, daemon=True).start()  # the workers' imports, before a visitor
     demo = build_demo(space)
     # Two requests at a time bound the memory (each holds one image of at most MAX_SIDE² pixels).
     demo.queue(default_concurrency_limit=2, max_size=32).launch(
