@@ -10,8 +10,13 @@ new timm or transformers brings its own tests with it.
 `ALTERNET_HF_UPSTREAM_TESTS` moves the cache (default `~/.cache/alternet-hf/upstream-tests`); a folder that
 already holds `<distribution>-<version>/tests` is used as it is, which is how to run these tests without a
 registry.
+
+Checks on what another library does read its behaviour, never its wording (`raises_from`: an error by its type),
+and their failures name the installed versions (`versions`), so that a failure that follows a new release says
+which one changed what.
 """
 
+import contextlib
 import importlib.metadata
 import importlib.util
 import os
@@ -141,3 +146,23 @@ def transformers_modeling_common():
                 f"{error.name.partition('.')[2]}, which its source distribution leaves out: stub what it takes from "
                 "there in _TRANSFORMERS_STUBS"
             ) from error
+
+
+def versions(*distributions: str) -> str:
+    """'transformers 5.25.0, torch 2.14.1': the installed versions of the libraries a check reads."""
+    return ", ".join(f"{distribution} {importlib.metadata.version(distribution)}" for distribution in distributions)
+
+
+@contextlib.contextmanager
+def raises_from(expected, *distributions: str):
+    """`pytest.raises(expected)` for an error that `distributions` raise, told by its type, never by their sentences;
+    a failure names their installed versions."""
+    try:
+        with pytest.raises(expected) as info:
+            yield info
+    except pytest.fail.Exception as failure:  # nothing raised
+        pytest.fail(f"{failure} with {versions(*distributions)}", pytrace=False)
+    except BaseException as error:  # another error
+        if hasattr(error, "add_note"):  # Python 3.11 and later
+            error.add_note(f"with {versions(*distributions)}")
+        raise
