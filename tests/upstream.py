@@ -11,9 +11,9 @@ new timm or transformers brings its own tests with it.
 already holds `<distribution>-<version>/tests` is used as it is, which is how to run these tests without a
 registry.
 
-Checks on what another library does read its behaviour, never its wording (`raises_from`: an error by its type),
-and their failures name the installed versions (`versions`), so that a failure that follows a new release says
-which one changed what.
+Checks on what another library does read its behaviour, never its wording (`raises_from`: an error by its type; the
+Gradio readers below: its API's structure), and their failures name the installed versions (`versions`), so that a
+failure that follows a new release says which one changed what.
 """
 
 import contextlib
@@ -166,3 +166,40 @@ def raises_from(expected, *distributions: str):
         if hasattr(error, "add_note"):  # Python 3.11 and later
             error.add_note(f"with {versions(*distributions)}")
         raise
+
+
+# Gradio, as gradio_client describes an app and returns its outputs.
+GRADIO = ("gradio", "gradio_client")
+
+
+def gradio_parameters(client, endpoint: str) -> dict[str, dict]:
+    """{label: description} of the parameters of `endpoint` ("/robustness") in the client's description of the app."""
+    described = client.view_api(return_format="dict")
+    try:
+        return {parameter["label"]: parameter for parameter in described["named_endpoints"][endpoint]["parameters"]}
+    except (KeyError, TypeError) as error:
+        raise AssertionError(f"{versions(*GRADIO)} describe {endpoint} otherwise ({error!r}): {described}") from None
+
+
+def gradio_describes_a_number(parameter: dict) -> bool:
+    """Whether Gradio describes a parameter as a number, by its Python type (float, int) or its JSON type."""
+    described = [parameter.get(field) for field in ("python_type", "type")]
+    kinds = {kind.get("type") for kind in described if isinstance(kind, dict)}
+    return bool(kinds & {"float", "int", "number", "integer"})
+
+
+def gradio_confidences(output) -> list[float] | None:
+    """The confidences of a `gr.Label` output ({"label", "confidences": [{"label", "confidence"}, ...]}); None for
+    any other output."""
+    if not isinstance(output, dict) or not isinstance(output.get("confidences"), list):
+        return None
+    return [entry["confidence"] for entry in output["confidences"]]
+
+
+def gradio_plot(output) -> str:
+    """The image of a `gr.Plot` output of a matplotlib figure (a data: URL)."""
+    image = output.get("plot") if isinstance(output, dict) and output.get("type") == "matplotlib" else None
+    assert isinstance(image, str) and image.startswith("data:image"), (
+        f"{versions(*GRADIO)} return a matplotlib plot otherwise: {str(output)[:300]}"
+    )
+    return image
