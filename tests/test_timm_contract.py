@@ -77,16 +77,31 @@ def _cases(groups: dict) -> list:
     ]
 
 
+def _timm_test(timm_tests, test: str):
+    assert hasattr(timm_tests, test), f"timm {timm.__version__}'s tests/test_models.py has no {test}: list it no more"
+    return getattr(timm_tests, test)
+
+
+def _run(timm_tests, test: str, name: str, arguments: tuple) -> None:
+    """timm's `test` on `name`; a failure names the timm version whose test it is."""
+    try:
+        _timm_test(timm_tests, test)(name, *arguments)
+    except (Exception, pytest.fail.Exception) as error:  # pytest.fail's is no Exception
+        if hasattr(error, "add_note"):  # Python 3.11 and later
+            error.add_note(f"in {test} of timm {timm.__version__}'s tests/test_models.py, on {name}")
+        raise
+
+
 @pytest.mark.parametrize("test, name, arguments", _cases(SELECTED_BY_TIMM))
 def test_timm_selects_and_passes(timm_tests, test, name, arguments):
-    selected = _selected_names(getattr(timm_tests, test))
-    assert name in selected, f"timm's {test} no longer selects {name}: move it to the right group"
-    getattr(timm_tests, test)(name, *arguments)
+    selected = _selected_names(_timm_test(timm_tests, test))
+    assert name in selected, f"timm {timm.__version__}'s {test} no longer selects {name}: move it to the right group"
+    _run(timm_tests, test, name, arguments)
 
 
 @pytest.mark.parametrize("test, name, arguments", _cases(OPTED_IN))
 def test_timm_feature_and_pruning_contract(timm_tests, test, name, arguments):
-    getattr(timm_tests, test)(name, *arguments)
+    _run(timm_tests, test, name, arguments)
 
 
 def test_every_timm_model_test_is_run_or_excused(timm_tests):
@@ -98,18 +113,38 @@ def test_every_timm_model_test_is_run_or_excused(timm_tests):
         if name.startswith("test_") and inspect.isfunction(function) and _selected_names(function) & zoo
     }
     unaccounted = selecting - set(SELECTED_BY_TIMM) - set(OPTED_IN) - set(NOT_APPLICABLE)
-    assert not unaccounted, f"timm {timm.__version__} has tests for every model that we neither run nor excuse"
-    assert selecting >= set(SELECTED_BY_TIMM)
+    assert not unaccounted, (
+        f"timm {timm.__version__} runs {sorted(unaccounted)} on every model; we neither run nor excuse them"
+    )
+    dropped = set(SELECTED_BY_TIMM) - selecting
+    assert not dropped, f"timm {timm.__version__} no longer runs {sorted(dropped)} on the zoo's names"
+
+
+PARAM = type(pytest.param(None))  # pytest's ParameterSet
 
 
 def _selected_names(function) -> set[str]:
-    """The model names of timm's own `@pytest.mark.parametrize('model_name', ...)` on a test."""
-    return {
-        name
-        for mark in getattr(function, "pytestmark", [])
-        if mark.name == "parametrize" and mark.args[0] == "model_name"
-        for name in mark.args[1]
-    }
+    """The model names of timm's own parametrisation of a test, however it writes it: `("model_name", names)`,
+    `("model_name,img_size", pairs)` or `argnames=`, each value bare or a `pytest.param`."""
+    names = set()
+    for mark in getattr(function, "pytestmark", []):
+        if mark.name != "parametrize":
+            continue
+        arguments = dict(zip(("argnames", "argvalues"), mark.args)) | mark.kwargs
+        argnames = arguments["argnames"]
+        if isinstance(argnames, str):
+            argnames = [argname.strip() for argname in argnames.split(",") if argname.strip()]
+        if "model_name" not in argnames:
+            continue
+        position = list(argnames).index("model_name")
+        for value in arguments["argvalues"]:
+            if isinstance(value, PARAM):
+                value = value.values
+            elif len(argnames) == 1:
+                value = (value,)
+            if isinstance(value[position], str):
+                names.add(value[position])
+    return names
 
 
 def test_a_timm_model_of_the_zoo_keeps_devices_dtypes_and_modes_through_resets():
