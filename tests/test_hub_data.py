@@ -15,6 +15,7 @@ import pytest
 from commands import run_command, warm_environment
 from conftest import TINY
 from test_space import free_port
+from upstream import versions
 
 pytestmark = pytest.mark.commands
 
@@ -230,10 +231,13 @@ def test_hub_failures_are_told_apart_by_the_hubs_answer(hub, refusing_repos, tmp
     result, _ = fetch(hub, [sys.executable, "-c", FAILURES_OF, "served", ",".join(HUB_ANSWERS)], tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     found = json.loads(result.stdout.splitlines()[-1])
-    assert found == {f"{name} {what}": expected[name] for name in HUB_ANSWERS for what in ("file", "model", "dataset")}
+    libraries = versions("huggingface_hub", "transformers", "datasets")  # whose exceptions hub_failure reads
+    wanted = {f"{name} {what}": expected[name] for name in HUB_ANSWERS for what in ("file", "model", "dataset")}
+    assert found == wanted, f"with {libraries}: {found}"
     closed = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}", "HF_HUB_OFFLINE": "0"}
     refused = run_command([sys.executable, "-c", FAILURES_OF, "refused", "x"], cwd=tmp_path, env=closed)
-    assert json.loads(refused.stdout.splitlines()[-1]) == {"x model info": "unreachable", "x whoami": "unreachable"}
+    found = json.loads(refused.stdout.splitlines()[-1])
+    assert found == {"x model info": "unreachable", "x whoami": "unreachable"}, f"with {libraries}: {found}"
 
 
 def test_a_dataset_the_hub_will_not_serve_is_one_line_saying_what_to_do(hub, refusing_repos, tmp_path):
