@@ -17,7 +17,6 @@ import socket
 import sys
 import threading
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from pathlib import Path
 import pytest
 from commands import run_command, run_shell, start_command
 from conftest import SCRIPTS, command_names, tool_names
+from upstream import gradio_page
 
 pytestmark = pytest.mark.commands  # runs installed commands (see CONTRIBUTING.md)
 
@@ -205,12 +205,10 @@ def _check_server(command: str, cwd: Path) -> None:
         deadline = time.monotonic() + 300
         while True:
             assert process.poll() is None, f"$ {command}\nexited: {process.output()[0][-3000:]}"
-            try:
-                page = urllib.request.urlopen(f"http://127.0.0.1:{port}/config", timeout=5).read().decode()
+            if (page := gradio_page(port)) is not None:
                 break
-            except OSError:
-                assert time.monotonic() < deadline, f"$ {command}: no page after 300 s"
-                time.sleep(1)
+            assert time.monotonic() < deadline, f"$ {command}: no page after 300 s"
+            time.sleep(1)
         assert "Models:" in page, page[:2000]
     finally:
         process.terminate()

@@ -25,7 +25,7 @@ from commands import run_command, start_command, warm_environment
 from conftest import tool_command
 from PIL import Image
 from test_space import free_port
-from upstream import GRADIO, gradio_confidences, gradio_plot, versions
+from upstream import GRADIO, gradio_confidences, gradio_page, gradio_plot, versions
 
 import alternet_hf
 import zoo_release as release
@@ -488,21 +488,15 @@ def test_the_space_serves_the_release_models_started_as_spaces_start_it(rehearsa
 def test_the_space_of_the_first_release_says_alternet_is_pending(rehearsal_run, tmp_path):
     """The Space as the first run (AlterNet-50 pending) pushed it: the four models load, the page says which one is
     still to come."""
-    import urllib.request
-
     out, first = rehearsal_run["out"], rehearsal_run["first"]
     space = shutil.copytree(first["space_dir"], tmp_path / "space")
     process, port = start_space(space, {f"{ORG}/{p}": out / "models" / p for p in CONVERTED}, tmp_path)
     try:
         deadline = time.monotonic() + 180
-        while True:
-            try:
-                page = urllib.request.urlopen(f"http://127.0.0.1:{port}/config", timeout=5).read().decode()
-                break
-            except OSError:
-                assert process.poll() is None, process.output()[0]
-                assert time.monotonic() < deadline, process.output()[0]
-                time.sleep(1)
+        while (page := gradio_page(port)) is None:
+            assert process.poll() is None, process.output()[0]
+            assert time.monotonic() < deadline, process.output()[0]
+            time.sleep(1)
     finally:
         process.kill()
         process.wait(30)

@@ -5,7 +5,6 @@ import shutil
 import socket
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +13,15 @@ import torch
 from commands import CommandProcess, run_command, start_command
 from conftest import TINY, installed_command
 from PIL import Image
-from upstream import GRADIO, gradio_confidences, gradio_describes_a_number, gradio_parameters, gradio_plot, versions
+from upstream import (
+    GRADIO,
+    gradio_confidences,
+    gradio_describes_a_number,
+    gradio_page,
+    gradio_parameters,
+    gradio_plot,
+    versions,
+)
 
 import alternet_hf
 from alternet_hf.apps import space as app
@@ -207,10 +214,10 @@ def _wait_for_page(process: CommandProcess, port: int, timeout: float = 240) -> 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert process.poll() is None, f"the Space exited with {process.returncode}: {process.output()[0][-3000:]}"
-        try:
-            return urllib.request.urlopen(f"http://127.0.0.1:{port}/config", timeout=5).read().decode()
-        except OSError:
-            time.sleep(1)
+        page = gradio_page(port)
+        if page is not None:
+            return page
+        time.sleep(1)
     raise AssertionError("the Space did not come up")
 
 

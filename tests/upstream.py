@@ -25,6 +25,8 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import urllib.error
+import urllib.request
 import warnings
 from pathlib import Path
 
@@ -170,6 +172,19 @@ def raises_from(expected, *distributions: str):
 
 # Gradio, as gradio_client describes an app and returns its outputs.
 GRADIO = ("gradio", "gradio_client")
+
+
+def gradio_page(port: int) -> str | None:
+    """The configuration from which the Gradio app at `port` builds its page (/config: its components and their
+    texts); None while nothing answers there yet."""
+    try:
+        return urllib.request.urlopen(f"http://127.0.0.1:{port}/config", timeout=5).read().decode()
+    except urllib.error.HTTPError as error:
+        if error.code not in (404, 405):  # not up yet
+            return None
+        raise AssertionError(f"{versions(*GRADIO)} serve no /config (HTTP {error.code}) where the page is") from None
+    except OSError:
+        return None
 
 
 def gradio_parameters(client, endpoint: str) -> dict[str, dict]:
