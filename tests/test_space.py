@@ -20,6 +20,7 @@ from upstream import (
     gradio_page,
     gradio_parameters,
     gradio_plot,
+    naming_versions,
     versions,
 )
 
@@ -283,7 +284,8 @@ def test_a_browser_clicks_through_both_tabs(space_url):
         "--disable-component-update",
         "--disable-sync",
     ]
-    with sync_playwright() as playwright:
+    # The page as Gradio builds it (its tabs, gallery items and file URLs), in Debian's Chromium.
+    with sync_playwright() as playwright, naming_versions(*GRADIO, "playwright"):
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=flags)
         page = browser.new_page()
         page.goto(url)

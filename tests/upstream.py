@@ -156,18 +156,25 @@ def versions(*distributions: str) -> str:
 
 
 @contextlib.contextmanager
+def naming_versions(*distributions: str):
+    """For a block that reads what `distributions` do: an error in it is noted with their installed versions."""
+    try:
+        yield
+    except BaseException as error:
+        if hasattr(error, "add_note"):  # Python 3.11 and later
+            error.add_note(f"with {versions(*distributions)}")
+        raise
+
+
+@contextlib.contextmanager
 def raises_from(expected, *distributions: str):
     """`pytest.raises(expected)` for an error that `distributions` raise, told by its type, never by their sentences;
     a failure names their installed versions."""
     try:
-        with pytest.raises(expected) as info:
+        with naming_versions(*distributions), pytest.raises(expected) as info:
             yield info
     except pytest.fail.Exception as failure:  # nothing raised
         pytest.fail(f"{failure} with {versions(*distributions)}", pytrace=False)
-    except BaseException as error:  # another error
-        if hasattr(error, "add_note"):  # Python 3.11 and later
-            error.add_note(f"with {versions(*distributions)}")
-        raise
 
 
 # Gradio, as gradio_client describes an app and returns its outputs.
