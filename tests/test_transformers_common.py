@@ -224,13 +224,14 @@ class Lacked(NamedTuple):
 LACKED = [
     Lacked(
         "an accelerator",
-        r"accelerator|cuda|gpu|xpu|npu|hpu|mlu|tpu|rocm",
+        r"\b(accelerators?|cuda|gpus?|[xnhmt]pus?|mlus?|rocm)\b",
         lambda: _accelerators() == 0,
         "torch sees an accelerator",
     ),
     Lacked(
         "several accelerators",
-        r"multiple|several|more than one|\bmulti[- ]|>= ?\d+ \S*\s?(accelerator|gpu|[xnh]pu|device)s",
+        r"(multiple|several|more than one|[2-9] or more|>= ?\d+) (\S+ )?(accelerator|gpu|[xnhmt]pu|device)"
+        r"|\bmulti-?gpu",
         lambda: _accelerators() < 2,
         "torch sees several accelerators",
     ),
@@ -242,7 +243,7 @@ LACKED = [
     ),
     Lacked("DeepSpeed", r"deep[ _-]?speed", lambda: not _importable("deepspeed"), "deepspeed is importable"),
     Lacked("the kernels library", r"\bkernels\b", lambda: not _importable("kernels"), "kernels is importable"),
-    Lacked("MPS", r"\bmps\b|metal", lambda: not torch.backends.mps.is_available(), "torch.backends.mps is available"),
+    Lacked("MPS", r"\b(mps|metal)\b", lambda: not torch.backends.mps.is_available(), "torch.backends.mps is available"),
     Lacked(
         "slow tests",
         r"\bslow\b",
