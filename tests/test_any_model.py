@@ -284,7 +284,7 @@ def test_each_refusal_is_one_sentence_before_any_weight_is_fetched(hub):
 # What an attacker's repo or revision meets: {id or (id, revision): a fragment of its one sentence}.
 HOSTILE = {
     "evil/local-file": "has “checkpoint_path” naming a file, a repo or code",
-    "evil/timm-wrapper": "is not an image classifier that transformers builds on its own",
+    "evil/timm-wrapper": "has “checkpoint_path” naming a file, a repo or code",
     "evil/kernel": "has “attn_implementation” naming a file, a repo or code",
     "evil/bigger-config": "do not fit the architecture its config describes",
     "evil/negative-shape": "is not a well-formed safetensors file",

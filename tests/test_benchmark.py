@@ -249,6 +249,7 @@ def test_the_any_model_benchmark_times_a_first_and_a_cached_answer(tmp_path):
     assert completed.returncode == 0, completed.stderr[-3000:]
     (row,) = json.loads((tmp_path / "any-model.json").read_text())
     assert row["architecture"] == "test_resnet" and row["cached"] is True and row["analysed_seconds"] > 0
+    assert row["analysed_seconds"] > row["worker_seconds"] > 0 and row["fork_server_seconds"] > 0
     assert "| test_resnet | 0.5 M |" in completed.stdout
     unknown = run_command([*tool_command("benchmark"), "any-model", "--models", "nosuch_net"], cwd=tmp_path)
     assert unknown.returncode == 2 and "timm has no architecture nosuch_net" in unknown.stderr

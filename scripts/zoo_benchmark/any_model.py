@@ -27,11 +27,18 @@ def _cached_snapshot(cache: Path, repo_id: str, architecture: str) -> str:
     return sha
 
 
+def _nothing(step) -> dict:
+    """A worker's job that does nothing: what starting a worker and hearing from it costs."""
+    return {}
+
+
 def any_model_speed(workdir: str, *, architecture: str = "resnet50", repeats: int = 2) -> dict:
-    """Seconds of the tab's service (`alternet_hf.apps.any_model.AnyModel`) for `architecture`: the first answer
-    (blocks found on the meta device, weights loaded, the probe), then cached answers with their three figures
-    drawn, the best of `repeats`. Needs HF_HUB_OFFLINE=1 and ALTERNET_MODEL_CACHE=<workdir>/hub set before
-    huggingface_hub is imported (`scripts/benchmark.py any-model` sets them)."""
+    """Seconds of the tab's service (`alternet_hf.apps.any_model.AnyModel`) for `architecture`: the workers' fork
+    server started (once per Space), an empty job's round trip through a worker (once per analysis), the first
+    answer (in a worker: the checks, blocks found on the meta device, weights loaded, the probe), then cached answers
+    with their three figures drawn, the best of `repeats`. Needs HF_HUB_OFFLINE=1 and
+    ALTERNET_MODEL_CACHE=<workdir>/hub set before huggingface_hub is imported (`scripts/benchmark.py any-model` sets
+    them)."""
     from huggingface_hub import constants
     from matplotlib.figure import Figure
 
@@ -45,6 +52,16 @@ def any_model_speed(workdir: str, *, architecture: str = "resnet50", repeats: in
     _cached_snapshot(cache, repo_id, architecture)
     service = AnyModel({}, cache=ResultCache(Path(workdir) / "answers", 2**26))
     service.photos  # noqa: B018  (scikit-image's photos read once, as a running Space has them)
+    started = time.perf_counter()
+    service.warm()
+    warm_seconds = time.perf_counter() - started
+    from alternet_hf.hub.door.worker import run_in_worker
+
+    round_trips = []
+    for _ in range(max(repeats, 2)):
+        started = time.perf_counter()
+        run_in_worker(_nothing, what="nothing", seconds=60, memory_bytes=service.memory_bytes)
+        round_trips.append(time.perf_counter() - started)
     first = service.analyse(repo_id)
     cached = []
     for _ in range(repeats):
@@ -60,6 +77,8 @@ def any_model_speed(workdir: str, *, architecture: str = "resnet50", repeats: in
     return {
         "architecture": architecture,
         "parameters": first["parameters"],
+        "fork_server_seconds": warm_seconds,
+        "worker_seconds": min(round_trips),
         "analysed_seconds": first["seconds"],
         "cached_seconds": min(cached),
         "cached": answer["cached"],

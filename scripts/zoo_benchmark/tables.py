@@ -97,10 +97,11 @@ def finetune_table(rows: list[dict]) -> str:
 
 def any_model_table(rows: list[dict]) -> str:
     return _table(
-        "model | parameters | first answer | cached answer, figures drawn",
+        "model | parameters | workers' server started | a worker's round trip | first answer | cached answer, "
+        "figures drawn",
         [
-            f"{r['architecture']} | {r['parameters'] / 1e6:.1f} M | {r['analysed_seconds']:.1f} s | "
-            f"{r['cached_seconds']:.2f} s"
+            f"{r['architecture']} | {r['parameters'] / 1e6:.1f} M | {r['fork_server_seconds']:.1f} s | "
+            f"{r['worker_seconds']:.2f} s | {r['analysed_seconds']:.1f} s | {r['cached_seconds']:.2f} s"
             for r in rows
         ],
         title=f"The Space's Any model tab, weights already local ({rows[0]['machine']})",

@@ -278,10 +278,11 @@ def _preprocessing(source, config: dict, allowed: AllowedConfig) -> Preprocessin
             source.repo_id, data.get("input_size"), data.get("mean"), data.get("std"), cap=cap, source="timm config"
         )
     processor = _settings(source, "preprocessor_config.json") or {}
-    size = config.get("image_size") if "image_size" in allowed.arguments else None
-    size = size if size is not None else processor.get("crop_size") or processor.get("size")
-    mean = config.get("image_mean", processor.get("image_mean"))
-    std = config.get("image_std", processor.get("image_std"))
+    timm_data = config.get("pretrained_cfg") if isinstance(config.get("pretrained_cfg"), dict) else {}
+    size = config.get("image_size") or processor.get("crop_size") or processor.get("size")
+    size = size or timm_data.get("input_size")
+    mean = config.get("image_mean", processor.get("image_mean", timm_data.get("mean")))
+    std = config.get("image_std", processor.get("image_std", timm_data.get("std")))
     return preprocessing(source.repo_id, size, mean, std, cap=cap, source="image-processor settings")
 
 

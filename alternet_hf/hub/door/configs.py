@@ -157,7 +157,14 @@ def transformers_config(repo_id: str, config: dict) -> AllowedConfig:
             f"“{repo_id}” is of a model type that neither transformers nor timm knows: only their image classifiers "
             "are analysed here."
         )
-    if model_type not in classifiers or model_type == "timm_wrapper":
+    if model_type == "timm_wrapper":  # transformers' wrapper of a timm model: timm's allow-list, under its prefix
+        timm_part = timm_config(repo_id, {key: config.get(key) for key in ("architecture", "model_args")})
+        arguments = {"architecture": timm_part.architecture, "model_args": timm_part.arguments}
+        if isinstance(config.get("do_pooling"), bool):
+            arguments["do_pooling"] = config["do_pooling"]
+        num_labels = _num_labels(repo_id, {"num_labels": config.get("num_classes"), **config})
+        return AllowedConfig("transformers", classifiers[model_type], model_type, arguments, num_labels)
+    if model_type not in classifiers:
         raise RefusedModel(
             f"“{repo_id}” is not an image classifier that transformers builds on its own: only those are analysed."
         )
@@ -206,7 +213,8 @@ def timm_config(repo_id: str, config: dict) -> AllowedConfig:
                 "numbers, flags and short names of the architecture are taken."
             )
         arguments[name] = _plain(repo_id, name, value)
-    num_labels = _num_labels(repo_id, {"num_labels": arguments.pop("num_classes", config.get("num_classes"))})
+    num_labels = arguments.pop("num_classes", config.get("num_classes"))
+    num_labels = _num_labels(repo_id, {"num_labels": 1000 if num_labels is None else num_labels})  # timm's default
     if arguments.get("in_chans", 3) != 3:
         raise RefusedModel(f"“{repo_id}” does not take 3 input channels: only RGB models are analysed.")
     ignored = sorted(str(name)[:64] for name in config if name not in ("architecture", "model_args", "num_classes"))
