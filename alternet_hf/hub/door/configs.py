@@ -225,7 +225,7 @@ def _size(value) -> int | None:
     """An image side from an image processor's or timm's way of writing it, or None."""
     if isinstance(value, dict):
         value = value.get("height", value.get("shortest_edge"))
-    elif isinstance(value, list) and value:
+    elif isinstance(value, (list, tuple)) and value:
         value = value[-1]
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -233,7 +233,7 @@ def _size(value) -> int | None:
 def _channel_values(value, low: float, high: float) -> tuple[float, ...] | None:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         value = [value] * 3
-    if not isinstance(value, list) or len(value) not in (1, 3):
+    if not isinstance(value, (list, tuple)) or len(value) not in (1, 3):
         return None
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and low <= v <= high for v in value):
         return None
