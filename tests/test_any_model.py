@@ -37,7 +37,7 @@ pathlib.Path({marker!r}).write_text("imported")  # the test fails if this ever r
 """
 
 
-def _tiny_vit(folder: Path, *, seed: int = 0, hidden: int = 32, layers: int = 2) -> None:
+def _tiny_vit(folder: Path, *, seed: int = 0, hidden: int = 32, layers: int = 2, shard: str | None = None) -> None:
     from transformers import ViTConfig, ViTForImageClassification, ViTImageProcessor
 
     torch.manual_seed(seed)
@@ -50,7 +50,7 @@ def _tiny_vit(folder: Path, *, seed: int = 0, hidden: int = 32, layers: int = 2)
         intermediate_size=2 * hidden,
         num_labels=5,
     )
-    ViTForImageClassification(config).save_pretrained(folder)
+    ViTForImageClassification(config).save_pretrained(folder, **({"max_shard_size": shard} if shard else {}))
     ViTImageProcessor(
         size={"height": 32, "width": 32}, image_mean=[0.4, 0.5, 0.6], image_std=[0.2, 0.25, 0.3]
     ).save_pretrained(folder)
@@ -94,6 +94,11 @@ def _hostile_repos(models: Path, secret: Path) -> None:
         file.write(bytes(PADDING))
     header = {"x": {"dtype": "U8", "shape": [PADDING], "data_offsets": [0, PADDING]}}
     _raw_safetensors(copy("org/tiny-vit", "unlisted") / "extra.safetensors", header, bytes(PADDING))
+    for name, shard in (("index-outside", "../../../secret.safetensors"), ("index-folder", "sub/model.safetensors")):
+        folder = copy("org/sharded", name)
+        index = json.loads((folder / "model.safetensors.index.json").read_text())
+        index["weight_map"] = {key: shard for key in index["weight_map"]}
+        (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     torch.manual_seed(0)
     resnet = timm.create_model("test_resnet")
     resnet.pretrained_cfg = {**resnet.pretrained_cfg, "input_size": (3, 3000, 3000)}
@@ -114,6 +119,7 @@ def _build_repos(models: Path, marker: Path, secret: Path) -> dict[str, str]:
     _tiny_vit(models / "org" / "changing", seed=1)
     _tiny_vit(models / "org" / "gated")
     _tiny_vit(models / "org" / "too-big", hidden=192, layers=6)  # 1.8 M parameters
+    _tiny_vit(models / "org" / "sharded", shard="40KB")  # model.safetensors.index.json and its shards
     remote = models / "org" / "remote-code"
     _tiny_vit(remote)
     config = json.loads((remote / "config.json").read_text())
@@ -232,7 +238,7 @@ def _same_numbers(answer: dict, result: ProbeResult) -> None:
 
 
 @pytest.mark.commands
-@pytest.mark.parametrize("repo", ["org/tiny-vit", "timm/test-resnet"])
+@pytest.mark.parametrize("repo", ["org/tiny-vit", "timm/test-resnet", "org/sharded"])
 def test_a_model_is_answered_as_the_library_computes_it_then_from_the_cache(hub, repo):
     before = len(_fetched(hub))
     reading, figures, answer = _ask(hub, repo)
@@ -242,7 +248,10 @@ def test_a_model_is_answered_as_the_library_computes_it_then_from_the_cache(hub,
     assert all(figure["type"] == "matplotlib" and figure["plot"].startswith("data:image") for figure in figures)
     _same_numbers(answer, _library_probe(hub, repo))
     fetched = {line.split()[0].rsplit("/", 1)[-1] for line in _fetched(hub, before)}
-    assert fetched <= {"config.json", "preprocessor_config.json", "model.safetensors"}, fetched
+    index = hub.models / repo / "model.safetensors.index.json"
+    weights = set(json.loads(index.read_text())["weight_map"].values()) | {index.name} if index.exists() else set()
+    assert fetched <= {"config.json", "preprocessor_config.json", "model.safetensors", *weights}, fetched
+    assert len(weights) < 3 or weights <= fetched  # a sharded repo: every shard the index lists, and only those
 
     before = len(_fetched(hub))
     _, _, again = _ask(hub, repo)
@@ -250,7 +259,7 @@ def test_a_model_is_answered_as_the_library_computes_it_then_from_the_cache(hub,
     assert {k: v for k, v in again.items() if k not in ("cached", "seconds")} == {
         k: v for k, v in answer.items() if k not in ("cached", "seconds")
     }
-    assert not [line for line in _fetched(hub, before) if "model.safetensors" in line]  # no weight byte again
+    assert not [line for line in _fetched(hub, before) if ".safetensors" in line]  # no weight byte again
 
 
 REFUSED = {
@@ -290,6 +299,8 @@ HOSTILE = {
     "evil/negative-shape": "is not a well-formed safetensors file",
     "evil/overflowing-shape": "is not a well-formed safetensors file",
     "evil/padded": "is not a well-formed safetensors file",
+    "evil/index-outside": "is not a list of safetensors files inside the repo",
+    "evil/index-folder": "is not a list of safetensors files inside the repo",
     ("org/tiny-vit", "/dev/zero"): "is not a revision",
     ("org/tiny-vit", "../../../etc"): "is not a revision",
     ("org/tiny-vit", "main\\..\\x"): "is not a revision",
