@@ -260,6 +260,7 @@ def test_a_model_is_answered_as_the_library_computes_it_then_from_the_cache(hub,
         k: v for k, v in answer.items() if k not in ("cached", "seconds")
     }
     assert not [line for line in _fetched(hub, before) if ".safetensors" in line]  # no weight byte again
+    assert not list((hub.root / "hf-home").rglob(f"models--{repo.replace('/', '--')}/snapshots/*/*.safetensors"))
 
 
 REFUSED = {
@@ -396,7 +397,10 @@ def test_the_command_line_takes_the_same_ids_through_the_same_checks(hub, tmp_pa
     written = json.loads((tmp_path / "probe" / "probe.json").read_text())
     assert written["revision"] == hub.commits["org/tiny-vit"]
     _same_numbers(answer, ProbeResult.from_dict(written["result"]))
-    assert not [line for line in _fetched(hub, before) if line.endswith("model.safetensors")]  # the Space's cache
+    # the Space kept no weights: the command fetched the checked file, once and whole
+    assert [line for line in _fetched(hub, before) if line.endswith("model.safetensors")] == [
+        "models/org/tiny-vit/model.safetensors"
+    ]
     refused = run_command(
         [installed_command("alternet-analyze"), "--model", "org/remote-code", "--analyses", "probe"],
         cwd=tmp_path,

@@ -5,8 +5,9 @@ on disk for the next visitor.
 The Space process reads only the typed id and the commit it names (`alternet_hf.hub.door`); everything that reads the
 visitor's repo (its config, its headers, its weights) and runs the model happens in `probe_repo`, in a worker
 (`door.worker`): a check missed, a model too big or too slow, costs that worker, and the next visitor is served at
-once. Answers are cached by (repo, commit, probe settings, package version), so a new commit of the repo is probed
-afresh and a cached answer never waits in the line; nothing is cached for a worker that was stopped.
+once. A visitor's weights leave the disk once they are loaded. Answers are cached by (repo, commit, probe settings,
+package version), so a new commit of the repo is probed afresh and a cached answer never waits in the line; nothing
+is cached for a worker that was stopped.
 """
 
 import contextlib
@@ -154,7 +155,7 @@ def probe_repo(repo_id: str, revision: str, step: Callable[[float, str], None]) 
     from analysis.blocks import UndescribedModelError, discover_blocks
     from analysis.probe import NOISE_FREQUENCIES, photo_inputs, probe
 
-    from ..hub.door.checks import check_model, load_checked
+    from ..hub.door.checks import check_model, forget_weights, load_checked
     from ..hub.door.refusals import RefusedModel
 
     step(0.0, "reading its architecture")
@@ -168,6 +169,7 @@ def probe_repo(repo_id: str, revision: str, step: Callable[[float, str], None]) 
         ) from None
     step(0.05, f"fetching {checked.parameters / 1e6:.1f} M parameters")
     model = load_checked(checked)
+    forget_weights(checked)  # the answer is kept; the weights need not be
     prepared = checked.preprocessing
     inputs = photo_inputs(prepared.image_size, prepared.mean, prepared.std)
     total = len(NOISE_FREQUENCIES) + 1

@@ -429,6 +429,20 @@ def load_checked(checked: CheckedModel):
     return model.eval()
 
 
+def forget_weights(checked: CheckedModel) -> None:
+    """Remove a checked model's weight files from the model cache once they are loaded: a public Space keeps its
+    visitors' answers, not their weights, so that its disk holds one visitor's model at a time."""
+    from huggingface_hub import try_to_load_from_cache
+
+    for header in checked.headers:
+        found = try_to_load_from_cache(checked.repo_id, header.file, cache_dir=model_cache(), revision=checked.revision)
+        if isinstance(found, str):
+            link = Path(found)
+            blob = link.resolve()
+            link.unlink(missing_ok=True)
+            blob.unlink(missing_ok=True)
+
+
 def _read(path: Path, first: int, last: int) -> bytes:
     with path.open("rb") as handle:
         handle.seek(first)

@@ -4,11 +4,13 @@ Workers fork from a server process that has imported torch, transformers and tim
 forkserver), so a job starts in a fraction of a second. Each worker caps its own address space at what it had when it
 started plus the memory limit (an rlimit it cannot raise), and the parent watches its resident size and the clock:
 past the memory limit or the time limit the worker is killed, and the caller gets one sentence. A worker reports its
-progress and its answer, or a refusal's sentence, through a pipe; anything else it raises is logged in full and
-reaches the visitor as a fixed sentence.
+progress and its answer, or a refusal's sentence, through a pipe as JSON of bounded size (never a pickle: the Space
+trusts nothing a worker says beyond plain values); anything else it raises is logged in full and reaches the visitor
+as a fixed sentence.
 """
 
 import contextlib
+import json
 import logging
 import multiprocessing
 import sys
@@ -21,6 +23,7 @@ from .refusals import RefusedModel
 
 logger = logging.getLogger(__name__)
 PRELOAD = ["torch", "transformers", "timm", "safetensors.torch", "alternet_hf.hub.door.checks"]
+MAX_MESSAGE_BYTES = 16 << 20  # an answer is a few KB
 _context_lock = threading.Lock()
 _context = None
 
@@ -80,19 +83,22 @@ def _work(connection, job: Callable, memory_bytes: int) -> None:
         ceiling = _virtual_bytes() + memory_bytes
         resource.setrlimit(resource.RLIMIT_AS, (ceiling, ceiling))
 
+    def send(*message) -> None:
+        connection.send_bytes(json.dumps(message).encode())
+
     def step(fraction: float, what: str) -> None:
-        connection.send(("step", float(fraction), str(what)))
+        send("step", float(fraction), str(what))
 
     try:
-        connection.send(("answer", job(step)))
+        send("answer", job(step))
     except RefusedModel as refusal:
-        connection.send(("refused", str(refusal)))
+        send("refused", str(refusal))
     except MemoryError:
-        connection.send(("memory", ""))
+        send("memory", "")
     except Exception as error:
         traceback.print_exc(file=sys.stderr)  # the Space's log; the visitor gets a fixed sentence
         out_of_memory = isinstance(error, RuntimeError) and "alloc" in str(error).lower()
-        connection.send(("memory" if out_of_memory else "failed", ""))
+        send("memory" if out_of_memory else "failed", "")
     finally:
         connection.close()
 
@@ -126,15 +132,21 @@ def run_in_worker(
                 break
             if receiver.poll(0.1):
                 try:
-                    kind, *values = receiver.recv()
+                    kind, *values = json.loads(receiver.recv_bytes(MAX_MESSAGE_BYTES))
                 except EOFError:  # it died without a word: killed by the system, most likely for memory
                     reason = "stopped before it finished (most likely out of memory)"
                     break
+                except (OSError, ValueError, TypeError):  # not a message of ours: the worker is not trusted further
+                    reason = "sent something that is not an answer"
+                    break
                 if kind == "step":
-                    if on_step is not None:
-                        on_step(*values)
-                else:
+                    if on_step is not None and len(values) == 2:
+                        on_step(float(values[0]), str(values[1])[:200])
+                elif kind in ("answer", "refused", "memory", "failed") and len(values) == 1:
                     outcome = (kind, values[0])
+                else:
+                    reason = "sent something that is not an answer"
+                    break
     finally:
         if process.is_alive():
             process.kill()
@@ -147,7 +159,7 @@ def run_in_worker(
     if kind == "answer":
         return value
     if kind == "refused":
-        raise RefusedModel(value)
+        raise RefusedModel(str(value)[:500])
     if kind == "memory":
         raise WorkerStopped(
             f"The analysis of “{what}” needed more than the {gigabytes:g} GB of memory this Space gives one model, "
