@@ -1,6 +1,7 @@
 """Release the zoo: publish CIFAR-100-C, put each model on the Hub (the reference's released weights converted, or
 trained with the paper's recipe), evaluated on the clean test split and CIFAR-100-C, analysed and compared, with its
-card, and push the Space configured for this organisation. One command, resumable (docs/release.md: every step).
+card, push the Space configured for this organisation, and upload the alternet-hf package itself to the package index
+(built, checked and tried first; twine's TWINE_* settings). One command, resumable (docs/release.md: every step).
 
     python scripts/release.py --org <org> --from-reference --cifar100c-dir CIFAR-100-C/  # the reference's four
     python scripts/release.py --org <org> --from-reference ckpts/ --cifar100c-dir CIFAR-100-C/  # files in ckpts/

@@ -23,6 +23,7 @@ import pytest
 import torch
 from commands import run_command, start_command, warm_environment
 from conftest import tool_command
+from package_index import package_index
 from PIL import Image
 from test_space import free_port
 from upstream import GRADIO, gradio_confidences, gradio_page, gradio_plot, versions
@@ -33,6 +34,7 @@ from alternet_hf.data.cifar_c import CORRUPTIONS
 from alternet_hf.hub.reference import REFERENCE_FILES
 from alternet_hf.models.presets import PAPER_MODELS, display_name
 from analysis.runner import read_result
+from zoo_release import package as release_package
 from zoo_release import rehearsal
 from zoo_release.checks import COLUMN_NAMES
 
@@ -207,7 +209,7 @@ def test_a_second_run_adds_alternet_and_redoes_only_what_depends_on_it(rehearsal
     )
     # The last run finds everything complete and changes nothing.
     again = rehearsal_run["again"].stdout
-    assert "0 steps run, 38 already complete" in again
+    assert "0 steps run, 39 already complete" in again
     assert manifest(out)["steps"] == steps
     assert "release summary (rehearsal)" in again and f"{ORG}/{TRAINED}: top-1" in again
     assert "(converted from the reference's release)" in again and "(trained)" in again
@@ -536,16 +538,25 @@ def rehearsal_options(out: Path, **fields) -> release.ReleaseOptions:
 
 def test_publishing_after_the_dry_run_uploads_each_repo_and_redoes_nothing(rehearsal_run, tmp_path, monkeypatch):
     """The same release without --dry-run on the dry run's folder, copied elsewhere as `cp -r` copies (contents, not
-    times): every step is complete by its contents, so only the uploads run."""
+    times): every step is complete by its contents, so only the uploads run, the package's first (to a local index
+    here, by the standard twine settings)."""
     calls = recording_hub(monkeypatch)
     out = shutil.copytree(rehearsal_run["out"], tmp_path / "release", copy_function=shutil.copy)
     options = rehearsal_options(out)
     release.check_out_dir(options)
     lines = []
     runner = release.Release(options, say=lines.append)
-    summary = runner.run()
-    assert runner.ran == [f"upload/{name}" for name in ("cifar100-c", *PRESETS, "how-do-vits-work", "collection")]
-    assert len(runner.skipped) == 38
+    with package_index(tmp_path / "index") as url:
+        for variable, value in (("TWINE_REPOSITORY_URL", url), ("TWINE_USERNAME", "r"), ("TWINE_PASSWORD", "r")):
+            monkeypatch.setenv(variable, value)
+        summary = runner.run()
+        built = sorted((out / "package").iterdir())
+        assert release_package.published_files(url, release_package.version()) == {
+            file.name: release_package.sha256(file) for file in built
+        }
+    uploads = ("package", "cifar100-c", *PRESETS, "how-do-vits-work", "collection")
+    assert runner.ran == [f"upload/{name}" for name in uploads]
+    assert len(runner.skipped) == 39
     created = [(repo_id, kind, sdk) for what, repo_id, kind, sdk in calls if what == "create"]
     assert created == [(f"{ORG}/cifar100-c", "dataset", None)] + [(f"{ORG}/{p}", "model", None) for p in PRESETS] + [
         (f"{ORG}/how-do-vits-work", "space", "gradio")

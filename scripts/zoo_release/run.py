@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from alternet_hf.utils.run_lock import hold_folder
 from analysis.inputs import DataOptions, choose_device
 from analysis.registry import PAPER_ANALYSES, Settings
 
-from . import rehearsal
+from . import package, rehearsal
 from .checks import (
     CIFAR100C_REPO,
     COLLECTION_TITLE,
@@ -251,7 +252,9 @@ class Release:
         settings = {"models": self.space_models(), "pending": self.pending_names(), "inputs": analysed}
         self.step("space", settings, self.write_space)
         self.step("collection", self.collection(), self.write_collection)
-        if not options.dry_run:
+        self.step("package", {"version": package.version(), "rehearsal": options.rehearsal}, self.build_package)
+        if not options.dry_run:  # the package first: a version that may not be published stops all uploads
+            self.step("upload/package", {"inputs": self.outputs_of("package")}, self.publish_package)
             for kind, name, folder, written_by in self.uploads():
                 repo = {"repo_id": f"{options.org}/{name}", "repo_type": kind, "inputs": self.outputs_of(written_by)}
                 self.step(f"upload/{name}", repo, self.upload, kind, name, folder)
@@ -629,6 +632,26 @@ class Release:
             pending=self.pending_names(),
         )
         return tree_files(self.space_repo)
+
+    def build_package(self) -> list[Path]:
+        """The sdist and the wheel, checked, installed into a fresh environment and run there (`package`); a
+        rehearsal reuses this environment's dependencies and leaves the main job out."""
+        import sysconfig
+
+        files = package.build(self.out / "package")
+        with tempfile.TemporaryDirectory(prefix="alternet-hf-package-") as workdir:
+            reuse = Path(sysconfig.get_path("purelib")) if self.options.rehearsal else None
+            ran = package.try_installed(
+                files[1], Path(workdir), dependencies_from=reuse, main_job=not self.options.rehearsal
+            )
+        built = ", ".join(file.name for file in files)
+        self.say(f"[package] {built}: twine check passed; from a fresh environment ran {', '.join(ran)}")
+        return files
+
+    def publish_package(self) -> list[Path]:
+        files = sorted((self.out / "package").iterdir())
+        self.say(f"[upload/package] {package.publish(files)}")
+        return files
 
     def uploads(self) -> list[tuple[str, str, Path, str]]:
         """(repo type, name, folder, the step that wrote it) of every repo to upload."""

@@ -1,0 +1,36 @@
+"""A local package index for the tests: pypiserver (from the package index, like any user's) on a free port, taking
+uploads without a password, as a rehearsal of the release's upload to the real index."""
+
+import contextlib
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+from test_space import free_port
+
+
+@contextlib.contextmanager
+def package_index(folder: Path) -> Iterator[str]:
+    """pypiserver serving `folder` while the block runs: its upload address (its simple pages are under `simple/`)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    command = [sys.executable, "-m", "pypiserver", "run", "-i", "127.0.0.1", "-p", str(port), "-a", ".", "-P", "."]
+    server = subprocess.Popen([*command, "--disable-fallback", str(folder)], stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 120  # a bound for a server that hangs, far above the seconds it takes
+    try:
+        while True:  # the page answers once it listens
+            assert server.poll() is None, server.stderr.read().decode()[-3000:]
+            try:
+                urllib.request.urlopen(f"{url}simple/", timeout=5).read()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "pypiserver did not answer within 120 s"
+                time.sleep(0.2)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(30)
