@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from .. import __version__
 from ..metrics.classification import METRIC_NAMES
 from ..models.modeling_common import ZooModelMixin
 from ..models.presets import create_model, list_models
@@ -271,6 +272,7 @@ def build_model_card(
         split=split,
         repo_id=repo_id,
         remote=remote,
+        version=__version__,
         provenance=_provenance_section(provenance, evaluated_on),
         timm_usage=_timm_usage(repo_id, zoo_model) if timm_family or zoo_model else "",
         scripts=_scripts_section(repo_id, dataset, remote, zoo_model, timm=timm_family or zoo_model is not None),
