@@ -1,6 +1,6 @@
 """The Space repo's entry point: the `alternet-space` command (alternet_hf/cli/space.py).
 
-`scripts/release.py` uploads this file with the alternet_hf/ and analysis/ packages beside it, the stored analysis
+`scripts/release.py` uploads this file with requirements.txt (the released alternet-hf, pinned), the stored analysis
 results in results/, and space.json: the release's models, results and pending models as defaults of
 ALTERNET_SPACE_MODELS, ALTERNET_SPACE_RESULTS and ALTERNET_SPACE_PENDING (a variable set in the Space's settings still
 wins). Spaces start it as `python app.py`;

@@ -226,9 +226,8 @@ def test_every_repository_is_laid_out_as_uploaded(rehearsal_run):
     assert (dataset / "README.md").is_file()
     assert len(list((dataset / "data").glob("*/severity_*.parquet"))) == 5 * len(CORRUPTIONS)
     space = out / "spaces" / "how-do-vits-work"
-    assert {"app.py", "README.md", "requirements.txt", "space.json", "alternet_hf", "analysis", "results"} <= {
-        p.name for p in space.iterdir()
-    }
+    # the package comes from the index, pinned in requirements.txt: no copy of it beside the app
+    assert {p.name for p in space.iterdir()} == {"app.py", "README.md", "requirements.txt", "space.json", "results"}
     assert not list(space.rglob("__pycache__"))
 
 
@@ -430,8 +429,10 @@ def test_the_space_pins_what_the_release_ran_with(rehearsal_run):
     assert f"torch=={version('torch').split('+')[0]}+cpu" in lines
     for package in ("transformers", "timm", "gradio", "huggingface-hub", "datasets"):
         assert f"{package}=={version(package)}" in lines
+    assert f"alternet-hf[space]=={alternet_hf.__version__}" in lines  # the released package, not a copy of it
+    assert not (space / "alternet_hf").exists() and not (space / "analysis").exists()
     pinned = [line for line in lines if line and not line.startswith(("#", "--"))]
-    assert all("==" in line for line in pinned) and len(pinned) == 14
+    assert all("==" in line for line in pinned) and len(pinned) == 15
     card = (space / "README.md").read_text()
     assert f"sdk_version: {version('gradio')}" in card and f"python_version: '{sys.version_info.major}." in card
 

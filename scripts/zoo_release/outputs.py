@@ -1,5 +1,5 @@
 """What the release writes beside the model repos (`alternet_hf.hub.repos`): each model's CIFAR-100-C evaluation
-within the machine's time budget, and the Space repo with its packages pinned."""
+within the machine's time budget, and the Space repo with its requirements pinned (the released package among them)."""
 
 import shutil
 import sys
@@ -113,7 +113,8 @@ def space_requirements(template: Path) -> str:
     for line in template.read_text().splitlines():
         if not line.strip() or line.lstrip().startswith("#"):
             continue
-        package = Requirement(line).name
+        requirement = Requirement(line)
+        package, extras = requirement.name, "".join(f"[{extra}]" for extra in sorted(requirement.extras))
         try:
             installed = version(package)
         except PackageNotFoundError:
@@ -122,15 +123,14 @@ def space_requirements(template: Path) -> str:
             ) from None
         if package in ("torch", "torchvision"):
             installed = installed.split("+")[0] + "+cpu"
-        lines.append(f"{package}=={installed}")
+        lines.append(f"{package}{extras}=={installed}")
     return "\n".join(lines) + "\n"
 
 
-def write_space_repo(
-    folder: Path, *, packages: list[Path], models, results: dict, dataset: str | None, pending: list[str] = ()
-) -> None:
-    """The Space repo in `folder`: the clone's spaces/ with its card and requirements for this release, the packages
-    the app imports, the stored results and `space.json`, the app's defaults for its ALTERNET_SPACE_* variables."""
+def write_space_repo(folder: Path, *, models, results: dict, dataset: str | None, pending: list[str] = ()) -> None:
+    """The Space repo in `folder`: the clone's spaces/ with its card and requirements for this release (the released
+    alternet-hf among them, which the app imports; the model repos keep their remote code for those without it), the
+    stored results and `space.json`, the app's defaults for its ALTERNET_SPACE_* variables."""
     from importlib.metadata import version
 
     from huggingface_hub import SpaceCard
@@ -150,9 +150,6 @@ def write_space_repo(
     card.data.sdk_version = version("gradio")
     card.data.python_version = f"{sys.version_info.major}.{sys.version_info.minor}"
     card.save(folder / "README.md")
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for package in packages:
-        shutil.copytree(package, folder / package.name, ignore=ignore)
     for name, stored in results.items():
         shutil.copytree(stored, folder / "results" / name, ignore=shutil.ignore_patterns(".*"))
     defaults = {

@@ -17,7 +17,6 @@ from pathlib import Path
 import torch
 
 import alternet_hf
-import analysis
 from alternet_hf.data.sources import load_image_classification
 from alternet_hf.hub.cifar100c import write_hub_dataset
 from alternet_hf.hub.reference import PAPER_RESULTS, REFERENCE_FILES, DownloadError, download, file_url
@@ -625,7 +624,6 @@ class Release:
         """The Space repo (`outputs.write_space_repo`), pointed at this release's models and results."""
         write_space_repo(
             emptied(self.space_repo),
-            packages=[Path(alternet_hf.__file__).parent, Path(analysis.__file__).parent],
             models=[(display_name(p), self.repo_id(p)) for p in self.released],
             results={display_name(p): self.results_dir / display_name(p) for p in self.released},
             dataset=self.dataset_id,
