@@ -12,6 +12,20 @@ from pathlib import Path
 from test_space import free_port
 
 
+def wait_until_it_answers(url: str, process: subprocess.Popen, what: str, seconds: float) -> None:
+    """Return once `url` answers; fail with `process`'s stderr if it ends first, or after `seconds` (a bound for a
+    server that hangs, far above the seconds it takes)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        assert process.poll() is None, process.stderr.read().decode()[-3000:]
+        try:
+            urllib.request.urlopen(url, timeout=5).read()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, f"{what} did not answer within {seconds:.0f} s"
+            time.sleep(0.2)
+
+
 @contextlib.contextmanager
 def package_index(folder: Path) -> Iterator[str]:
     """pypiserver serving `folder` while the block runs: its upload address (its simple pages are under `simple/`)."""
@@ -20,16 +34,8 @@ def package_index(folder: Path) -> Iterator[str]:
     command = [sys.executable, "-m", "pypiserver", "run", "-i", "127.0.0.1", "-p", str(port), "-a", ".", "-P", "."]
     server = subprocess.Popen([*command, "--disable-fallback", str(folder)], stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + 120  # a bound for a server that hangs, far above the seconds it takes
     try:
-        while True:  # the page answers once it listens
-            assert server.poll() is None, server.stderr.read().decode()[-3000:]
-            try:
-                urllib.request.urlopen(f"{url}simple/", timeout=5).read()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "pypiserver did not answer within 120 s"
-                time.sleep(0.2)
+        wait_until_it_answers(f"{url}simple/", server, "pypiserver", 120)
         yield url
     finally:
         server.terminate()

@@ -9,14 +9,12 @@ import os
 import shutil
 import subprocess
 import sysconfig
-import time
-import urllib.request
 from pathlib import Path
 
 import hub_server
 import pytest
 from conftest import TINY
-from package_index import package_index
+from package_index import package_index, wait_until_it_answers
 from test_space import free_port
 
 import alternet_hf
@@ -107,15 +105,7 @@ def test_the_package_is_published_once_and_installs_by_name_from_the_index(tmp_p
         env = _user(python, tmp_path / "user", GRADIO_SERVER_PORT=str(port), ALTERNET_SPACE_MODELS=models)
         app = subprocess.Popen([python, "app.py"], cwd=space, env=env | {"HF_HUB_OFFLINE": "1"}, stderr=subprocess.PIPE)
         try:
-            deadline = time.monotonic() + 300  # a bound for a Space that hangs, far above the seconds it takes
-            while True:
-                assert app.poll() is None, app.stderr.read().decode()[-3000:]
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{port}/config", timeout=5).read()
-                    break
-                except OSError:
-                    assert time.monotonic() < deadline, "the Space did not come up within 300 s"
-                    time.sleep(0.5)
+            wait_until_it_answers(f"http://127.0.0.1:{port}/config", app, "the Space", 300)
         finally:
             app.kill()
             app.wait(30)
