@@ -18,41 +18,11 @@ from .refusals import RefusedModel, shown
 
 # Field names that may name a file, a repo, a URL, code, a kernel, an attention implementation, a quantization or a
 # device, or that load anything: never used, whatever the architecture declares.
-_NEVER_WORDS = {
-    "path",
-    "paths",
-    "file",
-    "files",
-    "filename",
-    "dir",
-    "directory",
-    "folder",
-    "url",
-    "urls",
-    "uri",
-    "repo",
-    "hub",
-    "revision",
-    "token",
-    "cache",
-    "code",
-    "kernel",
-    "kernels",
-    "impl",
-    "implementation",
-    "quantization",
-    "quantize",
-    "quantized",
-    "device",
-    "dtype",
-    "backbone",
-    "pretrained",
-    "checkpoint",
-    "remote",
-    "adapter",
-    "peft",
-    "map",
-}
+_NEVER_WORDS = set(
+    "path paths file files filename dir directory folder url urls uri repo hub revision token cache code kernel "
+    "kernels impl implementation quantization quantize quantized device dtype backbone pretrained checkpoint remote "
+    "adapter peft map".split()
+)
 _NEVER_NAMES = {"features_only", "out_indices", "out_features"}
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")  # a field name
 _SHORT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}$")  # a short string value: a name, never a path or an id
