@@ -99,9 +99,9 @@ def _refuse_named_things(repo_id: str, config: dict, where: str = "config") -> N
             )
 
 
-def _num_labels(repo_id: str, config: dict, default: int | None = None) -> int:
+def _num_labels(repo_id: str, config: dict) -> int:
     labels = config.get("id2label")
-    count = len(labels) if isinstance(labels, dict) and labels else config.get("num_labels", default)
+    count = len(labels) if isinstance(labels, dict) and labels else config.get("num_labels")
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_LABELS:
         raise RefusedModel(f"The config of “{repo_id}” gives no usable number of classes (1 to {MAX_LABELS:,}).")
     return count
