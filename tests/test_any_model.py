@@ -546,6 +546,8 @@ def test_a_worker_past_its_memory_or_time_is_stopped_and_the_next_is_served():
         worker.run_in_worker(worker_jobs.hoard_memory, what="o/m", seconds=120, memory_bytes=0.5e9)
     with pytest.raises(worker.WorkerStopped, match="needed more than the 2 s"):
         worker.run_in_worker(worker_jobs.run_for_ever, what="o/m", seconds=2, memory_bytes=2e9)
+    with pytest.raises(worker.WorkerStopped, match="stopped before it finished"):
+        worker.run_in_worker(worker_jobs.die, what="o/m", seconds=60, memory_bytes=2e9)
     with pytest.raises(RefusedModel, match="a sentence of the job's"):
         worker.run_in_worker(worker_jobs.refuse, what="o/m", seconds=60, memory_bytes=2e9)
     with pytest.raises(worker.WorkerStopped, match="passed the checks but could not be analysed") as failed:

@@ -1,5 +1,7 @@
 """Jobs for `alternet_hf.hub.door.worker` in the tests: importable by name, as a worker imports a job."""
 
+import os
+import signal
 import time
 
 from alternet_hf.hub.door.refusals import RefusedModel
@@ -28,3 +30,7 @@ def fail(step):
 def answer(step):
     step(0.5, "halfway")
     return {"answer": 42}
+
+
+def die(step):
+    os.kill(os.getpid(), signal.SIGKILL)  # as the system's out-of-memory killer ends a process
