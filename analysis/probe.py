@@ -256,12 +256,11 @@ def probe_summary(result: ProbeResult) -> str:
     )
 
 
-def _mean_change(values: np.ndarray, kinds: list[str], kind: str) -> float | None:
-    """The mean change of `values` across the blocks of `kind` (state i+1 minus state i where block i is of it)."""
+def _block_changes(values: np.ndarray, kinds: list[str], kind: str) -> np.ndarray:
+    """Each block of `kind`'s change of `values` (state after it minus state before it), where both are finite."""
     values = np.asarray(values, dtype=float)
-    changes = [values[i] - values[i - 1] for i in range(1, len(kinds)) if kinds[i] == kind]
-    changes = [c for c in changes if np.isfinite(c)]
-    return float(np.mean(changes)) if changes else None
+    changes = np.array([values[i] - values[i - 1] for i in range(1, len(kinds)) if kinds[i] == kind])
+    return changes[np.isfinite(changes)] if changes.size else changes
 
 
 def _band_means(result: ProbeResult) -> tuple[float, float]:
@@ -270,39 +269,68 @@ def _band_means(result: ProbeResult) -> tuple[float, float]:
     return float(kept[frequencies <= 0.3].mean()), float(kept[frequencies >= 0.7].mean())
 
 
+def _verdict(decided: bool | None, expected: bool, finding: str) -> str:
+    """How an effect reads against the paper's `finding`: agreeing, against it, or, undecided, beside it."""
+    if decided is None:
+        return f"; the paper finds {finding}"
+    return ", as the paper finds" if decided == expected else f", against the paper, which finds {finding}"
+
+
 def probe_reading(name: str, result: ProbeResult, references: dict[str, ProbeResult] | None = None) -> str:
     """One paragraph that reads `result` in the paper's terms: MSAs as low-pass filters that lower the feature-map
     variance, convolutions as high-pass filters that raise it, and robustness to high-frequency noise; beside the
-    `references` where given."""
+    `references` where given. An effect is called one way or the other only where it is clear of its uncertainty by
+    the comparison report's rule (`analysis.claims.decide`: beyond two standard errors, over the blocks of a kind, or
+    binomial over the noisy images); otherwise the reading says there is no clear change."""
+    from .claims import binomial_error, decide, mean_and_error, variance_ratios
+
     kinds = result.kinds
     msa, conv = kinds.count("msa"), kinds.count("conv")
     parts = [f"{name} has {msa} MSA block{'s' * (msa != 1)} and {conv} convolutional block{'s' * (conv != 1)}."]
-    for kind, label, filters in (("msa", "MSA", "low-pass"), ("conv", "convolutional", "high-pass")):
-        change = _mean_change(result.delta_log_amplitude, kinds, kind)
-        if change is None:
+    for kind, label, low_pass in (("msa", "MSA", True), ("conv", "convolutional", False)):
+        finding = f"{label} blocks to be {'low' if low_pass else 'high'}-pass filters"
+        changes = _block_changes(result.delta_log_amplitude, kinds, kind)
+        if not changes.size:
             continue
-        acts = "a low-pass filter" if change < 0 else "a high-pass filter"
-        agrees = "as the paper finds" if (change < 0) == (filters == "low-pass") else "unlike the paper's models"
+        change, error = mean_and_error(changes)
+        lowers = decide(-change, error)  # True: the high frequencies fall, a low-pass filter
+        acts = {True: "act as a low-pass filter", False: "act as a high-pass filter", None: "leave them as they are"}
         parts.append(
-            f"Across its {label} blocks the high-frequency amplitude (ΔlogA at π) changes by {change:+.2f} on "
-            f"average: they act as {acts}, {agrees} for {label} blocks."
+            f"Across its {label} blocks the high-frequency amplitude (ΔlogA at π) changes by {change:+.2f} "
+            f"± {2 * error:.2f} on average: they {acts[lowers]}{_verdict(lowers, low_pass, finding)}."
         )
-    log_variance = np.log(np.where(np.asarray(result.variance) > 0, result.variance, np.nan))
-    for kind, label, paper in (("msa", "MSA", "lower"), ("conv", "convolutional", "raise")):
-        change = _mean_change(log_variance, kinds, kind)
-        if change is not None:
-            verb = "lower" if change < 0 else "raise"
-            parts.append(
-                f"Its {label} blocks {verb} the feature-map variance (by a factor of {np.exp(abs(change)):.2f} on "
-                f"average){', as the paper reports' if verb == paper else ''}."
-            )
+    for kind, label, reduces in (("msa", "MSA", True), ("conv", "convolutional", False)):
+        ratios = variance_ratios(result.variance, kinds, kind)
+        logs = np.log(ratios[np.isfinite(ratios) & (ratios > 0)])
+        if not logs.size:
+            continue
+        change, error = mean_and_error(logs)
+        lowers = decide(-change, error)
+        effect = {True: "lower", False: "raise", None: "do not clearly change"}[lowers]
+        parts.append(
+            f"Its {label} blocks {effect} the feature-map variance (a factor of {np.exp(change):.2f} on average, "
+            f"{np.exp(change - 2 * error):.2f}–{np.exp(change + 2 * error):.2f})"
+            f"{_verdict(lowers, reduces, f'{label} blocks ' + ('lower it' if reduces else 'raise it'))}."
+        )
     low, high = _band_means(result)
-    high_drop = float(np.asarray(result.probability_drop)[np.asarray(result.noise_frequencies) >= 0.7].mean())
+    frequencies = np.asarray(result.noise_frequencies)
+    pairs = result.num_images * result.noise_draws
+    error = float(
+        np.hypot(
+            *(
+                binomial_error(kept, pairs * int(band.sum()))
+                for kept, band in ((low, frequencies <= 0.3), (high, frequencies >= 0.7))
+            )
+        )
+    )
+    hurts = {True: "high-frequency noise hurts it more", False: "low-frequency noise hurts it more"}
+    high_drop = float(np.asarray(result.probability_drop)[frequencies >= 0.7].mean())
     parts.append(
         f"Under band-limited noise it keeps {100 * low:.0f}% of its top-1 predictions at low frequencies (≤ 0.3π) "
         f"and {100 * high:.0f}% at high frequencies (≥ 0.7π), where the clean class's probability changes by "
-        f"{-100 * high_drop:+.1f} points"
-        + (": high-frequency noise hurts it more." if high < low else ": high-frequency noise hurts it no more.")
+        f"{-100 * high_drop:+.1f} points: "
+        + hurts.get(decide(low - high, error), "no clear difference between the bands")
+        + "."
     )
     if references:
         beside = ", ".join(f"{other} {100 * _band_means(probed)[1]:.0f}%" for other, probed in references.items())

@@ -599,3 +599,50 @@ def test_one_analysis_at_a_time_and_a_bounded_line():
     for thread in threads:
         thread.join(60)
     assert waited[0] == 1 and line.waiting == 0
+
+
+def _result(kinds: list[str], amplitude: list[float], variance: list[float], kept: list[float]) -> ProbeResult:
+    return ProbeResult(
+        kinds=kinds,
+        depth=np.linspace(0, 1, len(kinds)),
+        delta_log_amplitude=np.array(amplitude),
+        variance=np.array(variance),
+        noise_frequencies=np.array([0.1, 0.2, 0.3, 0.5, 0.7, 0.8, 0.9]),
+        prediction_kept=np.array(kept),
+        probability_drop=np.zeros(len(kept)),
+        num_images=8,
+        noise_draws=2,
+        eps=0.7,
+        bandwidth=0.2,
+    )
+
+
+def test_a_reading_calls_an_effect_only_where_it_is_clear_of_its_uncertainty():
+    """By the comparison report's rule (two standard errors over the blocks, binomial over the noisy images)."""
+    import timm
+
+    from analysis.probe import probe_reading
+
+    torch.manual_seed(0)
+    untrained = timm.create_model("resnet18").eval()  # residual branches start at zero: its blocks change nothing
+    reading = probe_reading("r", probe(untrained, photo_inputs(64, (0.5,) * 3, (0.25,) * 3)))
+    assert "changes by +0.00 ± 0.00 on average: they leave them as they are; the paper finds convolutional" in reading
+    assert "blocks do not clearly change the feature-map variance" in reading and "as the paper" not in reading
+    kinds = ["input", "stem", "msa", "conv", "msa", "conv"]
+    clear = _result(kinds, [0, 0, -1.0, -0.5, -1.6, -1.0], [1, 1, 0.5, 1.0, 0.45, 1.0], [1, 1, 1, 1, 0.2, 0.2, 0.2])
+    reading = probe_reading("m", clear)
+    assert (
+        "Across its MSA blocks the high-frequency amplitude (ΔlogA at π) changes by -1.05 ± 0.10 on average" in reading
+    )
+    assert "they act as a low-pass filter, as the paper finds." in reading
+    assert "they act as a high-pass filter, as the paper finds." in reading
+    assert (
+        "Its MSA blocks lower the feature-map variance" in reading and "high-frequency noise hurts it more." in reading
+    )
+    against = _result(kinds, [0, 0, 1.0, 0.5, 1.6, 1.0], [1, 1, 2.0, 1.0, 4.2, 2.0], [0.5] * 7)
+    reading = probe_reading("m", against)
+    assert "act as a high-pass filter, against the paper, which finds MSA blocks to be low-pass filters." in reading
+    assert (
+        "Its MSA blocks raise the feature-map variance" in reading
+        and "no clear difference between the bands" in reading
+    )
