@@ -256,19 +256,6 @@ def probe_summary(result: ProbeResult) -> str:
     )
 
 
-def _block_changes(values: np.ndarray, kinds: list[str], kind: str) -> np.ndarray:
-    """Each block of `kind`'s change of `values` (state after it minus state before it), where both are finite."""
-    values = np.asarray(values, dtype=float)
-    changes = np.array([values[i] - values[i - 1] for i in range(1, len(kinds)) if kinds[i] == kind])
-    return changes[np.isfinite(changes)] if changes.size else changes
-
-
-def _band_means(result: ProbeResult) -> tuple[float, float]:
-    """The share of predictions kept under low-frequency noise (≤ 0.3π) and under high-frequency noise (≥ 0.7π)."""
-    frequencies, kept = np.asarray(result.noise_frequencies), np.asarray(result.prediction_kept)
-    return float(kept[frequencies <= 0.3].mean()), float(kept[frequencies >= 0.7].mean())
-
-
 def _verdict(decided: bool | None, expected: bool, finding: str) -> str:
     """How an effect reads against the paper's `finding`: agreeing, against it, or, undecided, beside it."""
     if decided is None:
@@ -282,49 +269,45 @@ def probe_reading(name: str, result: ProbeResult, references: dict[str, ProbeRes
     `references` where given. An effect is called one way or the other only where it is clear of its uncertainty by
     the comparison report's rule (`analysis.claims.decide`: beyond two standard errors, over the blocks of a kind, or
     binomial over the noisy images); otherwise the reading says there is no clear change."""
-    from .claims import binomial_error, decide, mean_and_error, variance_ratios
+    from .claims import binomial_error, decide
+    from .population import HIGH_BAND, LOW_BAND, band_means, filter_effect, variance_effect
 
     kinds = result.kinds
     msa, conv = kinds.count("msa"), kinds.count("conv")
     parts = [f"{name} has {msa} MSA block{'s' * (msa != 1)} and {conv} convolutional block{'s' * (conv != 1)}."]
     for kind, label, low_pass in (("msa", "MSA", True), ("conv", "convolutional", False)):
         finding = f"{label} blocks to be {'low' if low_pass else 'high'}-pass filters"
-        changes = _block_changes(result.delta_log_amplitude, kinds, kind)
-        if not changes.size:
+        change, error, lowers = filter_effect(result, kind)
+        if change is None:
             continue
-        change, error = mean_and_error(changes)
-        lowers = decide(-change, error)  # True: the high frequencies fall, a low-pass filter
         acts = {True: "act as a low-pass filter", False: "act as a high-pass filter", None: "leave them as they are"}
         parts.append(
             f"Across its {label} blocks the high-frequency amplitude (ΔlogA at π) changes by {change:+.2f} "
             f"± {2 * error:.2f} on average: they {acts[lowers]}{_verdict(lowers, low_pass, finding)}."
         )
     for kind, label, reduces in (("msa", "MSA", True), ("conv", "convolutional", False)):
-        ratios = variance_ratios(result.variance, kinds, kind)
-        logs = np.log(ratios[np.isfinite(ratios) & (ratios > 0)])
-        if not logs.size:
+        change, error, lowers = variance_effect(result, kind)
+        if change is None:
             continue
-        change, error = mean_and_error(logs)
-        lowers = decide(-change, error)
         effect = {True: "lower", False: "raise", None: "do not clearly change"}[lowers]
         parts.append(
             f"Its {label} blocks {effect} the feature-map variance (a factor of {np.exp(change):.2f} on average, "
             f"{np.exp(change - 2 * error):.2f}–{np.exp(change + 2 * error):.2f})"
             f"{_verdict(lowers, reduces, f'{label} blocks ' + ('lower it' if reduces else 'raise it'))}."
         )
-    low, high = _band_means(result)
     frequencies = np.asarray(result.noise_frequencies)
+    low, high = band_means(frequencies, result.prediction_kept)
     pairs = result.num_images * result.noise_draws
     error = float(
         np.hypot(
             *(
                 binomial_error(kept, pairs * int(band.sum()))
-                for kept, band in ((low, frequencies <= 0.3), (high, frequencies >= 0.7))
+                for kept, band in ((low, frequencies <= LOW_BAND + 1e-9), (high, frequencies >= HIGH_BAND - 1e-9))
             )
         )
     )
     hurts = {True: "high-frequency noise hurts it more", False: "low-frequency noise hurts it more"}
-    high_drop = float(np.asarray(result.probability_drop)[frequencies >= 0.7].mean())
+    high_drop = float(np.asarray(result.probability_drop)[frequencies >= HIGH_BAND - 1e-9].mean())
     parts.append(
         f"Under band-limited noise it keeps {100 * low:.0f}% of its top-1 predictions at low frequencies (≤ 0.3π) "
         f"and {100 * high:.0f}% at high frequencies (≥ 0.7π), where the clean class's probability changes by "
@@ -333,7 +316,10 @@ def probe_reading(name: str, result: ProbeResult, references: dict[str, ProbeRes
         + "."
     )
     if references:
-        beside = ", ".join(f"{other} {100 * _band_means(probed)[1]:.0f}%" for other, probed in references.items())
+        beside = ", ".join(
+            f"{other} {100 * band_means(probed.noise_frequencies, probed.prediction_kept)[1]:.0f}%"
+            for other, probed in references.items()
+        )
         parts.append(
             f"At high frequencies the zoo's models keep {beside}; the paper finds MSAs make a model more robust to "
             "high-frequency noise, which convolutions amplify."

@@ -10,7 +10,10 @@ stream reads: a parquet file's footer, then its row groups) is answered with tho
 the whole file, except in a repo whose folder holds a file `.ignores-range`: there it is the whole file (200), as a
 mirror that ignores Range (olah offline, some proxies) answers, which HTTP allows. Each file served (GET of
 `/resolve/`, whole or a range) is appended to --log, one path per line, so that a test counts what a command
-fetched; every request's method and path, to `<log>.requests` (what was asked for, files or not).
+fetched; every request's method and path, to `<log>.requests` (what was asked for, files or not). The models
+listing (`/api/models?filter=<library>&pipeline_tag=...&sort=downloads&limit=N`, what `HfApi.list_models` asks) is
+answered from the mirrors: a repo's library is timm where its config has timm's `architecture`, else transformers,
+its downloads the number in its (uncommitted) file `.downloads` (0 without), every repo an image classifier.
 
     python tests/hub_server.py --mirrors DIR --port N --log FILE   # DIR/{datasets,models}/<org>/<repo>: git repos
 """
@@ -101,6 +104,41 @@ def byte_range(header: str, size: int) -> tuple[int, int] | None:
     return int(first), min(size - 1, int(last)) if last else size - 1
 
 
+def listing(mirrors: Path, query) -> list[dict]:
+    """The Hub's answer to a models listing, over the model repos under `mirrors` (see the module's docstring)."""
+    import json
+
+    found = []
+    for folder in sorted((mirrors / "models").glob("*/*")):
+        try:
+            config = json.loads((folder / "config.json").read_text())
+        except (OSError, ValueError):
+            config = {}
+        library = "timm" if "architecture" in config else "transformers"
+        downloads = int((folder / ".downloads").read_text()) if (folder / ".downloads").exists() else 0
+        repo_id = f"{folder.parent.name}/{folder.name}"
+        found.append(
+            {
+                "_id": repo_id,
+                "id": repo_id,
+                "modelId": repo_id,
+                "downloads": downloads,
+                "likes": 0,
+                "private": False,
+                "library_name": library,
+                "pipeline_tag": "image-classification",
+                "tags": [library, "image-classification"],
+            }
+        )
+    for tag in query.getlist("filter"):
+        found = [model for model in found if tag in model["tags"]]
+    if query.get("pipeline_tag"):
+        found = [model for model in found if model["pipeline_tag"] == query["pipeline_tag"]]
+    if query.get("sort") == "downloads":
+        found.sort(key=lambda model: -model["downloads"])
+    return found[: int(query["limit"])] if query.get("limit") else found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mirrors", type=Path, required=True)
@@ -119,12 +157,14 @@ def main() -> None:
     import git
     import uvicorn
     from olah.server import app  # reads OLAH_CONFIG when imported
-    from starlette.responses import Response
+    from starlette.responses import JSONResponse, Response
 
     @app.middleware("http")
     async def as_the_hub_answers(request, call_next):
         with Path(f"{args.log}.requests").open("a") as requests:
             requests.write(f"{request.method} {request.url.path}\n")
+        if request.url.path.rstrip("/") == "/api/models":
+            return JSONResponse(listing(args.mirrors, request.query_params))
         parts = request.url.path.strip("/").split("/")
         repo = repo_of(request.url.path)
         if repo is not None and (args.mirrors / repo / ".status").exists():

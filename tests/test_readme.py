@@ -62,6 +62,12 @@ RULES = [
     (r"scripts/device_check\.py", PARSE_ONLY, "minutes, or a GPU; tests/test_device_check.py runs its rehearsal"),
     (r"--paper", CLEAR_ERROR, "the paper's five models (AlterNet-50: no released weights) and CIFAR-100, from the Hub"),
     (r"^alternet-space", SERVER, "a web server: it must come up and serve the page"),
+    (
+        r"^alternet-atlas",
+        PARSE_ONLY,
+        "Hub models: tests/test_atlas.py runs each form (ids, --from-file, --top, a refresh, --check, --push-to) over "
+        "a local Hub server",
+    ),
 ]
 CLEAR_MESSAGES = (
     r"error: .*(cannot be reached|from the Hugging Face Hub|no Hugging Face token|there is no folder|is not a folder"

@@ -158,6 +158,7 @@ def probe_repo(repo_id: str, revision: str, step: Callable[[float, str], None]) 
     from ..hub.door.checks import check_model, forget_weights, load_checked
     from ..hub.door.refusals import RefusedModel
 
+    started = time.monotonic()
     step(0.0, "reading its architecture")
     checked = check_model(repo_id, revision)
     try:
@@ -176,7 +177,7 @@ def probe_repo(repo_id: str, revision: str, step: Callable[[float, str], None]) 
     done = iter(range(1, total + 1))
     step(0.35, "probing")
     result = probe(model, inputs, step=lambda: step(0.35 + 0.65 * min(next(done, total), total) / total, "probing"))
-    return probe_answer(
+    answer = probe_answer(
         repo_id,
         checked.revision,
         result,
@@ -186,6 +187,7 @@ def probe_repo(repo_id: str, revision: str, step: Callable[[float, str], None]) 
         image_size=prepared.image_size,
         note=prepared.note,
     )
+    return {**answer, "probe_seconds": round(time.monotonic() - started, 3)}
 
 
 class AnyModel:
@@ -248,13 +250,20 @@ class AnyModel:
         """The answer for `model_id` at `revision` (its main branch by default; a URL's /tree/<rev> counts): from
         the cache if this commit was probed before, else computed in its turn by a worker. `on_wait(ahead)` while
         waiting, `on_step(fraction, what)` while computing."""
-        from analysis.probe import SETTINGS
-
         from ..hub.door.checks import resolve_commit
-        from ..hub.door.worker import run_in_worker
 
         started = time.monotonic()
         repo_id, sha = resolve_commit(model_id, revision)
+        return self.answer(repo_id, sha, on_wait=on_wait, on_step=on_step, started=started)
+
+    def answer(self, repo_id: str, sha: str, *, on_wait=None, on_step=None, started: float | None = None) -> dict:
+        """`analyse` for a commit already resolved (`door.checks.resolve_commit`): the cached answer, else the
+        worker's, with `cached` and `seconds` (since `started`, else since this call)."""
+        from analysis.probe import SETTINGS
+
+        from ..hub.door.worker import run_in_worker
+
+        started = time.monotonic() if started is None else started
         key = self.cache.key(repo_id, sha, SETTINGS)
         answer = self.cache.get(key)
         if answer is None:
