@@ -9,6 +9,7 @@ python scripts/benchmark.py reference --reference-dir how-do-vits-work/  # Alter
 python scripts/benchmark.py evaluation --models pit-ti-cifar100 --batch-sizes 64 --compile both
 python scripts/benchmark.py finetune --models alternet-50-cifar100 outputs/alternet-digits --seeds 0 1 2
 python scripts/benchmark.py any-model  # the Space's Any model tab: ResNet-50 analysed, then a cached answer
+python scripts/benchmark.py atlas  # alternet-atlas over six untrained ImageNet classifiers: models per hour, a refresh
 python scripts/benchmark.py hessian --model outputs/alternet-digits  # analysis.hessian against PyHessian, one batch
 """
 
@@ -25,6 +26,16 @@ from alternet_hf.utils import write_json
 
 DTYPES = ("float32", "bfloat16", "float16")
 DEFAULT_MODELS = ("alternet-50-cifar100", "resnet-50-cifar100", "vit-ti-cifar100")
+# timm architectures and one transformers model (zoo_benchmark.hub_cache.TRANSFORMERS_MODELS), one of each family
+# the probe knows but PiT, all at 224 px.
+ATLAS_MODELS = (
+    "resnet50",
+    "convnext_tiny",
+    "vit_small_patch16_224",
+    "deit_small_patch16_224",
+    "swin_tiny_patch4_window7_224",
+    "vit-small-patch16-224",
+)
 COMPILED = {"no": [False], "yes": [True], "both": [False, True]}  # --compile: eager, compiled or both, per run
 
 
@@ -197,6 +208,35 @@ def _run_any_model(args, benchmark, tables):
     return rows, tables.any_model_table(rows)
 
 
+def _atlas(parser):
+    _models(parser, default=ATLAS_MODELS, what="timm architectures and/or hub_cache.TRANSFORMERS_MODELS' names")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the untrained weights")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="an empty folder to keep the Hub cache, the answers and the atlas in (default: a temporary one, removed)",
+    )
+
+
+def _run_atlas(args, benchmark, tables):
+    import timm
+
+    from zoo_benchmark.atlas import atlas_speed
+    from zoo_benchmark.hub_cache import TRANSFORMERS_MODELS
+
+    unknown = [name for name in args.models if name not in TRANSFORMERS_MODELS and not timm.is_model(name)]
+    if unknown:
+        raise CommandError(
+            f"neither timm nor zoo_benchmark.hub_cache has {', '.join(unknown)} (timm's: `timm.list_models('*name*')`; "
+            f"transformers': {', '.join(TRANSFORMERS_MODELS)})"
+        )
+    if any(Path(args.workdir).iterdir()):  # an atlas there would make every model "unchanged"
+        raise CommandError(f"--workdir {args.workdir} is not empty: name a new or empty folder")
+    found = atlas_speed(args.workdir, models=list(dict.fromkeys(args.models)), seed=args.seed)
+    return [found], tables.atlas_table(found)
+
+
 def _hessian(parser):
     parser.add_argument("--model", default="outputs/alternet-digits", help="a zoo preset or model folder")
     parser.add_argument("--dataset", default="digits", help="its first --batch-size training images, evaluated")
@@ -266,6 +306,12 @@ SUBCOMMANDS = {
         _any_model,
         _run_any_model,
     ),
+    "atlas": (
+        "models per hour of alternet-atlas over ImageNet classifiers, untrained, saved as their Hub repos hold them, "
+        "already in the cache; then a refresh of the same, unchanged commits",
+        _atlas,
+        _run_atlas,
+    ),
     "hessian": (
         "analysis.hessian against PyHessian (installed into a side folder at run time) on one model and batch: "
         "eigenvalues, trace and density, each tool's values, Hessian-vector products and seconds",
@@ -298,10 +344,19 @@ def sweep(measure, over: dict, *, bar: str | None = None, **fixed) -> list:
 @command
 def main(argv: list[str] | None = None) -> None:
     args: argparse.Namespace = build_parser().parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix=f"alternet-{args.measurement}-") as workdir:
-        args.workdir = workdir
+    with tempfile.TemporaryDirectory(prefix=f"alternet-{args.measurement}-") as scratch:
+        workdir = args.workdir = str(Path(getattr(args, "workdir", None) or scratch).resolve())  # atlas: --workdir
+        Path(workdir).mkdir(parents=True, exist_ok=True)
         if args.measurement == "any-model":  # read by huggingface_hub when imported: the weights local, the Hub off
             os.environ |= {"HF_HUB_OFFLINE": "1", "ALTERNET_MODEL_CACHE": str(Path(workdir) / "hub")}
+        if args.measurement == "atlas":  # the same, and the answers cached afresh: no cache of this user's is read
+            hf_home = Path(workdir) / "hf"
+            os.environ |= {
+                "HF_HUB_OFFLINE": "1",
+                "HF_HOME": str(hf_home),
+                "ALTERNET_MODEL_CACHE": str(hf_home / "hub"),
+                "ALTERNET_SPACE_CACHE": str(Path(workdir) / "answers"),
+            }
         import zoo_benchmark as benchmark
         from zoo_benchmark import tables
 

@@ -256,6 +256,55 @@ def test_the_any_model_benchmark_times_a_first_and_a_cached_answer(tmp_path):
     assert "Traceback" not in unknown.stderr
 
 
+def test_the_atlas_benchmark_times_each_model_and_a_refresh(tmp_path):
+    """`atlas`: timm architectures saved untrained into a Hub cache, measured offline by the atlas into a fresh
+    folder (each model's row and wall seconds, models per hour), then again with every commit unchanged."""
+    command = [*tool_command("benchmark"), "atlas", "--models", "test_resnet", "test_vit", "--output", "atlas.json"]
+    completed = run_command(command, cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    (found,) = json.loads((tmp_path / "atlas.json").read_text())
+    assert [(r["model_id"], r["library"], r["kind"], r["status"]) for r in found["models"]] == [
+        ("timm/test_resnet.untrained", "timm", "convolution", "measured"),
+        ("timm/test_vit.untrained", "timm", "attention", "measured"),
+    ]
+    assert all(r["wall_seconds"] >= r["seconds"] > 0 for r in found["models"])
+    assert found["measure_seconds"] >= sum(r["wall_seconds"] for r in found["models"]) - 1e-6
+    assert found["models_per_hour"] == pytest.approx(2 * 3600 / found["measure_seconds"])
+    assert found["unchanged"] == 2 and found["refresh_measure_seconds"] < found["measure_seconds"]
+    assert found["refresh_command_said"].startswith("2 models: 0 measured, 2 unchanged")
+    assert "| timm/test_resnet.untrained | timm | convolution | 0.5 M | measured |" in completed.stdout
+    assert "models per hour" in completed.stdout and "load average (1, 5, 15 min): before " in completed.stdout
+    unknown = run_command([*tool_command("benchmark"), "atlas", "--models", "nosuch_net"], cwd=tmp_path)
+    assert unknown.returncode == 2 and "neither timm nor zoo_benchmark.hub_cache has nosuch_net" in unknown.stderr
+    used = run_command([*tool_command("benchmark"), "atlas", "--workdir", str(tmp_path)], cwd=tmp_path)
+    assert used.returncode == 2 and f"--workdir {tmp_path} is not empty" in used.stderr
+    assert "Traceback" not in unknown.stderr + used.stderr
+
+
+def test_a_transformers_model_made_local_passes_the_door_offline(tmp_path, monkeypatch):
+    """`hub_cache.transformers_snapshot`: config, safetensors and image processor settings as a Hub snapshot that
+    the door's checks read from the cache with the Hub off (a tiny ViT, from the table's fields)."""
+    from alternet_hf.hub.door.checks import check_model, resolve_commit
+    from zoo_benchmark.hub_cache import transformers_snapshot
+
+    monkeypatch.setenv("ALTERNET_MODEL_CACHE", str(tmp_path))
+    repo_id = "local/vit-tiny.untrained"
+    tiny = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=32)
+
+    def snapshot() -> str:
+        return transformers_snapshot(tmp_path, repo_id, "vit-small-patch16-224", **tiny, num_labels=10)
+
+    sha = snapshot()
+    assert snapshot() == sha  # the same seed writes the same files: the same commit
+    assert resolve_commit(repo_id) == (repo_id, sha)
+    checked = check_model(repo_id, sha)
+    assert (checked.library, checked.architecture, checked.preprocessing.image_size) == (
+        "transformers",
+        "ViTForImageClassification",
+        32,
+    )
+
+
 @pytest.mark.commands
 def test_the_hessian_comparison_reports_each_quantity_with_its_products_and_seconds(tmp_path):
     """Ours alone (the peer is installed from the package index, which tests do not reach): every row of the table,

@@ -3,28 +3,10 @@ already local (a model created without weights, saved in timm's Hub format into 
 seconds to a cached answer with its figures drawn as PNG, as a second visitor waits for them."""
 
 import functools
-import hashlib
 import io
 import os
 import time
 from pathlib import Path
-
-
-def _cached_snapshot(cache: Path, repo_id: str, architecture: str) -> str:
-    """`architecture` without weights, saved in timm's Hub format as the main branch of `repo_id` in the Hub cache
-    `cache`; its (made-up) commit sha."""
-    import timm
-    from timm.models._hub import save_for_hf
-
-    staging = cache / "staging"
-    save_for_hf(timm.create_model(architecture, pretrained=False), str(staging), safe_serialization=True)
-    sha = hashlib.sha1((staging / "model.safetensors").read_bytes()).hexdigest()
-    repo = cache / f"models--{repo_id.replace('/', '--')}"
-    (repo / "snapshots").mkdir(parents=True, exist_ok=True)
-    staging.rename(repo / "snapshots" / sha)
-    (repo / "refs").mkdir(exist_ok=True)
-    (repo / "refs" / "main").write_text(sha)
-    return sha
 
 
 def _nothing(step) -> dict:
@@ -46,10 +28,12 @@ def any_model_speed(workdir: str, *, architecture: str = "resnet50", repeats: in
     from alternet_hf.utils import machine
     from analysis.probe import ProbeResult, plot_probe_by_depth, plot_probe_noise
 
+    from .hub_cache import timm_snapshot
+
     cache = Path(os.environ["ALTERNET_MODEL_CACHE"])
     assert constants.HF_HUB_OFFLINE and cache.is_relative_to(workdir), "set the environment before any import"
     repo_id = f"timm/{architecture}.untrained"
-    _cached_snapshot(cache, repo_id, architecture)
+    timm_snapshot(cache, repo_id, architecture)
     service = AnyModel({}, cache=ResultCache(Path(workdir) / "answers", 2**26))
     service.photos  # noqa: B018  (scikit-image's photos read once, as a running Space has them)
     from alternet_hf.hub.door.worker import run_in_worker

@@ -136,3 +136,36 @@ def hessian_peer_table(found: dict) -> str:
             f"images, BatchNorm eval, {found['threads']} thread(s), {found['peer'] or 'no peer'}; {found['machine']}"
         ),
     )
+
+
+def atlas_table(found: dict) -> str:
+    """Per model its row's seconds and the wall time to its row; then models per hour and what a refresh costs."""
+    table = _table(
+        "model | library | kind | parameters | status | row's seconds (check, fetch, probe) | wall seconds to its row",
+        [
+            f"{r['model_id']} | {r['library'] or '–'} | {r['kind'] or '–'} | "
+            f"{'–' if r['parameters'] is None else format(r['parameters'] / 1e6, '.1f') + ' M'} | "
+            f"{r['status']}{': ' + r['reason'] if r['reason'] else ''} | {r['seconds']:.1f} | {r['wall_seconds']:.1f}"
+            for r in found["models"]
+        ],
+        title=f"alternet-atlas, weights already local ({found['machine']})",
+    )
+    models = len(found["models"])
+    return "\n".join(
+        [
+            table,
+            "",
+            f"{models} models ({found['measured']} measured) in {found['measure_seconds']:.1f} s: "
+            f"**{found['models_per_hour']:,.0f} models per hour**; then the card, claims and figures "
+            f"{found['outputs_seconds']:.1f} s",
+            f"the same again on the folder: {found['unchanged']} unchanged in "
+            f"{found['refresh_measure_seconds']:.3f} s, "
+            f"the card, claims and figures {found['refresh_outputs_seconds']:.1f} s; the installed command's refresh "
+            f"(`alternet-atlas --output-dir`, start-up included) {found['refresh_command_seconds']:.1f} s "
+            f"({found['refresh_command_said']})",
+            "load average (1, 5, 15 min): before "
+            + ", ".join(f"{load:.2f}" for load in found["load_average_before"])
+            + "; after "
+            + ", ".join(f"{load:.2f}" for load in found["load_average_after"]),
+        ]
+    )
