@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -280,3 +281,124 @@ def test_claims_hold_fail_or_stay_undecided_as_the_numbers_say():
     assert population.population_claims(noise, seed=0)[0].verdict == "undecided — the difference is within the noise"
     same = population.population_claims(vits + cnns, seed=3)
     assert [c.to_dict() for c in same] == [c.to_dict() for c in population.population_claims(vits + cnns, seed=3)]
+
+
+ATLAS_IDS = [
+    "org/tiny-resnet",
+    "timm/test-resnet",
+    "org/tiny-swin",
+    "timm/test-vit",
+    "zoo/tiny-alternet",
+    "org/big-vit",
+]
+
+
+@pytest.fixture(scope="module")
+def space(hub):
+    """The Space as `alternet-space --atlas` starts it, on an atlas of some of the models (the others are for a
+    visitor to place)."""
+    import urllib.request
+
+    from test_space import free_port
+
+    folder = hub.root / "space-atlas"
+    done = _atlas(hub, *ATLAS_IDS, "--output-dir", folder, cwd=hub.root)
+    assert done.returncode == 0, done.stderr[-3000:]
+    zoo = hub.root / "zoo-alternet"
+    alternet_hf.create_model("alternet-50-cifar100", **TINY["alternet-50-cifar100"]).save_pretrained(zoo)
+    port = free_port()
+    command = [installed_command("alternet-space"), "--models", f"AlterNet={zoo}", "--port", str(port)]
+    process = start_command([*command, "--atlas", folder], cwd=hub.root, env=hub.env, merge=True)
+    url = f"http://127.0.0.1:{port}/"
+    while True:  # the page answers once the models and the atlas are loaded and the server listens
+        assert process.poll() is None, process.output()[0][-3000:]
+        try:
+            urllib.request.urlopen(f"{url}config", timeout=5).read()
+            break
+        except OSError:
+            import time
+
+            time.sleep(0.5)
+    yield SimpleNamespace(url=url, folder=folder, process=process)
+    process.terminate()
+    output = process.communicate(timeout=60)[0]
+    assert "Traceback" not in output, output[-3000:]
+
+
+@pytest.mark.commands
+def test_the_atlas_tab_through_the_api(hub, space):
+    from gradio_client import Client
+
+    client = Client(space.url, verbose=False)
+    plot = client.predict("parameters", "attention_share", api_name="/atlas_scatter")
+    data = json.loads(plot["plot"]) if isinstance(plot.get("plot"), str) else plot
+    assert "org/tiny-resnet" in json.dumps(data) and "hybrid" in json.dumps(data)
+
+    table = client.predict("VIT", ["attention", "hybrid"], api_name="/atlas_table")
+    assert [row[0] for row in table["data"]] == ["timm/test-vit"]
+    table = client.predict("", ["not measured"], api_name="/atlas_table")
+    assert [row[0] for row in table["data"]] == ["org/big-vit"]
+
+    reading, figure = client.predict("zoo/tiny-alternet", api_name="/atlas_model")
+    assert "zoo/tiny-alternet" in reading and "hybrid" in reading and "MSA" in reading
+    assert figure["type"] == "matplotlib" and figure["plot"].startswith("data:image")
+
+    reading, figure, plot = client.predict(
+        "org/tiny-convnext", "parameters", "high_frequency_kept", api_name="/atlas_place"
+    )
+    assert "org/tiny-convnext" in reading and "convolution" in reading, reading
+    assert figure["type"] == "matplotlib" and figure["plot"].startswith("data:image")
+    assert "your model" in json.dumps(plot) and "org/tiny-convnext" in json.dumps(plot)
+    reading, figure, _ = client.predict("org/big-vit", "parameters", "high_frequency_kept", api_name="/atlas_place")
+    assert reading.startswith("**Not placed.**") and "the limit here is 1.0 M" in reading and figure is None
+
+
+PLACED_RGB = (0xD6, 0x27, 0x28)  # the scatter's colour for a visitor's model (alternet_hf.apps.space)
+
+
+def _colour_pixels(png: bytes, rgb: tuple[int, int, int], tolerance: int = 80) -> int:
+    """How many pixels of a screenshot are of about the colour `rgb` (the points drawn in it, and its legend's)."""
+    import io
+
+    from PIL import Image
+
+    pixels = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"), dtype=int)
+    return int((np.abs(pixels - np.array(rgb)).max(-1) < tolerance).sum())
+
+
+@pytest.mark.commands
+def test_a_browser_uses_the_atlas_tab(space, tmp_path):
+    from test_space import CHROMIUM
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium); .ci/run installs it")
+    from playwright.sync_api import expect, sync_playwright
+
+    flags = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=flags)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(space.url)
+        page.get_by_role("tab", name="Atlas").click()
+        expect(page.get_by_text("5 models", exact=False).first).to_be_visible(timeout=30_000)
+        expect(page.locator(".vega-embed").first).to_be_visible(timeout=30_000)  # the scatter, drawn
+        expect(page.get_by_text("timm/test-vit").first).to_be_visible()  # the table
+        expect(page.get_by_text("The paper's claims across the atlas")).to_be_visible()
+
+        page.get_by_label("Filter by id or architecture").fill("swin")
+        expect(page.get_by_text("timm/test-vit").locator("visible=true")).to_have_count(0, timeout=30_000)
+        page.get_by_text("org/tiny-swin").locator("visible=true").first.click()  # a row: its curves beside the zoo's
+        expect(page.locator(".atlas-figure img[src^='data:image']")).to_have_count(1, timeout=60_000)
+        expect(page.get_by_text("ranks", exact=False).first).to_be_visible()
+
+        legend_only = _colour_pixels(page.locator(".vega-embed").first.screenshot(), PLACED_RGB)
+        page.get_by_label("Where would my model sit").fill("org/tiny-vit")
+        page.get_by_role("button", name="Measure and place").click()
+        expect(page.get_by_text("org/tiny-vit has 2 MSA blocks", exact=False)).to_be_visible(timeout=60_000)
+        deadline = time.monotonic() + 30  # a bound: the scatter is drawn again, its new point in the placed colour
+        while _colour_pixels(page.locator(".vega-embed").first.screenshot(), PLACED_RGB) <= legend_only:
+            assert time.monotonic() < deadline, "no point of the placed model's colour in the scatter"
+            page.wait_for_timeout(250)
+        expect(page.get_by_text("Error", exact=True)).to_have_count(0)
+        page.screenshot(path=str(tmp_path / "atlas-tab.png"), full_page=True)
+        browser.close()

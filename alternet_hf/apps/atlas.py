@@ -505,3 +505,129 @@ def held(folder: Path):
 
     with hold_folder(folder, advice="wait for that atlas run to end, or stop it, then run this again") as path:
         yield path
+
+
+# The table's columns, as the Space's *Atlas* tab shows them.
+TABLE_COLUMNS = [
+    "model_id",
+    "kind",
+    "architecture",
+    "parameters",
+    "attention_share",
+    "late_delta_log_amplitude",
+    "delta_log_amplitude_slope",
+    "high_frequency_kept",
+    "noise_gap",
+    "msa_filter",
+    "conv_filter",
+    "status",
+    "reason",
+]
+PLACED = "your model"  # the kind of a point a visitor has just measured
+
+
+class AtlasView:
+    """An atlas as the Space shows it: its rows and claims, from a folder or a Hub dataset (`load`); a scatter of any
+    two `MEASURES`, a table to sort and filter, one model's curves, and a visitor's model placed among them."""
+
+    def __init__(self, rows: list[dict], claims: list[dict], source: str):
+        self.rows = {row["model_id"]: row for row in rows}
+        self.claims = claims
+        self.source = source
+
+    @classmethod
+    def load(cls, source: str | Path) -> "AtlasView":
+        """The atlas of `source`; its claims from claims.json, else decided again from its rows."""
+        rows = load_rows(source)
+        try:
+            claims = load_claims(source)["claims"]
+        except (OSError, KeyError, ValueError):
+            from analysis.population import population_claims
+
+            measured = sorted((r for r in rows if r["status"] == MEASURED), key=lambda row: row["model_id"])
+            claims = [claim.to_dict() for claim in population_claims([probe_result(r) for r in measured])]
+        return cls(rows, claims, str(source))
+
+    def measured(self) -> list[dict]:
+        return [row for row in self.rows.values() if row["status"] == MEASURED]
+
+    def summary(self) -> str:
+        kinds = {}
+        for row in self.measured():
+            kinds[row["kind"]] = kinds.get(row["kind"], 0) + 1
+        other = len(self.rows) - len(self.measured())
+        return (
+            f"**{len(self.measured())} models** from `{self.source}` ("
+            + ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+            + f"; {other} not measured, each with its reason in the table)"
+        )
+
+    def points(self, x: str, y: str, placed: dict | None = None):
+        """A pandas frame of the measured rows with both measures (model_id, kind, x, y), and `placed` last."""
+        import pandas as pd
+
+        for name in (x, y):
+            if name not in MEASURES:
+                raise ValueError(f"{name!r} is not one of the atlas' measures ({', '.join(MEASURES)})")
+        rows = [*self.measured(), *([{**placed, "kind": PLACED}] if placed else [])]
+        kept = [row for row in rows if row.get(x) is not None and row.get(y) is not None]
+        columns = list(dict.fromkeys(["model_id", "kind", x, y]))
+        return pd.DataFrame([{name: row[name] for name in columns} for row in kept], columns=columns)
+
+    def table(self, search: str = "", kinds: Sequence[str] | None = None):
+        """A pandas frame of `TABLE_COLUMNS`, the rows whose id or architecture holds `search` (any case) and whose
+        kind is among `kinds` ("not measured" for the others); parameters in millions."""
+        import pandas as pd
+
+        search = (search or "").strip().lower()
+        chosen = []
+        for row in sorted(self.rows.values(), key=lambda row: row["model_id"]):
+            kind = row["kind"] if row["status"] == MEASURED else "not measured"
+            if kinds is not None and kind not in kinds:
+                continue
+            if search and search not in f"{row['model_id']} {row['architecture'] or ''}".lower():
+                continue
+            shown = {name: row[name] for name in TABLE_COLUMNS} | {"kind": kind}
+            if shown["parameters"] is not None:
+                shown["parameters"] = round(shown["parameters"] / 1e6, 2)
+            for name in ("attention_share", "late_delta_log_amplitude", "delta_log_amplitude_slope"):
+                shown[name] = None if shown[name] is None else round(shown[name], 3)
+            for name in ("high_frequency_kept", "noise_gap"):
+                shown[name] = None if shown[name] is None else round(shown[name], 3)
+            chosen.append(shown)
+        frame = pd.DataFrame(chosen, columns=TABLE_COLUMNS)
+        return frame.rename(columns={"parameters": "parameters (M)"})
+
+    def claims_markdown(self) -> str:
+        """The claims' verdicts with their intervals, as a markdown table."""
+        lines = ["| claim | verdict | effect [95% interval] | p | models |", "|---|---|---|---|---|"]
+        for claim in self.claims:
+            models = ", ".join(f"{n} {group}" for group, n in claim["models"].items())
+            if claim["effect"] is None:
+                lines.append(f"| {claim['statement']} | **{claim['verdict']}** ({claim['note']}) | – | – | {models} |")
+                continue
+            low, high = claim["interval"]
+            lines.append(
+                f"| {claim['statement']} | **{claim['verdict']}** | {claim['effect']:+.3f} [{low:+.3f}, {high:+.3f}] "
+                f"| {claim['p_value']:.3g} | {models} |"
+            )
+        return "\n".join(lines)
+
+    def reading(self, row: dict) -> str:
+        """One model's row in words: what it is, where it sits, and its probe's reading."""
+        from analysis.probe import probe_reading
+
+        if row["status"] != MEASURED:
+            return f"**{row['model_id']}** is not measured: {row['reason']}"
+        measured = self.measured()
+        rank = 1 + sum(
+            other["high_frequency_kept"] > row["high_frequency_kept"]
+            for other in measured
+            if other["high_frequency_kept"] is not None and other["model_id"] != row["model_id"]
+        )
+        return (
+            f"**{row['model_id']}** at `{(row['sha'] or '')[:10]}` ({row['architecture']}, "
+            f"{row['parameters'] / 1e6:.1f} M parameters, {row['library']}, {row['kind']}): ranks {rank} of "
+            f"{len(measured) + (row['model_id'] not in self.rows)} for predictions kept under high-frequency "
+            f"noise.\n\n{probe_reading(row['model_id'], probe_result(row))}"
+        )

@@ -37,6 +37,8 @@ from ..hub.door.worker import WorkerStopped
 from ..utils import UNREACHABLE, damaged_model_file, hub_failure, to_rgb, write_atomically
 from .any_model import EXAMPLES as ANY_MODEL_EXAMPLES
 from .any_model import AnyModel, Busy
+from .atlas import MEASURES as ATLAS_MEASURES
+from .atlas import PLACED, AtlasView, measured_row, probe_result
 
 MAX_SIDE = 4096  # larger images are refused from their header; anything above MAX_WORKING_SIDE is shrunk
 MAX_WORKING_SIDE = 512
@@ -60,6 +62,9 @@ BLOCK_NAMES = {
 # Visitors of the Any model tab served at once: cached answers need no CPU; the analyses wait in the service's line.
 ANY_MODEL_CONCURRENCY = 16
 MODELS_SYNTAX = "alternet-space --models Name=folder_or_hub_id,... (or ALTERNET_SPACE_MODELS)"
+ATLAS_VARIABLE = "ALTERNET_SPACE_ATLAS"
+KIND_COLOURS_HEX = {"convolution": "#1f77b4", "attention": "#ff7f0e", "hybrid": "#2ca02c", "other": "#7f7f7f"}
+ATLAS_KINDS = ["convolution", "attention", "hybrid", "other", "not measured"]
 
 
 @dataclass
@@ -132,21 +137,24 @@ def mini_zoo_spec(root: Path = MINI_ZOO) -> str | None:
     return ",".join(f"{folder.name}={folder}" for folder in folders) or None
 
 
-def start(spec: str, results_dir: Path | None = None, *, mini_zoo: Path = MINI_ZOO, pending=()) -> "Space":
-    """The Space for `spec`, or the mini-zoo's where none of its models loads; `pending`: models not published yet."""
+def start(
+    spec: str, results_dir: Path | None = None, *, mini_zoo: Path = MINI_ZOO, pending=(), atlas: str | None = None
+) -> "Space":
+    """The Space for `spec`, or the mini-zoo's where none of its models loads; `pending`: models not published yet;
+    `atlas`: the *Atlas* tab's folder or Hub dataset."""
     models = load_models(spec)
     if any(m.model is not None for m in models):
-        return Space(models, results_dir, pending=pending)
+        return Space(models, results_dir, pending=pending, atlas=atlas)
     fallback = mini_zoo_spec(mini_zoo)
     if fallback is None:
         note = (
             f"**No model could be loaded** (below). Offline, `{MINI_ZOO_COMMAND}` trains a small ResNet, ViT and "
             f"AlterNet on the embedded digits in minutes (into `{mini_zoo}/`): start the Space again after it."
         )
-        return Space(models, results_dir, note=note)
+        return Space(models, results_dir, note=note, atlas=atlas)
     unavailable = ", ".join(f"{m.name} ({m.error})" for m in models)
     note = f"The requested models could not be loaded: {unavailable}. Showing the offline mini-zoo of `{mini_zoo}/`."
-    return Space(load_models(fallback), results_dir or mini_zoo / "results", note=note)
+    return Space(load_models(fallback), results_dir or mini_zoo / "results", note=note, atlas=atlas)
 
 
 def example_files(kind: str = "photos") -> list[str]:
@@ -257,7 +265,13 @@ def _denormalise(model, inputs: torch.Tensor) -> torch.Tensor:
 
 class Space:
     def __init__(
-        self, models: list[LoadedModel], results_dir: Path | None = None, *, note: str | None = None, pending=()
+        self,
+        models: list[LoadedModel],
+        results_dir: Path | None = None,
+        *,
+        note: str | None = None,
+        pending=(),
+        atlas: str | None = None,
     ):
         self.models = models
         self.ready = [m for m in models if m.model is not None]
@@ -265,6 +279,7 @@ class Space:
         self.note = note
         self.pending = list(pending)
         self.any_model = AnyModel({m.name: m.model for m in self.ready})
+        self.atlas, self.atlas_note = _load_atlas(atlas)
 
     def status(self) -> str:
         lines = [
@@ -458,10 +473,106 @@ class Space:
         )
         return [reading, *figures, answer]
 
+    # --- atlas tab ---------------------------------------------------------------------------------
+
+    def _require_atlas(self) -> AtlasView:
+        if self.atlas is None:
+            raise gr.Error(self.atlas_note)
+        return self.atlas
+
+    def atlas_scatter(self, x: str, y: str):
+        """The atlas' models on two of its measures, coloured by kind, each named on hover."""
+        view = self._require_atlas()
+        try:
+            frame = view.points(x, y)
+        except ValueError as error:
+            raise gr.Error(str(error)) from None
+        return _scatter(frame, x, y)
+
+    def atlas_table(self, search: str = "", kinds: list[str] | None = None):
+        """The atlas' rows whose id or architecture holds `search`, of the chosen kinds."""
+        return self._require_atlas().table(search, kinds)
+
+    def atlas_model(self, model_id: str):
+        """[reading, figure] of one model of the atlas: its curves beside the zoo's."""
+        view = self._require_atlas()
+        row = view.rows.get(str(model_id).strip())
+        if row is None:
+            raise gr.Error(f"“{str(model_id)[:100]}” is not in the atlas; type it under “Where would my model sit”.")
+        return [view.reading(row), self._atlas_curves(row) if row["status"] == "measured" else None]
+
+    def _atlas_curves(self, row: dict) -> Figure:
+        from analysis.probe import plot_probe
+
+        figure = Figure(figsize=(13, 3.6), layout="constrained")
+        plot_probe({row["model_id"]: probe_result(row), **self.any_model.reference_results()}, figure=figure)
+        return figure
+
+    def atlas_select(self, event: gr.SelectData):
+        """A click on a row of the table: that model's curves."""
+        return self.atlas_model(event.row_value[0])
+
+    def atlas_place(self, model_id: str, x: str, y: str, progress=gr.Progress()):  # noqa: B008 (Gradio's way)
+        """[reading, figure, scatter]: any Hub model measured as in the Any model tab (cached alike), its curves
+        beside the zoo's, placed on the atlas' axes as “your model”; a refused one gets its sentence, no figure, and
+        the scatter as it was."""
+        view = self._require_atlas()
+        try:
+            answer = self.any_model.analyse(
+                model_id,
+                on_wait=lambda ahead: progress(0.0, desc=f"waiting for the CPU: {ahead} ahead"),
+                on_step=lambda fraction, what: progress(fraction, desc=what),
+            )
+        except (RefusedModel, Busy, WorkerStopped) as error:
+            return [f"**Not placed.** {error}", None, _scatter(view.points(x, y), x, y)]
+        except Exception:
+            traceback.print_exc(file=sys.stderr)
+            sentence = "The model could not be analysed right now (the details are in the log)."
+            return [f"**Not placed.** {sentence}", None, _scatter(view.points(x, y), x, y)]
+        row = measured_row(answer)
+        return [view.reading(row), self._atlas_curves(row), _scatter(view.points(x, y, placed=row), x, y)]
+
     @staticmethod
     def _refusal(model_id: str, sentence: str) -> list:
         answer = {"model_id": str(model_id)[:200], "refused": sentence}
         return [f"**Not analysed.** {sentence}", None, None, None, answer]
+
+
+def _scatter(frame, x: str, y: str):
+    """A scatter plot of `frame` (model_id, kind, x, y), coloured by kind, every column on hover. Every kind is in
+    its data, those without a point as a row without values (not drawn): the page keeps the colours of the kinds it
+    first drew, and would never draw a kind that came later (a visitor's model)."""
+    import pandas as pd
+
+    colours = {**KIND_COLOURS_HEX, PLACED: "#d62728"}
+    missing = [kind for kind in colours if kind not in set(frame["kind"])]
+    frame = pd.concat([frame, pd.DataFrame({"model_id": "", "kind": missing})], ignore_index=True)
+    return gr.ScatterPlot(
+        value=frame,
+        x=x,
+        y=y,
+        color="kind",
+        color_map=colours,
+        tooltip=list(frame.columns),
+        x_title=x.replace("_", " "),
+        y_title=y.replace("_", " "),
+    )
+
+
+def _load_atlas(source: str | None) -> tuple[AtlasView | None, str]:
+    """The *Atlas* tab's atlas, or None and a sentence saying why there is none (the Space starts either way)."""
+    if not source:
+        return None, (
+            f"No atlas is loaded: start the Space with `--atlas <folder or Hub dataset id>` (or {ATLAS_VARIABLE}); "
+            "`alternet-atlas` makes one."
+        )
+    try:
+        view = AtlasView.load(source)
+    except Exception as error:  # a missing folder, the Hub out of reach: the rest of the Space still works
+        traceback.print_exc(file=sys.stderr)
+        reason = "the Hub cannot be reached" if hub_failure(error) == UNREACHABLE else type(error).__name__
+        return None, f"The atlas `{source}` could not be loaded ({reason}); the other tabs work without it."
+    return view, view.summary()
 
 
 def _severity_or_frequency(corruption: str):
@@ -561,4 +672,49 @@ def build_demo(space: Space) -> gr.Blocks:
             limits = dict(concurrency_limit=ANY_MODEL_CONCURRENCY, concurrency_id="any-model")
             probe_button.click(space.analyse_model, probe_inputs, probe_outputs, api_name="analyse_model", **limits)
             model_id.submit(space.analyse_model, probe_inputs, probe_outputs, api_name=False, **limits)
+        with gr.Tab("Atlas"):
+            gr.Markdown(
+                "The *Any model* probe over many public image classifiers (`alternet-atlas`): each point a model, "
+                "on any two of its measures, coloured by kind; the table sorts by a click on a column, and a click "
+                "on a row shows that model's curves beside this Space's models. Below, the paper's claims decided "
+                "across the atlas, each with its test, its effect's 95% bootstrap interval and the models it rests "
+                "on.\n\n" + space.atlas_note
+            )
+            if space.atlas is not None:
+                view = space.atlas
+                with gr.Row():
+                    x_measure = gr.Dropdown(ATLAS_MEASURES, value=ATLAS_MEASURES[0], label="x")
+                    y_measure = gr.Dropdown(ATLAS_MEASURES, value=ATLAS_MEASURES[1], label="y")
+                points = _scatter(view.points(ATLAS_MEASURES[0], ATLAS_MEASURES[1]), *ATLAS_MEASURES[:2])
+                for control in (x_measure, y_measure):
+                    control.change(space.atlas_scatter, [x_measure, y_measure], points, api_name=False)
+                gr.Button("Redraw", size="sm").click(
+                    space.atlas_scatter, [x_measure, y_measure], points, api_name="atlas_scatter"
+                )
+                with gr.Row():
+                    place_id = gr.Textbox(
+                        label="Where would my model sit", placeholder="a Hub model id, measured as in Any model"
+                    )
+                    place_button = gr.Button("Measure and place", variant="primary")
+                with gr.Row():
+                    search = gr.Textbox(label="Filter by id or architecture")
+                    kinds = gr.CheckboxGroup(ATLAS_KINDS, value=ATLAS_KINDS, label="Kinds")
+                table = gr.Dataframe(view.table(), interactive=False, label="Models", max_height=420)
+                for control in (search, kinds):
+                    control.change(space.atlas_table, [search, kinds], table, api_name=False)
+                gr.Button("Filter", size="sm").click(space.atlas_table, [search, kinds], table, api_name="atlas_table")
+                chosen_reading = gr.Markdown()
+                chosen_curves = gr.Plot(show_label=False, elem_classes="atlas-figure")
+                table.select(space.atlas_select, None, [chosen_reading, chosen_curves], api_name=False)
+                chosen_id = gr.Textbox(label="Show a model of the atlas", placeholder="its id, or click its row")
+                chosen_id.submit(space.atlas_model, chosen_id, [chosen_reading, chosen_curves], api_name="atlas_model")
+                limits = dict(concurrency_limit=ANY_MODEL_CONCURRENCY, concurrency_id="any-model")
+                place_button.click(
+                    space.atlas_place,
+                    [place_id, x_measure, y_measure],
+                    [chosen_reading, chosen_curves, points],
+                    api_name="atlas_place",
+                    **limits,
+                )
+                gr.Markdown("### The paper's claims across the atlas\n\n" + view.claims_markdown())
     return demo

@@ -2,6 +2,7 @@
 
     alternet-space                                        # the zoo's Hub models
     alternet-space --models resnet=outputs/resnet-digits,alternet=outputs/alternet-digits
+    alternet-space --models AlterNet=outputs/alternet-digits --atlas atlas/   # with alternet-atlas's folder
 
 Models: `--models name=hub_id_or_folder,...` or `ALTERNET_SPACE_MODELS`; stored results for the accuracy curves
 (one sub-folder per model name): `--results` or `ALTERNET_SPACE_RESULTS`; models still to be published: `--pending`
@@ -35,6 +36,11 @@ def build_parser():
         default=os.environ.get("ALTERNET_SPACE_PENDING", ""),
         help="names of models still to be published, comma-separated (the page says they are coming)",
     )
+    parser.add_argument(
+        "--atlas",
+        default=os.environ.get("ALTERNET_SPACE_ATLAS"),
+        help="the Atlas tab's atlas: a folder written by alternet-atlas or a Hub dataset id (or ALTERNET_SPACE_ATLAS)",
+    )
     parser.add_argument("--port", type=int, help="default: $GRADIO_SERVER_PORT, else Gradio's 7860")
     parser.add_argument("--host", help="e.g. 0.0.0.0 in a container; default: $GRADIO_SERVER_NAME, else 127.0.0.1")
     return parser
@@ -49,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
 
     parse_models(args.models)  # a malformed --models is an error before anything loads
     Image.MAX_IMAGE_PIXELS = MAX_SIDE * MAX_SIDE  # a second guard behind the header check of every upload
-    space = start(args.models, args.results, pending=comma_list(args.pending))
+    space = start(args.models, args.results, pending=comma_list(args.pending), atlas=args.atlas)
     print(space.status())
     threading.Thread(target=space.any_model.warm, daemon=True).start()  # the workers' imports, before a visitor
     demo = build_demo(space)
