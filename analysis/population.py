@@ -218,7 +218,7 @@ def _difference_of_means(groups: np.ndarray, strata: np.ndarray, values: np.ndar
 def _one_sample(claim: PopulationClaim, values: list[float], group: str, rng) -> PopulationClaim:
     claim.models = {group: len(values)}
     if len(values) < MIN_MODELS:
-        claim.note = f"fewer than {MIN_MODELS} models with {group}"
+        claim.note = f"fewer than {MIN_MODELS} {group}"
         return claim
     claim.effect, claim.interval, claim.p_value = sign_flip_test(values, rng)
     claim.verdict = _verdict(1 if claim.expected == "positive" else -1, claim.interval, claim.p_value)
@@ -256,7 +256,7 @@ def population_claims(results: Sequence, *, seed: int = 0) -> list[PopulationCla
                 "negative",
             ),
             [v for v in filters["msa"] if v is not None],
-            "MSA blocks",
+            "models with MSA blocks",
             rng,
         ),
         _one_sample(
@@ -269,7 +269,7 @@ def population_claims(results: Sequence, *, seed: int = 0) -> list[PopulationCla
                 "positive",
             ),
             [v for v in filters["conv"] if v is not None],
-            "convolutional blocks",
+            "models with convolutional blocks",
             rng,
         ),
     ]

@@ -198,11 +198,12 @@ def test_top_lists_the_most_downloaded_and_a_second_run_is_refused(hub, tmp_path
     assert done.returncode == 2 and "is in use by another run" in done.stderr, done.stderr
     assert set(atlas.Atlas(out).rows) == {"timm/test-resnet", "timm/test-vit"}  # nothing written meanwhile
 
-    rows = (out / atlas.DATA_FILE).read_bytes()
+    rows, claims = (out / atlas.DATA_FILE).read_bytes(), (out / atlas.CLAIMS_FILE).read_bytes()
     done = _atlas(hub, "timm/test-vit", "--output-dir", out, "--push-to", "me/atlas", cwd=tmp_path)
     assert done.returncode == 2 and "error: could not upload the atlas to the Hub" in done.stderr, done.stderr
     assert f"--output-dir {out} --push-to me/atlas` again" in done.stderr.replace("\n", " ")
     assert "1 unchanged" in done.stdout and (out / atlas.DATA_FILE).read_bytes() == rows  # the folder as it was
+    assert (out / atlas.CLAIMS_FILE).read_bytes() == claims  # same rows, same seed: the same tests, bit for bit
 
     done = _atlas(hub, "--library", "keras", "--top", "1", "--output-dir", out, cwd=tmp_path)
     assert done.returncode == 2 and "--library takes transformers and/or timm, not keras" in done.stderr
@@ -353,7 +354,7 @@ def test_the_atlas_tab_through_the_api(hub, space):
     assert reading.startswith("**Not placed.**") and "the limit here is 1.0 M" in reading and figure is None
 
 
-PLACED_RGB = (0xD6, 0x27, 0x28)  # the scatter's colour for a visitor's model (alternet_hf.apps.space)
+PLACED_RGB = (0xD6, 0x27, 0x28)  # atlas.PLACED_COLOUR: the scatter's colour for a visitor's model
 
 
 def _colour_pixels(png: bytes, rgb: tuple[int, int, int], tolerance: int = 80) -> int:

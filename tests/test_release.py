@@ -187,6 +187,7 @@ def test_a_second_run_adds_alternet_and_redoes_only_what_depends_on_it(rehearsal
     changed = {name for name in steps if steps[name] != first["steps"].get(name)}
     assert changed == {
         "compare",
+        "atlas",  # the converted models' cards stay: their places among the public models did not move
         "space",
         "collection",
         *(f"{kind}/{TRAINED}" for kind in ("train", "evaluate", "analyze", "card", "verify")),
@@ -194,7 +195,9 @@ def test_a_second_run_adds_alternet_and_redoes_only_what_depends_on_it(rehearsal
     unchanged = {
         path: mtime
         for path, mtime in first["mtimes"].items()
-        if not path.startswith(("spaces/", "work/comparison", "collection.json"))
+        if not path.startswith(
+            ("spaces/", "work/comparison", "collection.json", "datasets/frequency-atlas", "work/public")
+        )
     }
     for path, mtime in unchanged.items():
         assert (out / path).stat().st_mtime_ns == mtime, f"{path} was written again"
@@ -209,7 +212,7 @@ def test_a_second_run_adds_alternet_and_redoes_only_what_depends_on_it(rehearsal
     )
     # The last run finds everything complete and changes nothing.
     again = rehearsal_run["again"].stdout
-    assert "0 steps run, 39 already complete" in again
+    assert "0 steps run, 40 already complete" in again
     assert manifest(out)["steps"] == steps
     assert "release summary (rehearsal)" in again and f"{ORG}/{TRAINED}: top-1" in again
     assert "(converted from the reference's release)" in again and "(trained)" in again
@@ -225,6 +228,8 @@ def test_every_repository_is_laid_out_as_uploaded(rehearsal_run):
     dataset = out / "datasets" / "cifar100-c"
     assert (dataset / "README.md").is_file()
     assert len(list((dataset / "data").glob("*/severity_*.parquet"))) == 5 * len(CORRUPTIONS)
+    atlas = out / "datasets" / "frequency-atlas"
+    assert (atlas / "README.md").is_file() and (atlas / "data" / "train-00000-of-00001.parquet").is_file()
     space = out / "spaces" / "how-do-vits-work"
     # the package comes from the index, pinned in requirements.txt: no copy of it beside the app
     assert {p.name for p in space.iterdir()} == {"app.py", "README.md", "requirements.txt", "space.json", "results"}
@@ -236,7 +241,8 @@ def test_every_card_links_the_paper_and_the_collection_is_recorded_in_the_paper_
     models', the dataset's and the Space's; the dry run records the Collection it would create."""
     out = rehearsal_run["out"]
     cards = [out / "models" / p / "README.md" for p in PRESETS]
-    cards += [out / "datasets" / "cifar100-c" / "README.md", out / "spaces" / "how-do-vits-work" / "README.md"]
+    cards += [out / "datasets" / name / "README.md" for name in ("cifar100-c", "frequency-atlas")]
+    cards += [out / "spaces" / "how-do-vits-work" / "README.md"]
     for card in cards:
         assert "https://arxiv.org/abs/2202.06709" in card.read_text(), card
     collection = json.loads((out / "collection.json").read_text())
@@ -245,6 +251,7 @@ def test_every_card_links_the_paper_and_the_collection_is_recorded_in_the_paper_
         {"type": "paper", "id": "2202.06709"},
         *({"type": "model", "id": f"{ORG}/{p}"} for p in PAPER_MODELS),
         {"type": "dataset", "id": f"{ORG}/cifar100-c"},
+        {"type": "dataset", "id": f"{ORG}/frequency-atlas"},
         {"type": "space", "id": f"{ORG}/how-do-vits-work"},
     ]
 
@@ -420,6 +427,31 @@ def test_the_dataset_loads_with_datasets_and_the_analyses(rehearsal_run):
     np.testing.assert_array_equal(np.asarray(fog[:64]["image"][0]), arrays[4 * per_set])
 
 
+def test_the_atlas_places_every_released_model_among_the_public_ones_and_each_card_says_where(rehearsal_run):
+    """The release's atlas (`alternet-atlas`'s dataset) holds the public classifiers (the rehearsal's stand-ins) and
+    the released models, loads with `datasets`, and each model card links it with the ranks its rows give."""
+    import datasets
+
+    from alternet_hf.apps import atlas
+
+    out = rehearsal_run["out"]
+    folder = out / "datasets" / "frequency-atlas"
+    rows = {row["model_id"]: row for row in datasets.load_dataset(str(folder), split="train")}
+    public = [f"stand-in/{name}" for name in rehearsal.PUBLIC_STAND_INS]
+    assert set(rows) == {*public, *(f"{ORG}/{p}" for p in PRESETS)}
+    assert all(row["status"] == "measured" for row in rows.values())
+    assert {rows[f"{ORG}/{p}"]["kind"] for p in PRESETS} == {"convolution", "attention", "hybrid"}
+    found = atlas.Atlas(folder)
+    for preset in PRESETS:
+        card = (out / "models" / preset / "README.md").read_text()
+        placed = atlas.placement(found, f"{ORG}/{preset}", among=public)
+        assert f"## Where this model sits among {len(public)} public models" in card, preset
+        assert f"https://huggingface.co/datasets/{ORG}/frequency-atlas" in card
+        assert f"rank {placed['high_frequency_kept_rank']} of {len(public) + 1} from the most kept" in card
+    space = json.loads((out / "spaces" / "how-do-vits-work" / "space.json").read_text())
+    assert space["ALTERNET_SPACE_ATLAS"] == f"{ORG}/frequency-atlas"
+
+
 def test_the_space_pins_what_the_release_ran_with(rehearsal_run):
     from importlib.metadata import version
 
@@ -455,7 +487,7 @@ def start_space(space: Path, models: dict[str, Path], tmp_path: Path):
     cache = hub_cache_with(models, tmp_path / "hub")
     port = free_port()
     env = offline_env(HF_HUB_CACHE=str(cache), GRADIO_SERVER_PORT=str(port), GRADIO_SERVER_NAME="127.0.0.1")
-    for variable in ("PYTHONPATH", "ALTERNET_SPACE_MODELS", "ALTERNET_SPACE_RESULTS", "ALTERNET_SPACE_PENDING"):
+    for variable in ("PYTHONPATH", *(f"ALTERNET_SPACE_{name}" for name in ("MODELS", "RESULTS", "PENDING", "ATLAS"))):
         env.pop(variable, None)
     return start_command([sys.executable, "app.py"], cwd=space, env=env, merge=True, warm=False), port
 
@@ -555,12 +587,13 @@ def test_publishing_after_the_dry_run_uploads_each_repo_and_redoes_nothing(rehea
         assert release_package.published_files(url, release_package.version()) == {
             file.name: release_package.sha256(file) for file in built
         }
-    uploads = ("package", "cifar100-c", *PRESETS, "how-do-vits-work", "collection")
+    uploads = ("package", "cifar100-c", *PRESETS, "frequency-atlas", "how-do-vits-work", "collection")
     assert runner.ran == [f"upload/{name}" for name in uploads]
-    assert len(runner.skipped) == 39
+    assert len(runner.skipped) == 40
     created = [(repo_id, kind, sdk) for what, repo_id, kind, sdk in calls if what == "create"]
     assert created == [(f"{ORG}/cifar100-c", "dataset", None)] + [(f"{ORG}/{p}", "model", None) for p in PRESETS] + [
-        (f"{ORG}/how-do-vits-work", "space", "gradio")
+        (f"{ORG}/frequency-atlas", "dataset", None),
+        (f"{ORG}/how-do-vits-work", "space", "gradio"),
     ]
     uploaded = {repo_id: files for what, repo_id, kind, files in calls if what == "upload"}
     assert "model.safetensors" in uploaded[f"{ORG}/{TRAINED}"] and "space.json" in uploaded[f"{ORG}/how-do-vits-work"]
@@ -573,6 +606,7 @@ def test_publishing_after_the_dry_run_uploads_each_repo_and_redoes_nothing(rehea
     items = [(call[2], call[3][0]) for call in calls if call[0] == "item" and call[3][1]]  # exists_ok: never doubled
     assert items == [("2202.06709", "paper"), *((f"{ORG}/{p}", "model") for p in PAPER_MODELS)] + [
         (f"{ORG}/cifar100-c", "dataset"),
+        (f"{ORG}/frequency-atlas", "dataset"),
         (f"{ORG}/how-do-vits-work", "space"),
     ]
     again = release.Release(options, say=lines.append)

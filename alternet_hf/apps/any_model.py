@@ -123,7 +123,7 @@ class Line:
 
 def probe_answer(
     repo_id: str,
-    revision: str,
+    revision: str | None,
     result,
     *,
     parameters: int,

@@ -7,7 +7,8 @@ sentence, so that nothing is silently missing. A folder is a dataset repo as the
 with declared `datasets.Features` (`COLUMNS`), a card from `hub/templates/atlas_card.md` (what each column means,
 how it was measured, the command, counts, the claims), `claims.json` and figures. Every model's row is written as
 soon as it is measured, so a killed run loses at most the model in flight, and a second run on the folder is refused
-(`utils.run_lock`). A repo has one row: the commit measured last (a new commit replaces it).
+(`utils.run_lock`). A repo has one row: the commit measured last (a new commit replaces it). A release's own models
+are measured from their folders before they are uploaded (`measure_folder`), without a commit until a refresh.
 """
 
 import contextlib
@@ -29,12 +30,14 @@ MEASURED, REFUSED, FAILED = "measured", "refused", "failed"
 LIBRARIES = ("transformers", "timm")
 # A re-measured number agrees with its row within these (numpy.isclose's), as the same machine gives it bit for bit.
 RELATIVE_TOLERANCE, ABSOLUTE_TOLERANCE = 1e-4, 1e-6
-KIND_COLOURS = {"convolution": "tab:blue", "attention": "tab:orange", "hybrid": "tab:green", "other": "0.5"}
+# Each kind's colour in the card's figures and the Space's scatter (matplotlib's tab10), and a visitor's model's.
+KIND_COLOURS = {"convolution": "#1f77b4", "attention": "#ff7f0e", "hybrid": "#2ca02c", "other": "#7f7f7f"}
+PLACED_COLOUR = "#d62728"
 
 # Every column: (its type, what it means). The one place the schema and the card's table of columns come from.
 COLUMNS = {
     "model_id": ("string", "the Hub repo of the model"),
-    "sha": ("string", "the commit measured (null where the repo could not be resolved)"),
+    "sha": ("string", "the commit measured (null where the repo could not be resolved, or not yet uploaded)"),
     "status": ("string", "measured, refused (the repo may not or cannot be analysed) or failed (retried next run)"),
     "reason": ("string", "why a model was refused or failed, in one sentence; empty where measured"),
     "library": ("string", "transformers or timm"),
@@ -221,9 +224,14 @@ class Atlas:
 
 
 def _service(cache_dir: Path | None, time_limit: float | None):
-    from .any_model import AnyModel, Line, ResultCache, default_cache_dir
+    """The *Any model* tab's service without its reference models: the Space's answer cache (and its size limit), or
+    `cache_dir` without a limit (a clean cache for `check`)."""
+    from .any_model import CACHE_SIZE, AnyModel, Line, ResultCache, default_cache_dir
 
-    cache = ResultCache(cache_dir or default_cache_dir(), float("inf") if cache_dir else 2**31)
+    if cache_dir is None:
+        cache = ResultCache(default_cache_dir(), CACHE_SIZE.value() * 2**20)
+    else:
+        cache = ResultCache(cache_dir, float("inf"))
     return AnyModel({}, cache=cache, line=Line(1), time_limit=time_limit)
 
 
@@ -286,6 +294,72 @@ def measure(
         where = f"{repo_id} at {sha[:10]}"
         report(f"{row['status']:<8} {where}" + (f": {row['reason']}" if row["reason"] else f" ({row['kind']})"))
     return counts
+
+
+def measure_folder(atlas: Atlas, repo_id: str, folder: str | Path) -> dict:
+    """The row of a model folder of one's own (a release's model before its upload), measured in this process and
+    saved under `repo_id` with no commit (`sha` null): a later refresh of the atlas measures its Hub commit. Never
+    for a stranger's folder: it is loaded as the zoo loads its own, without the door's checks."""
+    from transformers import AutoModelForImageClassification
+
+    from analysis.probe import SETTINGS, photo_inputs, probe
+
+    from .. import models  # noqa: F401  (the zoo's classes, registered with the Auto classes)
+    from .any_model import probe_answer
+
+    started = time.monotonic()
+    model = AutoModelForImageClassification.from_pretrained(folder).eval()
+    size, mean, std = _preprocessing(model.config, Path(folder))
+    result = probe(model, photo_inputs(size, mean, std), **SETTINGS)
+    answer = probe_answer(
+        repo_id,
+        None,
+        result,
+        parameters=sum(p.numel() for p in model.parameters()),
+        architecture=type(model).__name__,
+        library="transformers",
+        image_size=size,
+    )
+    row = measured_row({**answer, "probe_seconds": round(time.monotonic() - started, 3)})
+    atlas.rows[repo_id] = row
+    atlas.save()
+    return row
+
+
+def _preprocessing(config, folder: Path) -> tuple[int, list, list]:
+    """(input size, mean, std) of one's own model folder: the zoo's config carries them, else its image processor."""
+    if all(hasattr(config, name) for name in ("image_mean", "image_std")):
+        return int(config.image_size), list(config.image_mean), list(config.image_std)
+    processor = json.loads((folder / "preprocessor_config.json").read_text())
+    size = processor["size"]
+    side = size.get("height") or size.get("shortest_edge") if isinstance(size, dict) else size
+    return int(side), list(processor["image_mean"]), list(processor["image_std"])
+
+
+def placement(atlas: Atlas, model_id: str, among: Sequence[str] | None = None) -> dict:
+    """Where the measured row `model_id` sits among the measured rows of `among` (default: all others): how many
+    they are, and its rank on the late-stage ΔlogA (1: the lowest, the most low-pass) and on the predictions kept
+    under high-frequency noise (1: the most kept), with its values; ties share the better rank."""
+    row = atlas.rows[model_id]
+    others = [r for r in atlas.measured() if r["model_id"] != model_id]
+    if among is not None:
+        others = [r for r in others if r["model_id"] in set(among)]
+
+    def rank(name: str, lower_is_first: bool) -> int | None:
+        value = row[name]
+        if value is None:
+            return None
+        values = [r[name] for r in others if r[name] is not None]
+        return 1 + sum((v < value) if lower_is_first else (v > value) for v in values)
+
+    return {
+        "count": len(others),
+        "kind": row["kind"],
+        "late_delta_log_amplitude": row["late_delta_log_amplitude"],
+        "late_delta_log_amplitude_rank": rank("late_delta_log_amplitude", True),
+        "high_frequency_kept": row["high_frequency_kept"],
+        "high_frequency_kept_rank": rank("high_frequency_kept", False),
+    }
 
 
 def _failure(error: Exception) -> str:
@@ -401,6 +475,7 @@ def atlas_card(atlas: Atlas, decided: list, figures: list[str], *, command: str)
         template_path=str(TEMPLATES / "atlas_card.md"),
         counts=counts,
         kinds=", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items())) or "none yet",
+        from_folders=sum(row["sha"] is None for row in atlas.measured()),
         columns="\n".join(f"| `{name}` | {kind} | {meaning} |" for name, (kind, meaning) in COLUMNS.items()),
         claims="\n".join(
             f"| {claim.statement} | {claim.test} | {claim.expected} | {_claim_cell(claim)} | "
@@ -625,8 +700,9 @@ class AtlasView:
             for other in measured
             if other["high_frequency_kept"] is not None and other["model_id"] != row["model_id"]
         )
+        commit = f" at `{row['sha'][:10]}`" if row["sha"] else ""
         return (
-            f"**{row['model_id']}** at `{(row['sha'] or '')[:10]}` ({row['architecture']}, "
+            f"**{row['model_id']}**{commit} ({row['architecture']}, "
             f"{row['parameters'] / 1e6:.1f} M parameters, {row['library']}, {row['kind']}): ranks {rank} of "
             f"{len(measured) + (row['model_id'] not in self.rows)} for predictions kept under high-frequency "
             f"noise.\n\n{probe_reading(row['model_id'], probe_result(row))}"

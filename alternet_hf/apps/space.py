@@ -37,8 +37,8 @@ from ..hub.door.worker import WorkerStopped
 from ..utils import UNREACHABLE, damaged_model_file, hub_failure, to_rgb, write_atomically
 from .any_model import EXAMPLES as ANY_MODEL_EXAMPLES
 from .any_model import AnyModel, Busy
+from .atlas import KIND_COLOURS, PLACED, PLACED_COLOUR, AtlasView, measured_row, probe_result
 from .atlas import MEASURES as ATLAS_MEASURES
-from .atlas import PLACED, AtlasView, measured_row, probe_result
 
 MAX_SIDE = 4096  # larger images are refused from their header; anything above MAX_WORKING_SIDE is shrunk
 MAX_WORKING_SIDE = 512
@@ -63,7 +63,6 @@ BLOCK_NAMES = {
 ANY_MODEL_CONCURRENCY = 16
 MODELS_SYNTAX = "alternet-space --models Name=folder_or_hub_id,... (or ALTERNET_SPACE_MODELS)"
 ATLAS_VARIABLE = "ALTERNET_SPACE_ATLAS"
-KIND_COLOURS_HEX = {"convolution": "#1f77b4", "attention": "#ff7f0e", "hybrid": "#2ca02c", "other": "#7f7f7f"}
 ATLAS_KINDS = ["convolution", "attention", "hybrid", "other", "not measured"]
 
 
@@ -480,14 +479,16 @@ class Space:
             raise gr.Error(self.atlas_note)
         return self.atlas
 
-    def atlas_scatter(self, x: str, y: str):
-        """The atlas' models on two of its measures, coloured by kind, each named on hover."""
-        view = self._require_atlas()
+    def _points(self, x: str, y: str, placed: dict | None = None):
+        """The scatter's frame; axes that are not measures of the atlas are the visitor's error, in one sentence."""
         try:
-            frame = view.points(x, y)
+            return self._require_atlas().points(x, y, placed)
         except ValueError as error:
             raise gr.Error(str(error)) from None
-        return _scatter(frame, x, y)
+
+    def atlas_scatter(self, x: str, y: str):
+        """The atlas' models on two of its measures, coloured by kind, each named on hover."""
+        return _scatter(self._points(x, y), x, y)
 
     def atlas_table(self, search: str = "", kinds: list[str] | None = None):
         """The atlas' rows whose id or architecture holds `search`, of the chosen kinds."""
@@ -517,6 +518,7 @@ class Space:
         beside the zoo's, placed on the atlas' axes as “your model”; a refused one gets its sentence, no figure, and
         the scatter as it was."""
         view = self._require_atlas()
+        self._points(x, y)  # the axes checked before any work
         try:
             answer = self.any_model.analyse(
                 model_id,
@@ -524,13 +526,13 @@ class Space:
                 on_step=lambda fraction, what: progress(fraction, desc=what),
             )
         except (RefusedModel, Busy, WorkerStopped) as error:
-            return [f"**Not placed.** {error}", None, _scatter(view.points(x, y), x, y)]
+            return [f"**Not placed.** {error}", None, _scatter(self._points(x, y), x, y)]
         except Exception:
             traceback.print_exc(file=sys.stderr)
             sentence = "The model could not be analysed right now (the details are in the log)."
-            return [f"**Not placed.** {sentence}", None, _scatter(view.points(x, y), x, y)]
+            return [f"**Not placed.** {sentence}", None, _scatter(self._points(x, y), x, y)]
         row = measured_row(answer)
-        return [view.reading(row), self._atlas_curves(row), _scatter(view.points(x, y, placed=row), x, y)]
+        return [view.reading(row), self._atlas_curves(row), _scatter(self._points(x, y, placed=row), x, y)]
 
     @staticmethod
     def _refusal(model_id: str, sentence: str) -> list:
@@ -544,7 +546,7 @@ def _scatter(frame, x: str, y: str):
     first drew, and would never draw a kind that came later (a visitor's model)."""
     import pandas as pd
 
-    colours = {**KIND_COLOURS_HEX, PLACED: "#d62728"}
+    colours = {**KIND_COLOURS, PLACED: PLACED_COLOUR}
     missing = [kind for kind in colours if kind not in set(frame["kind"])]
     frame = pd.concat([frame, pd.DataFrame({"model_id": "", "kind": missing})], ignore_index=True)
     return gr.ScatterPlot(
@@ -569,7 +571,7 @@ def _load_atlas(source: str | None) -> tuple[AtlasView | None, str]:
     try:
         view = AtlasView.load(source)
     except Exception as error:  # a missing folder, the Hub out of reach: the rest of the Space still works
-        traceback.print_exc(file=sys.stderr)
+        print(f"the atlas {source} was not loaded: {type(error).__name__}: {error}", file=sys.stderr)
         reason = "the Hub cannot be reached" if hub_failure(error) == UNREACHABLE else type(error).__name__
         return None, f"The atlas `{source}` could not be loaded ({reason}); the other tabs work without it."
     return view, view.summary()

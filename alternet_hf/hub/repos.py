@@ -211,13 +211,15 @@ def build_model_card(
     evaluated_on: str | None = None,
     dataset_aliases: dict[str, str] | None = None,
     finetune_evaluation: bool = False,
+    atlas: dict | None = None,
 ) -> ModelCard:
     """A model card: metadata (`model-index` from `metrics`, and CIFAR-100-C's mean accuracy from `robustness`),
     usage, results, `figures` ({title: path in the repo}), recipe and citation. For converted weights, `provenance`
     (the file, its SHA-256, the converter) and `reported` (the top-1 and CIFAR-100-C mean reported, and by whom);
     `dataset_aliases` ({recorded: shown}) name a dataset recorded as a path of the machine that trained. A model
     `alternet-finetune` wrote says what it was fine-tuned from (`base_model` for a Hub id), and whether `metrics` are
-    the fine-tune's own evaluation (`finetune_evaluation`) and of which images.
+    the fine-tune's own evaluation (`finetune_evaluation`) and of which images. `atlas`: where the model sits in the
+    release's atlas of public models (`apps.atlas.placement` and the atlas' `repo_id`).
     """
     name = repo_id.split("/")[-1]
     finetuned = read_finetune(model_dir)
@@ -282,6 +284,7 @@ def build_model_card(
         reported=_reported_section(reported, metrics, robustness),
         robustness=_robustness_section(robustness),
         figures=_figures_section(figures),
+        atlas=_atlas_section(atlas),
         recipe=_recipe_table(model_dir, provenance, dataset_aliases),
         citation=CITATION,
     )
@@ -300,11 +303,12 @@ def write_release(
     reported: dict | None = None,
     evaluated_on: str | None = None,
     dataset_name: str | None = None,
+    atlas: dict | None = None,
 ) -> Path:
     """Write everything the Hub repo `repo_id` will hold for the trained model in `model_dir`: weights, config,
     image processor, remote code, and the card. `robustness`: a `robustness_cifar100-c.json` (of the dataset
     `cifar100c_repo`); `figures`: {title: PNG} copied into figures/; `dataset_name`: how the card names the
-    evaluation's dataset (default: as the evaluation recorded it); the rest: see `build_model_card`."""
+    evaluation's dataset (default: as the evaluation recorded it); the rest (`atlas` too): see `build_model_card`."""
     model_dir, output_dir = Path(model_dir), Path(output_dir)
     metrics, recorded, split, source = find_evaluation(model_dir, evaluation)
     dataset = dataset_name or recorded
@@ -347,6 +351,7 @@ def write_release(
         evaluated_on=evaluated_on,
         dataset_aliases={recorded: dataset},
         finetune_evaluation=source == "fine-tune",
+        atlas=atlas,
     )
     card.save(output_dir / "README.md")
     return output_dir
@@ -530,6 +535,30 @@ def _subset_note(robustness: dict) -> str:
         f"Evaluated on the same seeded, class-stratified subset of each set ({robustness['images_per_set']:,} of its "
         f"{robustness['set_size']:,} images{per_class}{seed}), to fit the release's time budget on a CPU; ± is the "
         "standard error that subset leaves on the mean accuracy. "
+    )
+
+
+def _atlas_section(atlas: dict | None) -> str:
+    """Where the model sits in the release's atlas (`apps.atlas.placement`, with the atlas' `repo_id`)."""
+    if not atlas or not atlas["count"]:
+        return ""
+    count, url = atlas["count"], f"https://huggingface.co/datasets/{atlas['repo_id']}"
+    parts = []
+    if atlas["late_delta_log_amplitude_rank"] is not None:
+        parts.append(
+            f"its late-stage ΔlogA at π is {atlas['late_delta_log_amplitude']:+.2f}, rank "
+            f"{atlas['late_delta_log_amplitude_rank']} of {count + 1} from the lowest (the most low-pass)"
+        )
+    if atlas["high_frequency_kept_rank"] is not None:
+        parts.append(
+            f"it keeps {100 * atlas['high_frequency_kept']:.0f}% of its top-1 predictions under high-frequency "
+            f"noise, rank {atlas['high_frequency_kept_rank']} of {count + 1} from the most kept"
+        )
+    return (
+        f"\n## Where this model sits among {count} public models\n\nIn [the atlas]({url}) (the paper's probe of "
+        f"frequencies over public image classifiers, on the same photos; a model of kind {atlas['kind']}): "
+        + "; ".join(parts)
+        + ". The atlas' card decides the paper's claims across all of them.\n"
     )
 
 

@@ -22,6 +22,7 @@ COLUMN_NAMES = {"image_column": COLUMNS.image, "label_column": COLUMNS.label}
 RELEASE_MODELS = ("resnet-50-cifar100", "vit-ti-cifar100", "alternet-50-cifar100")
 CIFAR100C_REPO = "cifar100-c"
 SPACE_REPO = "how-do-vits-work"
+ATLAS_REPO = "frequency-atlas"  # the atlas of the zoo's models among public classifiers (`alternet-atlas`'s dataset)
 COLLECTION_TITLE = "How Do Vision Transformers Work?"  # the Hub Collection of the paper, its models, data and Space
 MANIFEST = "release.json"
 MANIFEST_VERSION = 1

@@ -127,10 +127,13 @@ def space_requirements(template: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_space_repo(folder: Path, *, models, results: dict, dataset: str | None, pending: list[str] = ()) -> None:
+def write_space_repo(
+    folder: Path, *, models, results: dict, dataset: str | None, pending: list[str] = (), atlas: str | None = None
+) -> None:
     """The Space repo in `folder`: the clone's spaces/ with its card and requirements for this release (the released
     alternet-hf among them, which the app imports; the model repos keep their remote code for those without it), the
-    stored results and `space.json`, the app's defaults for its ALTERNET_SPACE_* variables."""
+    stored results and `space.json`, the app's defaults for its ALTERNET_SPACE_* variables (`atlas`: the Atlas
+    tab's dataset)."""
     from importlib.metadata import version
 
     from huggingface_hub import SpaceCard
@@ -146,7 +149,7 @@ def write_space_repo(folder: Path, *, models, results: dict, dataset: str | None
     (folder / "requirements.txt").write_text(space_requirements(template / "requirements.txt"))
     card = SpaceCard.load(template / "README.md")
     card.data.models = [repo_id for _, repo_id in models]
-    card.data.datasets = [dataset] if dataset else None
+    card.data.datasets = [name for name in (dataset, atlas) if name] or None
     card.data.sdk_version = version("gradio")
     card.data.python_version = f"{sys.version_info.major}.{sys.version_info.minor}"
     card.save(folder / "README.md")
@@ -158,4 +161,6 @@ def write_space_repo(folder: Path, *, models, results: dict, dataset: str | None
     }
     if pending:
         defaults["ALTERNET_SPACE_PENDING"] = ",".join(pending)
+    if atlas:
+        defaults["ALTERNET_SPACE_ATLAS"] = atlas
     write_json(folder / "space.json", defaults)

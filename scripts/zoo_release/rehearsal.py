@@ -68,6 +68,14 @@ STAND_IN_TRAINING = dict(
 )
 STAND_IN_LEARNING_RATES = {"resnet": 5e-3, "vit": 2e-3, "pit": 2e-3, "swin": 2e-3}
 REPORTED = "reported"  # a folder: <preset>.json, each stand-in's top-1 as the paper reports its models'
+# The public classifiers of the atlas, stood in for by tiny untrained transformers models of each kind (the Hub's are
+# out of reach offline): {name: (transformers config class, its arguments)}.
+PUBLIC_STAND_INS = {
+    "tiny-convnext": ("ConvNextConfig", dict(num_stages=2, hidden_sizes=[8, 16], depths=[1, 1])),
+    "tiny-resnet": ("ResNetConfig", dict(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1])),
+    "tiny-swin": ("SwinConfig", dict(embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4, patch_size=4)),
+    "tiny-vit": ("ViTConfig", dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)),
+}
 
 
 def stand_in_images(split: str) -> tuple[list, list[int]]:
@@ -151,3 +159,18 @@ def write_reference_stand_in(dataset: Path, folder: Path, preset: str, *, say=pr
     reported = {"top1": round(100 * result.metrics["accuracy"], 4), "cifar100c_mean": None}
     say(f"stand-in for {path.name}: top-1 {reported['top1']:.2f}% on the stand-in's test split")
     return [path, write_json(folder / REPORTED / f"{preset}.json", reported)]
+
+
+def write_public_stand_in(folder: Path, name: str, *, seed: int = 0) -> Path:
+    """The public classifier `name` of `PUBLIC_STAND_INS`, untrained (seeded), at 32×32 with CIFAR's 100 labels and
+    its image processor, in `folder/name`."""
+    import torch
+    import transformers
+
+    class_name, arguments = PUBLIC_STAND_INS[name]
+    config = getattr(transformers, class_name)(image_size=32, num_labels=100, **arguments)
+    torch.manual_seed(seed)
+    target = folder / name
+    transformers.AutoModelForImageClassification.from_config(config).save_pretrained(target)
+    transformers.ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(target)
+    return target

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 import alternet_hf
+from alternet_hf.apps import atlas
 from alternet_hf.data.sources import load_image_classification
 from alternet_hf.hub.cifar100c import write_hub_dataset
 from alternet_hf.hub.reference import PAPER_RESULTS, REFERENCE_FILES, DownloadError, download, file_url
@@ -30,6 +31,7 @@ from analysis.registry import PAPER_ANALYSES, Settings
 
 from . import package, rehearsal
 from .checks import (
+    ATLAS_REPO,
     CIFAR100C_REPO,
     COLLECTION_TITLE,
     COLUMN_NAMES,
@@ -48,6 +50,8 @@ from .estimates import CIFAR_TRAIN_IMAGES, h100_estimate
 from .outputs import write_robustness, write_space_repo
 from .verify import UserSession, verify_repo
 
+# The public classifiers the release's atlas places the zoo among (a rehearsal's: `rehearsal.PUBLIC_STAND_INS`).
+ATLAS_MODELS = Path(__file__).with_name("atlas_models.txt")
 # What a second release on a folder in use is told (`run_lock.hold_folder`).
 RUNNING_ADVICE = "wait for it to end: run again later, the release goes on from where that one stopped"
 
@@ -151,6 +155,7 @@ class Release:
         # the downloads. Cards and messages name the training set `dataset_name`: never a path of this machine.
         self.stand_in, self.results_dir = self.work / "stand-in", self.work / "results"
         self.dataset_repo, self.space_repo = self.out / "datasets" / CIFAR100C_REPO, self.out / "spaces" / SPACE_REPO
+        self.atlas_repo = self.out / "datasets" / ATLAS_REPO
         given = Path(self.options.reference_dir) if self.options.reference_dir else self.work / "reference"
         self.reference_dir = self.stand_in / "reference" if self.options.rehearsal else given
         self.dataset_name = rehearsal.STAND_IN_NAME if self.options.rehearsal else DATASET
@@ -244,9 +249,11 @@ class Release:
             )
         analysed = self.outputs_of(*(f"analyze/{p}" for p in released))
         self.step("compare", {"inputs": analysed, "pending": self.pending_names()}, self.compare)
+        self.step("atlas", self.atlas_settings(), self.build_atlas)
         for preset in released:
             inputs = self.outputs_of(f"evaluate/{preset}", f"analyze/{preset}", f"convert/{preset}")
-            self.step(f"card/{preset}", {"repo_id": self.repo_id(preset), "inputs": inputs}, self.write_card, preset)
+            card = {"repo_id": self.repo_id(preset), "inputs": inputs, "atlas": self.atlas_placement(preset)}
+            self.step(f"card/{preset}", card, self.write_card, preset)
             self.step(f"verify/{preset}", {"inputs": self.outputs_of(f"card/{preset}")}, self.verify, preset)
         settings = {"models": self.space_models(), "pending": self.pending_names(), "inputs": analysed}
         self.step("space", settings, self.write_space)
@@ -599,8 +606,52 @@ class Release:
             reported=reported if self.options.converted(preset) or not self.options.rehearsal else None,
             evaluated_on=self.device_name(),
             dataset_name=self.dataset_name,
+            atlas=self.atlas_placement(preset),
         )
         return tree_files(repo)
+
+    @property
+    def atlas_id(self) -> str:
+        return f"{self.options.org}/{ATLAS_REPO}"
+
+    def public_models(self) -> list[str]:
+        """The public classifiers of the atlas: `ATLAS_MODELS`' Hub ids, or the rehearsal's stand-ins' names."""
+        if self.options.rehearsal:
+            return [f"stand-in/{name}" for name in rehearsal.PUBLIC_STAND_INS]
+        return atlas.read_ids(ATLAS_MODELS)
+
+    def atlas_settings(self) -> dict:
+        evaluated = self.outputs_of(*(f"evaluate/{p}" for p in self.released), "stand-in")
+        return {"public": self.public_models(), "repo_ids": [self.repo_id(p) for p in self.released], **evaluated}
+
+    def build_atlas(self) -> list[Path]:
+        """The atlas dataset (`alternet-atlas`'s folder): the public classifiers through the Space's door (a
+        rehearsal's stand-ins from their folders), then the released models from theirs, with its card."""
+        found = atlas.Atlas(emptied(self.atlas_repo))
+        if self.options.rehearsal:
+            for model_id in self.public_models():
+                name = model_id.split("/", 1)[1]
+                atlas.measure_folder(found, model_id, rehearsal.write_public_stand_in(self.work / "public", name))
+        else:
+            atlas.measure(found, self.public_models(), report=self.say, progress=False)
+        for preset in self.released:
+            atlas.measure_folder(found, self.repo_id(preset), self.model_dir(preset))
+        command = f"python scripts/release.py --org {self.options.org} (its step `atlas`)"
+        decided = atlas.write_outputs(found, command=command)
+        measured = len(found.measured()) - len(self.released)
+        self.say(
+            f"[atlas] the released models among {measured} public ones; claims: "
+            + ", ".join(f"{claim.key} {claim.verdict}" for claim in decided)
+        )
+        return tree_files(self.atlas_repo)
+
+    def atlas_placement(self, preset: str) -> dict | None:
+        """Where `preset` sits among the atlas' public models (`atlas.placement`), with the atlas' repo id."""
+        found = atlas.Atlas(self.atlas_repo)
+        if self.repo_id(preset) not in found.rows:
+            return None
+        placed = atlas.placement(found, self.repo_id(preset), among=self.public_models())
+        return {**placed, "repo_id": self.atlas_id}
 
     def verify(self, preset: str) -> list[Path]:
         """The repo as a user loads it scores the card's top-1, and the Space predicts what it predicts
@@ -628,6 +679,7 @@ class Release:
             results={display_name(p): self.results_dir / display_name(p) for p in self.released},
             dataset=self.dataset_id,
             pending=self.pending_names(),
+            atlas=self.atlas_id,
         )
         return tree_files(self.space_repo)
 
@@ -655,7 +707,10 @@ class Release:
         """(repo type, name, folder, the step that wrote it) of every repo to upload."""
         repos = [("dataset", CIFAR100C_REPO, self.dataset_repo, "dataset")] if self.cifar100c_arrays is not None else []
         repos += [("model", p, self.model_repo(p), f"card/{p}") for p in self.released]
-        return repos + [("space", SPACE_REPO, self.space_repo, "space")]
+        return repos + [
+            ("dataset", ATLAS_REPO, self.atlas_repo, "atlas"),
+            ("space", SPACE_REPO, self.space_repo, "space"),
+        ]
 
     def upload(self, kind: str, name: str, folder: Path) -> list[Path]:
         from huggingface_hub import HfApi  # here: the tests replace it
@@ -668,12 +723,12 @@ class Release:
         return tree_files(folder)
 
     def collection(self) -> dict:
-        """The release's Hub Collection: the paper, then the released models in the paper's order, CIFAR-100-C and
-        the Space."""
+        """The release's Hub Collection: the paper, then the released models in the paper's order, CIFAR-100-C, the
+        atlas and the Space."""
         items = [{"type": "paper", "id": PAPER_ID}]
         items += [{"type": "model", "id": self.repo_id(p)} for p in PAPER_MODELS if p in self.released]
         items += [{"type": "dataset", "id": self.dataset_id}] if self.cifar100c_arrays is not None else []
-        items += [{"type": "space", "id": f"{self.options.org}/{SPACE_REPO}"}]
+        items += [{"type": "dataset", "id": self.atlas_id}, {"type": "space", "id": f"{self.options.org}/{SPACE_REPO}"}]
         return {"title": COLLECTION_TITLE, "namespace": self.options.org, "items": items}
 
     def write_collection(self) -> list[Path]:
@@ -713,6 +768,7 @@ class Release:
             "pending": {preset: {"repo_id": self.repo_id(preset), "why": why} for preset, why in self.pending.items()},
             "claims": {verdict: verdicts.count(verdict) for verdict in sorted(set(verdicts))},
             "dataset": self.dataset_id,
+            "atlas": {"repo_id": self.atlas_id, "public_models": len(self.public_models())},
             "space": f"{self.options.org}/{SPACE_REPO}",
             "steps_run": self.ran,
             "steps_skipped": self.skipped,
