@@ -255,6 +255,12 @@ def measure(
     counts = dict.fromkeys((MEASURED, REFUSED, FAILED, "unchanged"), 0)
     ids = list(dict.fromkeys(ids))
     bar = tqdm(ids, desc="atlas", unit="model", disable=not progress, file=sys.stderr)
+    said = report
+
+    def report(line: str) -> None:  # each model's line above the bar, which is drawn again below it
+        with tqdm.external_write_mode(file=sys.stderr):
+            said(line)
+
     for model_id in bar:
         bar.set_postfix_str(model_id[:40])
         started = time.monotonic()

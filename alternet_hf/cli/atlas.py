@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
         decided = atlas.write_outputs(found, command=command_line, seed=args.seed)
         totals = {status: sum(row["status"] == status for row in found.rows.values()) for status in counts}
         print(
-            f"{len(ids)} models: {counts['measured']} measured, {counts['unchanged']} unchanged, "
+            f"{len(ids)} model{'s' * (len(ids) != 1)}: {counts['measured']} measured, {counts['unchanged']} unchanged, "
             f"{counts['refused']} refused, {counts['failed']} failed; the atlas holds {totals['measured']} measured, "
             f"{totals['refused']} refused, {totals['failed']} failed"
         )

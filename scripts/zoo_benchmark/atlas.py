@@ -82,7 +82,7 @@ def atlas_speed(workdir: str, *, models: Sequence[str], seed: int = 0) -> dict:
     load_after = os.getloadavg()
     if refreshed.returncode != 0:
         raise RuntimeError(f"alternet-atlas --output-dir {folder} failed:\n{refreshed.stderr[-3000:]}")
-    (refresh_said,) = [line for line in refreshed.stdout.splitlines() if line.startswith(f"{len(ids)} models: ")]
+    (refresh_said,) = [line for line in refreshed.stdout.splitlines() if line.startswith(f"{len(ids)} model")]
     rows = []
     for name, repo_id, line, wall in zip(models, ids, first["lines"], first["wall_seconds"], strict=True):
         assert repo_id in line, f"{repo_id} was measured out of turn: {line}"
