@@ -2,8 +2,9 @@
 (transformers ViT, Swin, ResNet and ConvNeXt, the zoo's AlterNet, timm's ResNet and ViT in timm's Hub format) and a
 refused repo, measured by the installed command, killed and resumed, a repo's new commit measured again, the folder
 loaded back with `datasets.load_dataset`, its claims computed again from its rows, `--check` catching a row changed by
-hand, `--top` over the server's models listing, and a second run on the folder refused. The claims' tests are checked
-against scipy's permutation test and bootstrap."""
+hand, `--top` over the server's models listing, and a second run on the folder refused; then the Space's *Atlas* tab
+on such an atlas, through gradio_client and in a headless Chromium. The claims' tests are checked against scipy's
+permutation test and bootstrap."""
 
 import json
 import os
@@ -311,14 +312,14 @@ def space(hub):
     command = [installed_command("alternet-space"), "--models", f"AlterNet={zoo}", "--port", str(port)]
     process = start_command([*command, "--atlas", folder], cwd=hub.root, env=hub.env, merge=True)
     url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 300  # a bound for a Space that hangs, far above the seconds it takes
     while True:  # the page answers once the models and the atlas are loaded and the server listens
         assert process.poll() is None, process.output()[0][-3000:]
         try:
             urllib.request.urlopen(f"{url}config", timeout=5).read()
             break
         except OSError:
-            import time
-
+            assert time.monotonic() < deadline, "the Space did not come up within 300 s"
             time.sleep(0.5)
     yield SimpleNamespace(url=url, folder=folder, process=process)
     process.terminate()
