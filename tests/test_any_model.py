@@ -11,7 +11,6 @@ import os
 import sys
 import threading
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,7 +21,7 @@ import pytest
 import torch
 from commands import run_command, start_command, warm_environment
 from conftest import TINY, installed_command
-from test_space import CHROMIUM, free_port
+from test_space import CHROMIUM, free_port, wait_for_page
 
 import alternet_hf
 from alternet_hf.apps import any_model
@@ -168,15 +167,7 @@ def hub(tmp_path_factory):
         merge=True,
     )
     url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + 300  # a bound for a Space that hangs, far above the seconds it takes
-    while True:  # the page answers once the models are loaded and the server listens
-        assert space.poll() is None, space.output()[0][-3000:]
-        try:
-            urllib.request.urlopen(f"{url}config", timeout=5).read()
-            break
-        except OSError:
-            assert time.monotonic() < deadline, "the Space did not come up within 300 s"
-            time.sleep(0.5)
+    wait_for_page(space, port, timeout=300)
     yield SimpleNamespace(
         space=space,
         secret=secret,

@@ -299,9 +299,7 @@ ATLAS_IDS = [
 def space(hub):
     """The Space as `alternet-space --atlas` starts it, on an atlas of some of the models (the others are for a
     visitor to place)."""
-    import urllib.request
-
-    from test_space import free_port
+    from test_space import free_port, wait_for_page
 
     folder = hub.root / "space-atlas"
     done = _atlas(hub, *ATLAS_IDS, "--output-dir", folder, cwd=hub.root)
@@ -311,17 +309,8 @@ def space(hub):
     port = free_port()
     command = [installed_command("alternet-space"), "--models", f"AlterNet={zoo}", "--port", str(port)]
     process = start_command([*command, "--atlas", folder], cwd=hub.root, env=hub.env, merge=True)
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + 300  # a bound for a Space that hangs, far above the seconds it takes
-    while True:  # the page answers once the models and the atlas are loaded and the server listens
-        assert process.poll() is None, process.output()[0][-3000:]
-        try:
-            urllib.request.urlopen(f"{url}config", timeout=5).read()
-            break
-        except OSError:
-            assert time.monotonic() < deadline, "the Space did not come up within 300 s"
-            time.sleep(0.5)
-    yield SimpleNamespace(url=url, folder=folder, process=process)
+    wait_for_page(process, port, timeout=300)
+    yield SimpleNamespace(url=f"http://127.0.0.1:{port}/", folder=folder, process=process)
     process.terminate()
     output = process.communicate(timeout=60)[0]
     assert "Traceback" not in output, output[-3000:]

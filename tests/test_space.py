@@ -211,7 +211,9 @@ def _start_space(cwd: Path, port: int, *args: str, as_on_spaces: bool = False) -
     return start_command(command, cwd=cwd, env=env, merge=True)
 
 
-def _wait_for_page(process: CommandProcess, port: int, timeout: float = 240) -> str:
+def wait_for_page(process: CommandProcess, port: int, timeout: float = 240) -> str:
+    """The Space's page configuration once it answers at `port` (its models loaded, its server listening); the
+    process's output where it exits first, and `timeout` bounds one that hangs."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert process.poll() is None, f"the Space exited with {process.returncode}: {process.output()[0][-3000:]}"
@@ -235,7 +237,7 @@ def test_the_space_starts_offline_with_no_arguments(tmp_path, with_mini_zoo):
     port = free_port()
     process = _start_space(tmp_path, port, as_on_spaces=not with_mini_zoo)
     try:
-        page = _wait_for_page(process, port)
+        page = wait_for_page(process, port)
     finally:
         process.terminate()
         output = process.communicate(timeout=60)[0]

@@ -483,11 +483,7 @@ def atlas_card(atlas: Atlas, decided: list, figures: list[str], *, command: str)
         kinds=", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items())) or "none yet",
         from_folders=sum(row["sha"] is None for row in atlas.measured()),
         columns="\n".join(f"| `{name}` | {kind} | {meaning} |" for name, (kind, meaning) in COLUMNS.items()),
-        claims="\n".join(
-            f"| {claim.statement} | {claim.test} | {claim.expected} | {_claim_cell(claim)} | "
-            f"{', '.join(f'{n} {group}' for group, n in claim.models.items())} |"
-            for claim in decided
-        ),
+        claims=claims_table([claim.to_dict() for claim in decided]),
         refused="\n".join(f"- `{row['model_id']}`: {row['reason']}" for row in rows if row["status"] != MEASURED),
         figures=figures,
         command=command,
@@ -498,11 +494,24 @@ def atlas_card(atlas: Atlas, decided: list, figures: list[str], *, command: str)
     )
 
 
-def _claim_cell(claim) -> str:
-    if claim.effect is None:
-        return f"**{claim.verdict}** ({claim.note})"
-    low, high = claim.interval
-    return f"**{claim.verdict}**: {claim.effect:+.3f} [{low:+.3f}, {high:+.3f}], p = {claim.p_value:.3g}"
+def claims_table(claims: list[dict]) -> str:
+    """The claims (`PopulationClaim.to_dict()`s) as a markdown table: what each says, its test, the sign the paper
+    predicts, the verdict with its effect, 95% interval and p, and the models it rests on."""
+    lines = [
+        "| claim | test | the paper predicts an effect | verdict: effect [95% interval], p | models |",
+        "|---|---|---|---|---|",
+    ]
+    for claim in claims:
+        if claim["effect"] is None:
+            verdict = f"**{claim['verdict']}** ({claim['note']})"
+        else:
+            low, high = claim["interval"]
+            verdict = (
+                f"**{claim['verdict']}**: {claim['effect']:+.3f} [{low:+.3f}, {high:+.3f}], p = {claim['p_value']:.3g}"
+            )
+        models = ", ".join(f"{n} {group}" for group, n in claim["models"].items())
+        lines.append(f"| {claim['statement']} | {claim['test']} | {claim['expected']} | {verdict} | {models} |")
+    return "\n".join(lines)
 
 
 def check(
@@ -517,7 +526,7 @@ def check(
     row whose numbers differ beyond (RELATIVE_TOLERANCE, ABSOLUTE_TOLERANCE), naming the columns."""
     import numpy as np
 
-    rows = sorted(atlas.measured(), key=lambda row: row["model_id"])
+    rows = atlas.measured()
     chosen = np.random.default_rng(seed).permutation(len(rows))[: min(sample, len(rows))]
     differences = []
     with tempfile.TemporaryDirectory(prefix="alternet-atlas-check-") as clean:
@@ -671,28 +680,21 @@ class AtlasView:
             shown = {name: row[name] for name in TABLE_COLUMNS} | {"kind": kind}
             if shown["parameters"] is not None:
                 shown["parameters"] = round(shown["parameters"] / 1e6, 2)
-            for name in ("attention_share", "late_delta_log_amplitude", "delta_log_amplitude_slope"):
-                shown[name] = None if shown[name] is None else round(shown[name], 3)
-            for name in ("high_frequency_kept", "noise_gap"):
+            for name in (
+                "attention_share",
+                "late_delta_log_amplitude",
+                "delta_log_amplitude_slope",
+                "high_frequency_kept",
+                "noise_gap",
+            ):
                 shown[name] = None if shown[name] is None else round(shown[name], 3)
             chosen.append(shown)
         frame = pd.DataFrame(chosen, columns=TABLE_COLUMNS)
         return frame.rename(columns={"parameters": "parameters (M)"})
 
     def claims_markdown(self) -> str:
-        """The claims' verdicts with their intervals, as a markdown table."""
-        lines = ["| claim | verdict | effect [95% interval] | p | models |", "|---|---|---|---|---|"]
-        for claim in self.claims:
-            models = ", ".join(f"{n} {group}" for group, n in claim["models"].items())
-            if claim["effect"] is None:
-                lines.append(f"| {claim['statement']} | **{claim['verdict']}** ({claim['note']}) | – | – | {models} |")
-                continue
-            low, high = claim["interval"]
-            lines.append(
-                f"| {claim['statement']} | **{claim['verdict']}** | {claim['effect']:+.3f} [{low:+.3f}, {high:+.3f}] "
-                f"| {claim['p_value']:.3g} | {models} |"
-            )
-        return "\n".join(lines)
+        """The claims' verdicts with their intervals, as the atlas' card shows them."""
+        return claims_table(self.claims)
 
     def reading(self, row: dict) -> str:
         """One model's row in words: what it is, where it sits, and its probe's reading."""
